@@ -1,0 +1,46 @@
+"""Helpers for the PyTorch 2 course.
+
+Each module answers one question:
+
+- ``config``: which mode am I in (quick or full), where do files go?
+- ``env``: what machine and versions am I on?
+- ``doctor``: can this machine run the course, and if not, what do I fix?
+- ``device``: which device should I use, and should this GPU-only cell run?
+- ``bench``: how long does this take, and how do variants compare?
+- ``data``: give me the course's offline data sets.
+- ``models``: give me the small models the notebooks share.
+- ``size``: how big is this model?
+- ``compat``: call an API that moved between the torch versions we support.
+- ``exercises``: is my answer right?
+
+Submodules are imported on demand so that ``import course_utils`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_SUBMODULES = {
+    "bench",
+    "compat",
+    "config",
+    "data",
+    "device",
+    "doctor",
+    "env",
+    "exercises",
+    "models",
+    "size",
+}
+
+__all__ = sorted(_SUBMODULES) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    """Return the submodule ``name``, importing it on first use."""
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

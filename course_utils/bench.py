@@ -1,0 +1,258 @@
+"""How long does this take? Timing built on ``torch.utils.benchmark``, and headline results.
+
+- ``time_fn``: warm up, then a median and IQR over many timed blocks.
+- ``first_call``: seconds for one call (what a first ``torch.compile`` call costs).
+- ``compare``: several variants timed side by side in one run, with ratios.
+- ``record``: append a headline result to the ``COURSE_RESULTS`` file.
+- ``bar_chart``: a matplotlib bar chart of a comparison.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import re
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils import benchmark
+
+from . import config
+from .device import synchronize
+
+_NAME_RE = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)*$")
+
+
+def _sync_all() -> None:
+    if torch.cuda.is_available():
+        synchronize("cuda")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Median and interquartile range of one callable's run time, in seconds."""
+
+    label: str
+    median_s: float
+    iqr_s: float
+    samples: int
+
+    @property
+    def median_ms(self) -> float:
+        """Return the median in milliseconds."""
+        return self.median_s * 1e3
+
+
+def _quantiles(times: list[float]) -> tuple[float, float]:
+    if len(times) == 1:
+        return times[0], 0.0
+    q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive")
+    return statistics.median(times), q3 - q1
+
+
+def _timer(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+           label: str, num_threads: int | None) -> benchmark.Timer:
+    return benchmark.Timer(
+        stmt="fn(*args, **kwargs)",
+        globals={"fn": fn, "args": args, "kwargs": kwargs},
+        label=label,
+        # Timer defaults to ONE thread; use what torch uses unless told otherwise.
+        num_threads=num_threads or torch.get_num_threads(),
+    )
+
+
+def _warm(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], warmup: int) -> None:
+    for _ in range(warmup):
+        fn(*args, **kwargs)
+    _sync_all()
+
+
+def time_fn(fn: Callable[..., Any], *args: Any, label: str = "", warmup: int = 3,
+            min_run_time: float | None = None, num_threads: int | None = None,
+            **kwargs: Any) -> Timing:
+    """Return the steady-state ``Timing`` of ``fn(*args, **kwargs)``.
+
+    Calls it ``warmup`` times first (so compilation is not timed), then runs
+    ``torch.utils.benchmark.Timer.blocked_autorange`` for ``min_run_time`` seconds
+    (0.2 s in quick mode, 1 s otherwise). CUDA work is synchronised.
+    """
+    if not callable(fn):
+        raise TypeError(f"expected a callable, got {type(fn).__name__}")
+    label = label or getattr(fn, "__name__", "fn")
+    _warm(fn, args, kwargs, warmup)
+    run_time = min_run_time if min_run_time is not None else config.pick(0.2, 1.0)
+    m = _timer(fn, args, kwargs, label, num_threads).blocked_autorange(min_run_time=run_time)
+    median, iqr = _quantiles(list(m.times))
+    return Timing(label, median, iqr, len(m.times))
+
+
+def first_call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> float:
+    """Return the wall-clock seconds of one call to ``fn`` (with CUDA synchronised).
+
+    Call it on a freshly compiled function to measure compile latency.
+    """
+    _sync_all()
+    start = time.perf_counter()
+    fn(*args, **kwargs)
+    _sync_all()
+    return time.perf_counter() - start
+
+
+@dataclass(frozen=True)
+class Row:
+    """One variant in a comparison: its timing and its speed-up over the baseline."""
+
+    label: str
+    median_s: float
+    iqr_s: float
+    speedup: float
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Variants timed side by side; ``speedup`` is baseline time / variant time (>1 is faster)."""
+
+    baseline: str
+    rows: list[Row] = field(default_factory=list)
+
+    def row(self, label: str) -> Row:
+        """Return the row called ``label``; KeyError names the labels that exist."""
+        for r in self.rows:
+            if r.label == label:
+                return r
+        raise KeyError(f"no variant {label!r}; variants: {[r.label for r in self.rows]}")
+
+    def speedup(self, label: str) -> float:
+        """Return baseline median / ``label`` median."""
+        return self.row(label).speedup
+
+    def ratio(self, slower: str, faster: str) -> float:
+        """Return ``slower`` median / ``faster`` median for any two variants."""
+        return self.row(slower).median_s / self.row(faster).median_s
+
+    def to_markdown(self) -> str:
+        """Return the comparison as a Markdown table."""
+        lines = [f"| variant | median (ms) | IQR (ms) | speed-up vs {self.baseline} |",
+                 "|---|---:|---:|---:|"]
+        lines += [f"| {r.label} | {r.median_s * 1e3:.3f} | {r.iqr_s * 1e3:.3f} | {r.speedup:.2f}x |"
+                  for r in self.rows]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        width = max(len(r.label) for r in self.rows) if self.rows else 7
+        head = f"{'variant':<{width}}  {'median ms':>10}  {'IQR ms':>8}  {'vs ' + self.baseline:>12}"
+        body = [f"{r.label:<{width}}  {r.median_s * 1e3:>10.3f}  {r.iqr_s * 1e3:>8.3f}  {r.speedup:>11.2f}x"
+                for r in self.rows]
+        return "\n".join([head, *body])
+
+
+def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, baseline: str | None = None,
+            rounds: int = 3, warmup: int = 3, min_run_time: float | None = None,
+            num_threads: int | None = None, **kwargs: Any) -> Comparison:
+    """Return a ``Comparison`` of every variant called with the same arguments.
+
+    All variants are warmed up first; then ``rounds`` rounds time each variant in
+    turn (interleaved, so a slow spell on a busy machine hits all of them), and each
+    variant's median and IQR are taken over all its timed blocks. ``baseline``
+    (default: the first variant) is the denominator of the speed-ups.
+    """
+    if not variants:
+        raise ValueError("compare() needs at least one variant")
+    for name, fn in variants.items():
+        if not callable(fn):
+            raise TypeError(f"variant {name!r} is not callable ({type(fn).__name__})")
+    baseline = baseline or next(iter(variants))
+    if baseline not in variants:
+        raise KeyError(f"baseline {baseline!r} is not one of {list(variants)}")
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    run_time = (min_run_time if min_run_time is not None else config.pick(0.3, 1.5)) / rounds
+    timers = {}
+    for name, fn in variants.items():
+        _warm(fn, args, kwargs, warmup)
+        timers[name] = _timer(fn, args, kwargs, name, num_threads)
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, timer in timers.items():
+            samples[name] += list(timer.blocked_autorange(min_run_time=run_time).times)
+    stats = {name: _quantiles(times) for name, times in samples.items()}
+    base = stats[baseline][0]
+    rows = [Row(name, med, iqr, base / med) for name, (med, iqr) in stats.items()]
+    return Comparison(baseline, rows)
+
+
+def record(name: str, value: float, unit: str, **context: Any) -> dict[str, Any]:
+    """Return the headline result as a dict, appending it as a JSON line to ``COURSE_RESULTS`` if set.
+
+    ``name`` is dotted lower-case (``compile.speedup.fusion``); ``value`` a finite
+    number; ``context`` any extra facts (sizes, settings). Each record also notes
+    the mode (quick/full), torch version, device and time.
+    """
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ValueError(f"result name {name!r} must be dotted lower-case words, e.g. 'setup.first_call_s'")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"result {name!r} needs a finite number, got {value!r}")
+    if not isinstance(unit, str):
+        raise TypeError(f"unit must be a string such as 's' or 'x', got {type(unit).__name__}")
+    from .device import get_device
+
+    entry = {
+        "name": name,
+        "value": float(value),
+        "unit": unit,
+        "mode": config.mode_name(),
+        "torch": torch.__version__,
+        "device": str(get_device()),
+        "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "context": {k: v if isinstance(v, (int, float, str, bool, type(None))) else str(v)
+                    for k, v in context.items()},
+    }
+    path = config.results_path()
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(entry) + "\n")
+    return entry
+
+
+def read_results(path: str | Path | None = None) -> list[dict[str, Any]]:
+    """Return the records in a results file (default ``COURSE_RESULTS``); [] when there is none."""
+    path = Path(path) if path is not None else config.results_path()
+    if path is None or not path.exists():
+        return []
+    out = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}, line {n}: not a JSON record ({err.msg})") from err
+    return out
+
+
+def bar_chart(comparison: Comparison, title: str | None = None, ax: Any = None) -> Any:
+    """Return a matplotlib Figure: median time per variant with IQR error bars and speed-ups."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6, 0.6 + 0.5 * len(comparison.rows)))
+    else:
+        fig = ax.figure
+    labels = [r.label for r in comparison.rows]
+    medians = [r.median_s * 1e3 for r in comparison.rows]
+    iqrs = [r.iqr_s * 1e3 for r in comparison.rows]
+    ax.barh(labels, medians, xerr=iqrs, color="tab:blue", alpha=0.8)
+    for i, r in enumerate(comparison.rows):
+        ax.annotate(f" {r.speedup:.2f}x", (medians[i], i), va="center")
+    ax.invert_yaxis()
+    ax.set_xlabel("median time per call (ms)")
+    ax.set_title(title or f"speed-up vs {comparison.baseline}")
+    ax.set_xlim(0, max(medians) * 1.25 if medians else 1)
+    fig.tight_layout()
+    return fig

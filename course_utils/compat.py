@@ -1,0 +1,141 @@
+"""One adapter for the APIs that moved between the torch releases the course supports.
+
+Supported: torch >= 2.11 (checked on 2.11.0 and 2.14.1). Notebooks call these
+functions, or test ``has(feature)``, instead of probing torch themselves, so a
+release that moves an API again is fixed here and nowhere else.
+
+What differs inside the range (checked by ``tests/test_compat.py``):
+
+- ``torch.compile(..., recompile_limit=, name=, dynamic_shapes=)`` keyword
+  arguments are newer than 2.11; ``recompile_limit()`` below works on both.
+- ``torch.compiler.nonstrict_trace`` and ``torch.compiler.set_default_backend``
+  are newer than 2.11.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+
+def torch_version() -> tuple[int, int]:
+    """Return the installed torch's (major, minor)."""
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    return int(major), int(minor)
+
+
+def _compile_params() -> set[str]:
+    return set(inspect.signature(torch.compile).parameters)
+
+
+def _probe(feature: str) -> bool:
+    if feature == "compile_recompile_limit_kwarg":
+        return "recompile_limit" in _compile_params()
+    if feature == "compile_dynamic_shapes_kwarg":
+        return "dynamic_shapes" in _compile_params()
+    if feature == "nonstrict_trace":
+        return hasattr(torch.compiler, "nonstrict_trace")
+    if feature == "set_default_backend":
+        return hasattr(torch.compiler, "set_default_backend")
+    if feature == "set_stance":
+        return hasattr(torch.compiler, "set_stance")
+    if feature == "cache_artifacts":
+        return hasattr(torch.compiler, "save_cache_artifacts")
+    if feature == "draft_export":
+        return hasattr(torch.export, "draft_export")
+    if feature == "dim_auto":
+        return hasattr(torch.export.Dim, "AUTO")
+    if feature == "while_loop":
+        return hasattr(torch._higher_order_ops, "while_loop")
+    if feature == "scan":
+        return hasattr(torch._higher_order_ops, "scan")
+    if feature == "eager_dynamic_quant":
+        return hasattr(torch.ao.quantization, "quantize_dynamic")
+    if feature == "float8":
+        return hasattr(torch, "float8_e4m3fn") and hasattr(torch, "float8_e5m2")
+    raise KeyError(f"unknown feature {feature!r}; known: {', '.join(FEATURES)}")
+
+
+#: Features the notebooks may ask about with ``has()``.
+FEATURES = (
+    "compile_recompile_limit_kwarg",
+    "compile_dynamic_shapes_kwarg",
+    "nonstrict_trace",
+    "set_default_backend",
+    "set_stance",
+    "cache_artifacts",
+    "draft_export",
+    "dim_auto",
+    "while_loop",
+    "scan",
+    "eager_dynamic_quant",
+    "float8",
+)
+
+
+def has(feature: str) -> bool:
+    """Return whether the installed torch has ``feature`` (one of ``FEATURES``)."""
+    return _probe(feature)
+
+
+def features() -> dict[str, bool]:
+    """Return {feature: available} for every name in ``FEATURES``."""
+    return {name: _probe(name) for name in FEATURES}
+
+
+def is_compiled(obj: Any) -> bool:
+    """Return True when ``obj`` came out of ``torch.compile`` (a compiled function or module)."""
+    if isinstance(obj, torch.nn.Module):
+        return hasattr(obj, "_orig_mod")  # torch._dynamo.OptimizedModule
+    return hasattr(obj, "_torchdynamo_orig_callable")
+
+
+@contextlib.contextmanager
+def recompile_limit(limit: int) -> Iterator[None]:
+    """Temporarily cap how many times Dynamo recompiles one frame (any supported torch).
+
+    Newer torch also accepts ``torch.compile(..., recompile_limit=n)`` per function;
+    this context manager sets the global config that both versions read.
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"limit must be a positive int, got {limit!r}")
+    cfg = torch._dynamo.config
+    key = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
+    with cfg.patch(**{key: limit}):
+        yield
+
+
+def nonstrict_trace(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Return ``torch.compiler.nonstrict_trace(fn)``; raise a clear error on torch without it."""
+    if not has("nonstrict_trace"):
+        raise NotImplementedError(
+            f"torch.compiler.nonstrict_trace needs a newer torch than {torch.__version__}; "
+            "use torch.compiler.allow_in_graph or torch.compiler.disable instead"
+        )
+    return torch.compiler.nonstrict_trace(fn)
+
+
+def export(model: torch.nn.Module, args: tuple[Any, ...], *, dynamic_shapes: Any = None,
+           strict: bool = False, kwargs: dict[str, Any] | None = None) -> Any:
+    """Return ``torch.export.export(...)`` with ``strict`` always passed explicitly.
+
+    The default flipped from strict to non-strict tracing in an earlier 2.x
+    release; naming it keeps notebooks correct whichever default a release has.
+    """
+    return torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=dynamic_shapes,
+                               strict=strict)
+
+
+def onnx_export(model: torch.nn.Module, args: tuple[Any, ...], path: str | None = None, *,
+                dynamic_shapes: Any = None, **kwargs: Any) -> Any:
+    """Return the ``ONNXProgram`` from the torch.export-based ONNX exporter (``dynamo=True``).
+
+    The legacy TorchScript exporter is never used; ``path`` (optional) is where the
+    model is also saved.
+    """
+    return torch.onnx.export(model, args, path, dynamo=True, dynamic_shapes=dynamic_shapes,
+                             **kwargs)

@@ -1,0 +1,86 @@
+"""Course-wide settings read from the environment, in one place.
+
+``COURSE_QUICK=1`` (set by ``make test``) switches every notebook to small sizes
+and few iterations. ``COURSE_RESULTS`` names a JSON-lines file that
+``bench.record`` appends headline results to. ``COURSE_DATA_DIR``,
+``COURSE_CACHE_DIR`` and ``COURSE_BUILD_DIR`` move the course's folders.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"", "0", "false", "no", "off"}
+
+#: The repository root: the folder that holds ``course_utils/`` and ``data/``.
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def is_quick() -> bool:
+    """Return True when quick mode is on (``COURSE_QUICK`` is 1/true/yes/on).
+
+    Raises ValueError for a value that is neither on nor off, so a typo such as
+    ``COURSE_QUICK=ture`` does not silently run the full-size course.
+    """
+    raw = os.environ.get("COURSE_QUICK", "").strip().lower()
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise ValueError(
+        f"COURSE_QUICK={raw!r} is not understood; use COURSE_QUICK=1 for quick mode "
+        "or leave it unset for full mode."
+    )
+
+
+def pick(quick: T, full: T) -> T:
+    """Return ``quick`` in quick mode and ``full`` otherwise.
+
+    Notebooks size their experiments with it, e.g. ``n = pick(256, 4096)``.
+    """
+    return quick if is_quick() else full
+
+
+def mode_name() -> str:
+    """Return ``"quick"`` or ``"full"``."""
+    return "quick" if is_quick() else "full"
+
+
+def _dir_from_env(var: str, default: Path) -> Path:
+    raw = os.environ.get(var)
+    return Path(raw).expanduser().resolve() if raw else default
+
+
+def data_dir() -> Path:
+    """Return the folder of files the course ships (``data/``, or ``COURSE_DATA_DIR``)."""
+    return _dir_from_env("COURSE_DATA_DIR", REPO_ROOT / "data")
+
+
+def cache_dir(create: bool = True) -> Path:
+    """Return the folder for regenerable caches (``.cache/``, or ``COURSE_CACHE_DIR``)."""
+    path = _dir_from_env("COURSE_CACHE_DIR", REPO_ROOT / ".cache")
+    if create:
+        path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def build_dir(create: bool = True) -> Path:
+    """Return the folder for build outputs such as traces and exported models (``build/``).
+
+    It is git-ignored; ``COURSE_BUILD_DIR`` moves it.
+    """
+    path = _dir_from_env("COURSE_BUILD_DIR", REPO_ROOT / "build")
+    if create:
+        path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def results_path() -> Path | None:
+    """Return the results file named by ``COURSE_RESULTS``, or None when unset."""
+    raw = os.environ.get("COURSE_RESULTS", "").strip()
+    return Path(raw).expanduser().resolve() if raw else None

@@ -1,0 +1,207 @@
+"""Can this machine run the course? One line per check, and what to do about failures.
+
+Run it as ``python -m course_utils doctor`` (exit status 1 when anything is wrong)
+or call ``run_checks()`` from a notebook.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from packaging.version import InvalidVersion, Version
+
+from . import config
+from .env import check_toolchain, package_version
+
+#: Oldest and first unsupported torch release. Keep in step with README.md.
+TORCH_MIN = "2.11"
+TORCH_BELOW = "3"
+
+#: (distribution, minimum version) the notebooks import.
+REQUIRED_PACKAGES: tuple[tuple[str, str], ...] = (
+    ("torch", TORCH_MIN),
+    ("torchvision", "0.26"),
+    ("torchaudio", "2.11"),
+    ("numpy", "1.26"),
+    ("scikit-learn", "1.4"),
+    ("matplotlib", "3.8"),
+    ("tqdm", "4.66"),
+    ("onnx", "1.17"),
+    ("onnxscript", "0.3"),
+    ("onnxruntime", "1.20"),
+    ("torchao", "0.12"),
+)
+
+INSTALL_HINT = "run `make setup` (or `pip install -c constraints.txt -e '.[dev]'`)"
+
+
+@dataclass(frozen=True)
+class Check:
+    """The outcome of one doctor check: ``fix`` says what to do when ``ok`` is False."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+    def line(self) -> str:
+        """Return the check as one printable line."""
+        if self.ok:
+            return f"ok    {self.name}: {self.detail}"
+        return f"FAIL  {self.name}: {self.detail}. Fix: {self.fix}"
+
+
+def check_python() -> Check:
+    """Return whether the running Python is new enough (3.10+; 3.11 is tested)."""
+    ver = ".".join(map(str, sys.version_info[:3]))
+    if sys.version_info < (3, 10):
+        return Check("python", False, f"Python {ver} is too old",
+                     "install Python 3.11 and rebuild the environment with `make clean setup`")
+    return Check("python", True, f"Python {ver}")
+
+
+def check_packages(required: Sequence[tuple[str, str]] = REQUIRED_PACKAGES) -> list[Check]:
+    """Return one check per required package: installed, and at least its minimum version."""
+    checks = []
+    for name, minimum in required:
+        found = package_version(name)
+        if found is None:
+            checks.append(Check(name, False, "not installed", INSTALL_HINT))
+            continue
+        try:
+            too_old = Version(found) < Version(minimum)
+        except InvalidVersion:
+            checks.append(Check(name, False, f"version {found!r} cannot be read", INSTALL_HINT))
+            continue
+        if too_old:
+            checks.append(Check(name, False, f"{found} is older than the course's minimum {minimum}",
+                                INSTALL_HINT))
+        elif name == "torch" and Version(found).release[:1] >= Version(TORCH_BELOW).release[:1]:
+            checks.append(Check(name, False, f"{found} is newer than the tested range "
+                                f">={TORCH_MIN},<{TORCH_BELOW}", INSTALL_HINT))
+        else:
+            checks.append(Check(name, True, found))
+    return checks
+
+
+def check_compiler() -> Check:
+    """Return whether a C++ compiler exists and builds a shared library (Inductor needs one)."""
+    tc = check_toolchain()
+    if tc.works:
+        return Check("c++ compiler", True, tc.detail)
+    return Check(
+        "c++ compiler", False,
+        f"{tc.detail}, so torch.compile's default backend (inductor) cannot build CPU code",
+        "install one (Debian/Ubuntu: `sudo apt-get install g++`; macOS: `xcode-select --install`; "
+        "Windows: MSVC Build Tools) or compile with backend='eager' / 'aot_eager' meanwhile",
+    )
+
+
+_COMPILE_PROBE = textwrap.dedent(
+    """
+    import torch
+    f = torch.compile(lambda x: torch.sin(x) * 2 + 1)
+    x = torch.randn(64)
+    torch.testing.assert_close(f(x), torch.sin(x) * 2 + 1)
+    print("compiled")
+    """
+)
+
+
+def check_inductor(timeout_s: float = 300.0) -> Check:
+    """Return whether ``torch.compile`` with the default backend works, tried in a fresh process."""
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", _COMPILE_PROBE],
+            capture_output=True, text=True, timeout=timeout_s, check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return Check("torch.compile", False, f"a tiny compile took over {timeout_s:.0f} s",
+                     "check that the C++ compiler is not blocked (antivirus, a full /tmp disk)")
+    if out.returncode == 0 and "compiled" in out.stdout:
+        return Check("torch.compile", True, "inductor compiled and ran a small function")
+    lines = [ln for ln in out.stderr.strip().splitlines() if ln.strip()]
+    last = lines[-1] if lines else f"exit status {out.returncode}"
+    return Check("torch.compile", False, f"inductor failed: {last}",
+                 "fix the C++ compiler (see the line above) or use backend='eager' meanwhile")
+
+
+def check_device() -> Check:
+    """Return whether ``COURSE_DEVICE`` (if set) names a device this machine has."""
+    from .device import get_device  # imports torch; keep doctor importable without it
+
+    try:
+        dev = get_device()
+    except (RuntimeError, ValueError) as err:
+        return Check("device", False, str(err), "unset COURSE_DEVICE or set it to 'cpu'")
+    return Check("device", True, str(dev))
+
+
+def check_writable_dirs() -> list[Check]:
+    """Return one check per folder the course writes to (cache and build)."""
+    checks = []
+    for label, getter in (("cache dir", config.cache_dir), ("build dir", config.build_dir)):
+        try:
+            path = getter(create=True)
+            probe = path / ".doctor-probe"
+            probe.write_text("ok")
+            probe.unlink()
+            checks.append(Check(label, True, str(path)))
+        except OSError as err:
+            checks.append(Check(label, False, f"cannot write: {err}",
+                                "point COURSE_CACHE_DIR / COURSE_BUILD_DIR at a writable folder"))
+    return checks
+
+
+def check_data() -> list[Check]:
+    """Return one check per shipped data file: present, with the recorded sha256."""
+    from .data import DataFileError, shipped_files, verify
+
+    checks = []
+    for name in shipped_files():
+        try:
+            verify(name)
+            checks.append(Check(f"data/{name}", True, "present, checksum matches"))
+        except DataFileError as err:
+            checks.append(Check(f"data/{name}", False, err.problem, err.fix))
+    return checks
+
+
+def run_checks(compile_probe: bool = True) -> list[Check]:
+    """Return every check's outcome; ``compile_probe=False`` skips the slow real compile."""
+    checks: list[Check] = [check_python()]
+    checks += check_packages()
+    torch_ok = all(c.ok for c in checks if c.name == "torch")
+    checks.append(check_compiler())
+    if torch_ok:
+        checks.append(check_device())
+        if compile_probe and checks[-2].ok:
+            checks.append(check_inductor())
+        checks += check_data()
+    checks += check_writable_dirs()
+    return checks
+
+
+def main(argv: Sequence[str] | None = None,
+         runner: Callable[..., list[Check]] = run_checks) -> int:
+    """Print one line per check and return the exit status (0 all good, 1 otherwise)."""
+    args = list(argv or [])
+    checks = runner(compile_probe="--fast" not in args)
+    for check in checks:
+        print(check.line())
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        print(f"\n{len(failed)} problem(s) found; fix the FAIL lines above.")
+        return 1
+    print(f"\nAll {len(checks)} checks passed: this machine can run the course "
+          f"({'quick' if config.is_quick() else 'full'} mode).")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main(sys.argv[1:]))
