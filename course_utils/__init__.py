@@ -12,6 +12,7 @@ Each module answers one question:
 - ``size``: how big is this model?
 - ``compat``: call an API that moved between the torch versions we support.
 - ``exercises``: is my answer right?
+- ``session``: start a notebook (seed, fresh compiler state, summary line).
 
 Submodules are imported on demand so that ``import course_utils`` stays cheap.
 """
@@ -33,6 +34,7 @@ _SUBMODULES = {
     "env",
     "exercises",
     "models",
+    "session",
     "size",
 }
 

@@ -1,0 +1,118 @@
+import json
+import time
+
+import matplotlib
+import pytest
+import torch
+
+from course_utils import bench
+
+
+def sleepy(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def test_time_fn_measures_a_known_duration():
+    t = bench.time_fn(sleepy, 0.004, warmup=1, min_run_time=0.1)
+    assert t.samples >= 3
+    assert 0.0035 < t.median_s < 0.05  # sleep never returns early; a busy machine only adds
+    assert t.iqr_s >= 0 and t.median_ms == pytest.approx(t.median_s * 1e3)
+
+
+def test_time_fn_passes_kwargs_and_warms_up():
+    calls = []
+
+    def f(x, scale=1):
+        calls.append((x, scale))
+
+    bench.time_fn(f, 1, scale=3, warmup=2, min_run_time=0.01)
+    assert calls[0] == (1, 3) and len(calls) > 2
+
+
+def test_time_fn_rejects_non_callables():
+    with pytest.raises(TypeError, match="callable"):
+        bench.time_fn(42)
+
+
+def test_first_call_times_one_call():
+    assert 0.01 <= bench.first_call(sleepy, 0.01) < 1.0
+
+
+def test_compare_orders_variants_and_computes_ratios():
+    table = bench.compare({"slow": lambda: time.sleep(0.003), "fast": lambda: None},
+                          rounds=2, warmup=1, min_run_time=0.1)
+    assert table.baseline == "slow"
+    assert [r.label for r in table.rows] == ["slow", "fast"]
+    assert table.speedup("slow") == pytest.approx(1.0)
+    assert table.speedup("fast") > 10  # a no-op against a 3 ms sleep
+    assert table.ratio("slow", "fast") == pytest.approx(table.speedup("fast"))
+    assert "| fast |" in table.to_markdown()
+    assert "slow" in str(table)
+    with pytest.raises(KeyError, match="variants"):
+        table.row("medium")
+
+
+def test_compare_bad_input():
+    with pytest.raises(ValueError):
+        bench.compare({})
+    with pytest.raises(TypeError, match="'x' is not callable"):
+        bench.compare({"x": 3})
+    with pytest.raises(KeyError, match="baseline"):
+        bench.compare({"a": lambda: None}, baseline="b")
+
+
+def test_timer_uses_torch_thread_count(monkeypatch):
+    seen = {}
+    real = bench.benchmark.Timer
+
+    def spy(*args, **kwargs):
+        seen["num_threads"] = kwargs["num_threads"]
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(bench.benchmark, "Timer", spy)
+    bench.time_fn(lambda: None, min_run_time=0.01)
+    assert seen["num_threads"] == torch.get_num_threads()
+
+
+def test_record_appends_json_lines(results_file):
+    bench.record("setup.first_call_s", 1.5, "s", size=512)
+    bench.record("setup.steady_speedup", 2, "x")
+    lines = [json.loads(x) for x in results_file.read_text().splitlines()]
+    assert [r["name"] for r in lines] == ["setup.first_call_s", "setup.steady_speedup"]
+    assert lines[0]["value"] == 1.5 and lines[0]["unit"] == "s"
+    assert lines[0]["context"] == {"size": 512}
+    assert lines[0]["mode"] in ("quick", "full") and lines[0]["torch"] == torch.__version__
+    assert bench.read_results(results_file) == lines
+
+
+def test_record_without_results_file_writes_nothing(monkeypatch, tmp_path):
+    monkeypatch.delenv("COURSE_RESULTS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    entry = bench.record("a.b", 1.0, "x")
+    assert entry["name"] == "a.b"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name,value", [("Bad Name", 1.0), ("", 1.0), ("a.b", float("nan")),
+                                        ("a.b", "fast"), ("a.b", True), ("a..b", 1.0)])
+def test_record_rejects_bad_input(results_file, name, value):
+    with pytest.raises(ValueError):
+        bench.record(name, value, "x")
+    assert not results_file.exists()
+
+
+def test_read_results_reports_a_corrupt_line(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"name": "a"}\nnot json\n')
+    with pytest.raises(ValueError, match="line 2"):
+        bench.read_results(path)
+
+
+def test_bar_chart_draws_one_bar_per_variant():
+    matplotlib.use("Agg")
+    table = bench.Comparison("eager", [bench.Row("eager", 0.002, 0.0001, 1.0),
+                                       bench.Row("compiled", 0.001, 0.0001, 2.0)])
+    fig = bench.bar_chart(table, title="t")
+    ax = fig.axes[0]
+    assert len(ax.patches) == 2 and ax.get_title() == "t"
+    assert any("2.00x" in t.get_text() for t in ax.texts)

@@ -1,0 +1,98 @@
+import pytest
+import torch
+from torch import nn
+
+from course_utils import compat
+
+
+def test_torch_version_parses():
+    major, minor = compat.torch_version()
+    assert (major, minor) >= (2, 11)
+
+
+def test_features_cover_every_name_and_are_booleans():
+    feats = compat.features()
+    assert list(feats) == list(compat.FEATURES)
+    assert all(isinstance(v, bool) for v in feats.values())
+    # present in every supported release (2.11 .. 2.14)
+    for name in ("set_stance", "draft_export", "dim_auto", "while_loop", "float8"):
+        assert feats[name], name
+    with pytest.raises(KeyError, match="unknown feature"):
+        compat.has("warp_drive")
+
+
+def test_newer_apis_agree_with_the_signature():
+    import inspect
+
+    params = inspect.signature(torch.compile).parameters
+    assert compat.has("compile_recompile_limit_kwarg") == ("recompile_limit" in params)
+    assert compat.has("nonstrict_trace") == hasattr(torch.compiler, "nonstrict_trace")
+
+
+def test_is_compiled_for_functions_and_modules():
+    def f(x):
+        return x + 1
+
+    model = nn.Linear(2, 2)
+    assert not compat.is_compiled(f) and not compat.is_compiled(model)
+    assert compat.is_compiled(torch.compile(f, backend="eager"))
+    assert compat.is_compiled(torch.compile(model, backend="eager"))
+
+
+def test_recompile_limit_sets_and_restores():
+    cfg = torch._dynamo.config
+    key = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
+    before = getattr(cfg, key)
+    with compat.recompile_limit(2):
+        assert getattr(cfg, key) == 2
+    assert getattr(cfg, key) == before
+    with pytest.raises(ValueError):
+        with compat.recompile_limit(0):
+            pass
+
+
+def test_recompile_limit_really_limits_recompiles():
+    counts = {"compiles": 0}
+
+    def counting_backend(gm, example_inputs):
+        counts["compiles"] += 1
+        return gm.forward
+
+    @torch.compile(backend=counting_backend, dynamic=False)
+    def f(x, k):
+        return x * k
+
+    with compat.recompile_limit(2):
+        for k in range(5):  # each Python int constant forces a recompile
+            f(torch.ones(2), k)
+    assert counts["compiles"] == 2  # later calls fall back to eager
+
+
+def test_nonstrict_trace_is_available_or_explains():
+    def f(x):
+        return x
+
+    if compat.has("nonstrict_trace"):
+        assert callable(compat.nonstrict_trace(f))
+    else:
+        with pytest.raises(NotImplementedError, match="allow_in_graph"):
+            compat.nonstrict_trace(f)
+
+
+def test_export_round_trip():
+    model = nn.Sequential(nn.Linear(4, 3), nn.ReLU()).eval()
+    x = torch.randn(2, 4)
+    ep = compat.export(model, (x,))
+    torch.testing.assert_close(ep.module()(x), model(x))
+
+
+def test_onnx_export_runs_in_onnxruntime(tmp_path):
+    import onnxruntime as ort
+
+    model = nn.Sequential(nn.Linear(4, 3), nn.GELU()).eval()
+    x = torch.randn(2, 4)
+    path = tmp_path / "m.onnx"
+    compat.onnx_export(model, (x,), str(path))
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (out,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    torch.testing.assert_close(torch.from_numpy(out), model(x), rtol=1e-4, atol=1e-5)

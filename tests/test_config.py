@@ -1,0 +1,62 @@
+from pathlib import Path
+
+import pytest
+
+from course_utils import config
+
+
+@pytest.mark.parametrize("raw", ["1", "true", "YES", " on "])
+def test_quick_mode_on(monkeypatch, raw):
+    monkeypatch.setenv("COURSE_QUICK", raw)
+    assert config.is_quick()
+    assert config.pick(1, 2) == 1
+    assert config.mode_name() == "quick"
+
+
+@pytest.mark.parametrize("raw", ["", "0", "false", "off"])
+def test_quick_mode_off(monkeypatch, raw):
+    monkeypatch.setenv("COURSE_QUICK", raw)
+    assert not config.is_quick()
+    assert config.pick(1, 2) == 2
+    assert config.mode_name() == "full"
+
+
+def test_quick_mode_unset_is_full(monkeypatch):
+    monkeypatch.delenv("COURSE_QUICK", raising=False)
+    assert not config.is_quick()
+
+
+def test_quick_mode_typo_is_an_error(monkeypatch):
+    monkeypatch.setenv("COURSE_QUICK", "ture")
+    with pytest.raises(ValueError, match="COURSE_QUICK"):
+        config.is_quick()
+
+
+def test_default_paths_live_in_the_repo(monkeypatch):
+    for var in ("COURSE_DATA_DIR", "COURSE_CACHE_DIR", "COURSE_BUILD_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    assert config.data_dir() == config.REPO_ROOT / "data"
+    assert (config.data_dir() / "SHA256SUMS").exists()
+    assert config.cache_dir(create=False) == config.REPO_ROOT / ".cache"
+    assert config.build_dir(create=False) == config.REPO_ROOT / "build"
+
+
+def test_paths_follow_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("COURSE_CACHE_DIR", str(tmp_path / "c"))
+    monkeypatch.setenv("COURSE_BUILD_DIR", str(tmp_path / "b"))
+    monkeypatch.setenv("COURSE_DATA_DIR", str(tmp_path / "d"))
+    assert config.cache_dir() == tmp_path / "c" and (tmp_path / "c").is_dir()
+    assert config.build_dir() == tmp_path / "b" and (tmp_path / "b").is_dir()
+    assert config.data_dir() == tmp_path / "d"
+
+
+def test_results_path(monkeypatch, tmp_path):
+    monkeypatch.delenv("COURSE_RESULTS", raising=False)
+    assert config.results_path() is None
+    monkeypatch.setenv("COURSE_RESULTS", str(tmp_path / "r.jsonl"))
+    assert config.results_path() == Path(tmp_path / "r.jsonl")
+
+
+def test_build_and_cache_dirs_are_git_ignored():
+    ignored = (config.REPO_ROOT / ".gitignore").read_text().split()
+    assert ".cache/" in ignored and "build/" in ignored

@@ -1,0 +1,112 @@
+import pytest
+import torch
+
+from course_utils.data import load_digits_split
+from course_utils.models import MLP, GPTConfig, ResBlock, SmallResNet, TinyGPT, TransformerBlock
+
+
+def test_resblock_keeps_shape():
+    block = ResBlock(8)
+    x = torch.randn(2, 8, 6, 6)
+    assert block(x).shape == x.shape
+
+
+def test_small_resnet_learns_the_digits_quickly():
+    torch.manual_seed(0)
+    split = load_digits_split()
+    model = SmallResNet(width=16)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    x, y = split.x_train[:512], split.y_train[:512]
+    losses = []
+    for _ in range(30):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0]
+    assert model(split.x_test).shape == (len(split.x_test), 10)
+
+
+def test_mlp_shapes_and_bad_depth():
+    assert MLP(16, 32, 4, depth=3)(torch.randn(5, 16)).shape == (5, 4)
+    with pytest.raises(ValueError):
+        MLP(16, 32, 4, depth=0)
+
+
+def test_transformer_block_is_causal_when_asked():
+    torch.manual_seed(0)
+    block = TransformerBlock(32, 4, causal=True).eval()
+    x = torch.randn(1, 6, 32)
+    y = block(x)
+    x2 = x.clone()
+    x2[:, -1] += 1.0  # change only the last position
+    y2 = block(x2)
+    torch.testing.assert_close(y[:, :-1], y2[:, :-1])  # earlier positions unaffected
+    assert not torch.allclose(y[:, -1], y2[:, -1])
+    with pytest.raises(ValueError, match="divisible"):
+        TransformerBlock(30, 4)
+
+
+def small_gpt(**kw):
+    torch.manual_seed(0)
+    return TinyGPT(GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, n_embd=16, **kw)).eval()
+
+
+def test_gpt_forward_loss_and_tied_head():
+    gpt = small_gpt()
+    idx = torch.randint(0, 20, (3, 8))
+    assert gpt(idx).shape == (3, 8, 20)
+    assert gpt.head.weight is gpt.tok_emb.weight
+    loss = gpt.loss(idx, idx)
+    assert loss.item() == pytest.approx(torch.log(torch.tensor(20.0)).item(), rel=0.1)
+    with pytest.raises(ValueError, match="block_size"):
+        gpt(torch.zeros(1, 9, dtype=torch.long))
+
+
+def test_gpt_stream_matches_generate_greedy():
+    gpt = small_gpt()
+    prompt = torch.tensor([1, 2, 3])
+    streamed = list(gpt.stream(prompt, 12, temperature=0))  # longer than block_size: crops context
+    full = gpt.generate(prompt.view(1, -1), 12, temperature=0)
+    assert streamed == full[0, 3:].tolist()
+    assert all(isinstance(t, int) and 0 <= t < 20 for t in streamed)
+
+
+def test_gpt_stream_is_lazy():
+    gpt = small_gpt()
+    it = gpt.stream(torch.tensor([1]), 1000)
+    assert isinstance(next(it), int)  # one token produced without generating the rest
+
+
+def test_gpt_sampling_is_reproducible_and_top_k_respected():
+    gpt = small_gpt()
+    a = gpt.generate(torch.zeros(2, 1, dtype=torch.long), 5, top_k=3,
+                     generator=torch.Generator().manual_seed(1))
+    b = gpt.generate(torch.zeros(2, 1, dtype=torch.long), 5, top_k=3,
+                     generator=torch.Generator().manual_seed(1))
+    assert torch.equal(a, b) and a.shape == (2, 6)
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, "3", True])
+def test_gpt_bad_max_new_tokens(bad):
+    gpt = small_gpt()
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        list(gpt.stream(torch.tensor([1]), bad))
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        gpt.generate(torch.tensor([[1]]), bad)
+
+
+def test_gpt_bad_temperature_and_batch():
+    gpt = small_gpt()
+    with pytest.raises(ValueError, match="temperature"):
+        list(gpt.stream(torch.tensor([1]), 2, temperature=-1))
+    with pytest.raises(ValueError, match="one sequence"):
+        list(gpt.stream(torch.zeros(2, 3, dtype=torch.long), 2))
+
+
+def test_models_compile_and_match_eager():
+    model = SmallResNet(width=8).eval()
+    x = torch.randn(4, 1, 8, 8)
+    compiled = torch.compile(model, backend="aot_eager")
+    torch.testing.assert_close(compiled(x), model(x))

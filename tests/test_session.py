@@ -1,0 +1,39 @@
+import random
+
+import pytest
+import torch
+
+from course_utils import session
+
+
+def test_start_seeds_everything_and_returns_summary():
+    line = session.start(seed=7)
+    a = (random.random(), torch.rand(1).item())
+    session.start(seed=7)
+    b = (random.random(), torch.rand(1).item())
+    assert a == b
+    assert "torch" in line and "\n" not in line
+
+
+def test_start_resets_compiled_state():
+    calls = {"n": 0}
+
+    def backend(gm, example_inputs):
+        calls["n"] += 1
+        return gm.forward
+
+    @torch.compile(backend=backend)
+    def f(x):
+        return x * 2
+
+    f(torch.ones(3))
+    f(torch.ones(3))
+    assert calls["n"] == 1  # cached
+    session.start()
+    f(torch.ones(3))
+    assert calls["n"] == 2  # compiled again after the reset
+
+
+def test_start_rejects_a_non_int_seed():
+    with pytest.raises(TypeError):
+        session.start(seed="0")
