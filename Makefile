@@ -14,7 +14,7 @@ ifeq ($(shell id -u 2>/dev/null),0)
   ROOT_FLAG := --allow-root
 endif
 
-.PHONY: help setup lab test test-nb test-unit doctor kernel clean constraints
+.PHONY: help setup lab test test-nb test-unit doctor kernel clean constraints execute
 
 help:
 	@echo "make lab       set up .venv if needed, then open JupyterLab on notebooks/"
@@ -22,6 +22,7 @@ help:
 	@echo "make test-nb NB=notebooks/00_setup.ipynb   run one notebook under nbval"
 	@echo "make test-unit run only the unit tests"
 	@echo "make doctor    check this machine can run the course"
+	@echo "make execute NB=notebooks/00_setup.ipynb   re-run a notebook in full mode and store its outputs"
 	@echo "make clean     remove .venv, caches and build outputs"
 
 $(BIN)/python:
@@ -56,6 +57,13 @@ test-nb: setup
 
 doctor: setup
 	$(BIN)/python -m course_utils doctor
+
+# Stored outputs come from a real full-mode run, never from hand edits.
+execute: setup
+	@test -n "$(NB)" || { echo "usage: make execute NB=notebooks/00_setup.ipynb"; exit 2; }
+	$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+	    --ExecutePreprocessor.kernel_name=$(KERNEL_NAME) --ExecutePreprocessor.timeout=3600 $(NB)
+	$(BIN)/python tools/nbclean.py $(NB)
 
 constraints: setup
 	$(BIN)/python tools/freeze_constraints.py > constraints.txt.new && mv constraints.txt.new constraints.txt

@@ -20,6 +20,7 @@ Submodules are imported on demand so that ``import course_utils`` stays cheap.
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import Any
 
 __version__ = "0.1.0"
@@ -39,6 +40,18 @@ _SUBMODULES = {
 }
 
 __all__ = sorted(_SUBMODULES) + ["__version__"]
+
+
+class _NoCudaRuntimeFilter(logging.Filter):
+    """Drop torch's "No CUDA runtime is found" warning, which its CUDA build prints on
+    CPU-only machines when ``torch.utils.cpp_extension`` is imported. It is harmless
+    there and would otherwise appear in every notebook's first cell."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("No CUDA runtime is found")
+
+
+logging.getLogger("torch.utils.cpp_extension").addFilter(_NoCudaRuntimeFilter())
 
 
 def __getattr__(name: str) -> Any:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import random
 
 import torch
@@ -15,8 +14,7 @@ def start(seed: int = 0) -> str:
 
     Seeds Python's ``random``, NumPy and torch with ``seed``, and calls
     ``torch._dynamo.reset()`` so a notebook never inherits compiled code from
-    cells run earlier in the same kernel. On a machine without CUDA it also
-    quiets the CUDA build's harmless "No CUDA runtime is found" warning.
+    cells run earlier in the same kernel.
     """
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
@@ -29,8 +27,4 @@ def start(seed: int = 0) -> str:
         pass
     torch.manual_seed(seed)
     torch._dynamo.reset()
-    if not torch.cuda.is_available():
-        # torch's CUDA build warns "No CUDA runtime is found" at the first compile on a
-        # CPU-only machine. It is harmless there; keep it out of the learner's way.
-        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     return summary()
