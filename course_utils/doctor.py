@@ -31,6 +31,7 @@ REQUIRED_PACKAGES: tuple[tuple[str, str], ...] = (
     ("scikit-learn", "1.4"),
     ("matplotlib", "3.8"),
     ("tqdm", "4.66"),
+    ("tabulate", "0.9"),
     ("onnx", "1.17"),
     ("onnxscript", "0.3"),
     ("onnxruntime", "1.20"),
