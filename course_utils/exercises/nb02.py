@@ -1,0 +1,246 @@
+"""Exercises of notebook 02: counting graph breaks, removing them, and predicting recompiles.
+
+Every checker measures the truth on the installed torch instead of trusting a stored
+answer, so the exercises stay right when a torch release learns to trace something new.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+import torch
+
+from .framework import Wrong, exercise
+
+# ---------------------------------------------------------------------------
+# 02.count_breaks: how many graph breaks does `mystery` have?
+# ---------------------------------------------------------------------------
+
+
+def mystery(x: torch.Tensor) -> torch.Tensor:
+    """The function whose graph breaks the learner counts (the notebook prints this source)."""
+    y = torch.nn.functional.gelu(x)
+    clipped = np.clip(y.numpy(), -1.0, 1.0)   # NumPy on the tensor's data
+    z = torch.from_numpy(clipped) * 2
+    settings = {"shift": 0.5}
+    z = z - settings["shift"]                 # a plain dict lookup
+    peak = z.abs().max().item()               # a Python float out of a tensor
+    z = z / peak
+    if z.mean() > 0:                          # a branch on the values in a tensor
+        z = z - z.mean()
+    return torch.tanh(z)
+
+
+@functools.lru_cache(maxsize=1)
+def _mystery_breaks() -> int:
+    """Return the number of graph breaks Dynamo reports for ``mystery`` (measured once)."""
+    x = torch.randn(16, 8, generator=torch.Generator().manual_seed(0))
+    return len(torch._dynamo.explain(mystery)(x).break_reasons)
+
+
+@exercise(
+    "02.count_breaks",
+    prompt="give the number of graph breaks torch.compile hits in `mystery` (an int).",
+    solution=_mystery_breaks,
+    wrong_answers=lambda: [_mystery_breaks() + 1, _mystery_breaks() - 1, 0,
+                           str(_mystery_breaks()), None, float(_mystery_breaks()) + 0.5],
+)
+def check_count_breaks(answer: Any) -> str:
+    """Accept the number of graph breaks measured by torch._dynamo.explain on this torch."""
+    truth = _mystery_breaks()
+    if isinstance(answer, bool) or not isinstance(answer, (int, float)):
+        raise Wrong(f"expected a whole number such as 5, got {type(answer).__name__} {answer!r}.")
+    if isinstance(answer, float):
+        if not answer.is_integer():
+            raise Wrong(f"{answer} is not a whole number: a break either happens or it does not.")
+        answer = int(answer)
+    if answer == truth:
+        return (f"{truth} breaks: the .item() call and the `if` on tensor data. NumPy calls and "
+                "dict lookups are traced into the graph.")
+    if answer == truth + 1:
+        raise Wrong("one too many. Which line did you count that Dynamo can trace? Current torch "
+                    "translates NumPy calls on a tensor's data into torch operations.")
+    if answer > truth:
+        raise Wrong("too many. A dict lookup and NumPy calls are traced; only code Dynamo cannot "
+                    "put in a graph breaks it. Check with torch._dynamo.explain(mystery)(x).")
+    raise Wrong("too few. Look for places where a tensor's *value* has to become a Python "
+                "value: a Python number, or a Python `if` decision.")
+
+
+# ---------------------------------------------------------------------------
+# 02.fullgraph: rewrite a function so that torch.compile(fn, fullgraph=True) accepts it.
+# ---------------------------------------------------------------------------
+
+
+def soft_clip(x: torch.Tensor) -> torch.Tensor:
+    """The function to fix: divide by the peak when it exceeds 1, then a scaled tanh."""
+    peak = x.abs().max().item()
+    if peak > 1.0:
+        x = x / peak
+    return torch.tanh(x) * 2
+
+
+def _soft_clip_solution() -> Callable[[torch.Tensor], torch.Tensor]:
+    def soft_clip_fixed(x: torch.Tensor) -> torch.Tensor:
+        # Stay with tensors: never ask for a Python number, never branch in Python.
+        peak = x.abs().max()
+        x = torch.where(peak > 1.0, x / peak, x)
+        return torch.tanh(x) * 2
+
+    return soft_clip_fixed
+
+
+def _soft_clip_wrong() -> list[Any]:
+    def always_divides(x: torch.Tensor) -> torch.Tensor:  # compiles, wrong when peak <= 1
+        return torch.tanh(x / x.abs().max()) * 2
+
+    def forgets_the_scale(x: torch.Tensor) -> torch.Tensor:  # compiles, drops the * 2
+        peak = x.abs().max()
+        return torch.tanh(torch.where(peak > 1.0, x / peak, x))
+
+    return [soft_clip, always_divides, forgets_the_scale, torch.ones(3), "soft_clip"]
+
+
+@exercise(
+    "02.fullgraph",
+    prompt="write soft_clip_fixed(x), equal to soft_clip(x), that torch.compile(..., "
+           "fullgraph=True) compiles without a graph break; pass the plain function.",
+    solution=_soft_clip_solution,
+    wrong_answers=_soft_clip_wrong,
+)
+def check_fullgraph(answer: Any) -> str:
+    """Accept a function equal to soft_clip that compiles with fullgraph=True."""
+    if isinstance(answer, torch.Tensor) or not callable(answer):
+        raise Wrong(f"expected a function soft_clip_fixed(x), got {type(answer).__name__}; "
+                    "pass the function itself (not a call, not a string).")
+    plain = getattr(answer, "_torchdynamo_orig_callable", answer)  # accept a compiled one too
+    gen = torch.Generator().manual_seed(0)
+    cases = {"peak above 1": torch.randn(32, 8, generator=gen) * 3,
+             "peak below 1": torch.rand(32, 8, generator=gen) * 0.8 - 0.4}
+    compiled = torch.compile(plain, fullgraph=True, backend="eager")
+    for label, x in cases.items():
+        try:
+            got = compiled(x.clone())
+        except torch._dynamo.exc.TorchDynamoException as err:
+            # Unsupported for a graph break; UserError when a Python `if` meets a captured scalar.
+            first = str(err).strip().splitlines()[0][:160]
+            raise Wrong(f"fullgraph=True still refuses it ({type(err).__name__}: {first}). Keep the "
+                        "peak as a tensor (no .item()) and replace the Python `if` with "
+                        "torch.where.") from None
+        expected = soft_clip(x.clone())
+        if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+            raise Wrong(f"with a {label}, your function returned {type(got).__name__} "
+                        f"{tuple(getattr(got, 'shape', ()))}; expected a tensor of shape "
+                        f"{tuple(expected.shape)}.")
+        if not torch.allclose(got, expected, rtol=1e-5, atol=1e-6):
+            err = (got - expected).abs().max().item()
+            raise Wrong(f"it compiles, but with a {label} the values differ from soft_clip by up "
+                        f"to {err:.3g}. Divide only when the peak is above 1, and keep the * 2.")
+    return "compiles as one graph with fullgraph=True and matches soft_clip on both branches."
+
+
+# ---------------------------------------------------------------------------
+# 02.recompile: which second call recompiles?
+# ---------------------------------------------------------------------------
+
+STEP_SOURCE = '''\
+def step(x, lr):
+    return x - lr * torch.tanh(x)
+'''
+
+#: The second calls to choose from; each follows one first call step(torch.randn(32, 10), 0.1).
+RECOMPILE_OPTIONS: dict[str, str] = {
+    "A": "step(torch.randn(32, 10), 0.1)",
+    "B": "step(torch.randn(64, 10), 0.1)",
+    "C": "step(torch.randn(32, 10, dtype=torch.float64), 0.1)",
+    "D": "step(torch.randn(32, 10), 0.01)",
+    "E": "step(100 * torch.randn(32, 10), 0.1)",
+    "F": "step(torch.randn(10, 32).t(), 0.1)",
+}
+
+_WHY = {
+    "A": "the same kind of input again: every guard passes",
+    "B": "a new batch size fails the shape guard",
+    "C": "float64 fails the dtype guard",
+    "D": "a Python float is a constant in the graph, guarded by value",
+    "E": "guards check a tensor's metadata, never the numbers in it",
+    "F": "same shape, but transposed: the strides differ, and strides are guarded",
+}
+
+
+def _recompiles(option: str) -> bool:
+    """Return whether the second call ``option`` recompiles a freshly compiled ``step``."""
+    # Start from a clean compiler: Dynamo remembers what it learned about a function (sizes that
+    # changed, for automatic dynamic) by code location, and earlier options would otherwise leak
+    # into later ones (seen on torch 2.11). The learner's compiled functions recompile on their
+    # next call; the truth is measured once per process.
+    torch._dynamo.reset()
+    namespace: dict[str, Any] = {"torch": torch}
+    exec(compile(STEP_SOURCE, f"<exercise 02.recompile, option {option}>", "exec"), namespace)
+    compiles = 0
+
+    def counting_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        nonlocal compiles
+        compiles += 1
+        return gm.forward
+
+    namespace["step"] = torch.compile(namespace["step"], backend=counting_backend)
+    eval("step(torch.randn(32, 10), 0.1)", namespace)
+    eval(RECOMPILE_OPTIONS[option], namespace)
+    return compiles > 1
+
+
+@functools.lru_cache(maxsize=1)
+def _recompile_truth() -> frozenset[str]:
+    """Return the letters whose second call recompiles, measured on this torch."""
+    return frozenset(k for k in RECOMPILE_OPTIONS if _recompiles(k))
+
+
+def _as_letters(answer: Any) -> set[str]:
+    if isinstance(answer, str):
+        items: Iterable[Any] = [c for c in answer if c.isalpha()]
+    elif isinstance(answer, (set, frozenset, list, tuple)):
+        items = answer
+    else:
+        raise Wrong(f"expected letters such as {{'A', 'B'}} or 'AB', got {type(answer).__name__}.")
+    letters = set()
+    for item in items:
+        if not isinstance(item, str) or item.strip().upper() not in RECOMPILE_OPTIONS:
+            raise Wrong(f"{item!r} is not one of the options {', '.join(RECOMPILE_OPTIONS)}.")
+        letters.add(item.strip().upper())
+    return letters
+
+
+def _recompile_solution() -> set[str]:
+    # B: a new batch size fails the shape guard.   C: float64 fails the dtype guard.
+    # D: a new Python float fails the value guard.  F: a transposed view fails the stride guard.
+    # A and E pass every guard: guards check a tensor's metadata, not the numbers in it.
+    # (The checker measures this on your torch; see _recompiles above.)
+    return set(_recompile_truth())
+
+
+@exercise(
+    "02.recompile",
+    prompt="after step(torch.randn(32, 10), 0.1), which of the second calls A-F makes "
+           "torch.compile recompile? Answer a set of letters.",
+    solution=_recompile_solution,
+    wrong_answers=lambda: [{"B", "C"}, set(RECOMPILE_OPTIONS), set(_recompile_truth()) - {"F"},
+                           set(_recompile_truth()) | {"E"}, set(), 3],
+)
+def check_recompile(answer: Any) -> str:
+    """Accept exactly the set of options that recompile on this torch (measured)."""
+    letters = _as_letters(answer)
+    truth = _recompile_truth()
+    extra, missing = sorted(letters - truth), sorted(truth - letters)
+    if not extra and not missing:
+        return "right: " + "; ".join(f"{k}: {_WHY[k]}" for k in sorted(truth)) + "."
+    hints = []
+    if extra:
+        hints.append(f"{', '.join(extra)} do(es) not recompile (think about what guards check)")
+    if missing:
+        hints.append(f"you missed {len(missing)} that do(es) (shape, dtype, strides and Python "
+                     "constants are all guarded)")
+    raise Wrong("not quite: " + "; ".join(hints) + ". Try each one with a counting backend.")
