@@ -29,6 +29,7 @@ REQUIRED_PACKAGES: tuple[tuple[str, str], ...] = (
     ("torchaudio", "2.11"),
     ("numpy", "1.26"),
     ("scikit-learn", "1.4"),
+    ("scipy", "1.11"),
     ("matplotlib", "3.8"),
     ("tqdm", "4.66"),
     ("tabulate", "0.9"),
