@@ -39,10 +39,13 @@ $(STAMP): pyproject.toml constraints.txt | $(BIN)/python
 setup: $(STAMP)
 
 kernel: setup
-	$(BIN)/python -m ipykernel install --user --name $(KERNEL_NAME) \
-	    --display-name "PyTorch 2 course (.venv)"
+	@$(BIN)/python -m ipykernel install --user --name $(KERNEL_NAME) \
+	    --display-name "PyTorch 2 course (.venv)" >/dev/null
+	@echo "Kernel $(KERNEL_NAME) -> $(CURDIR)/$(BIN)/python"
 
-lab: setup
+# `kernel` first: the course kernel must point at THIS checkout's .venv (another clone may
+# have registered it last).
+lab: kernel
 	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks $(ROOT_FLAG) $(LAB_ARGS)
 
 test: setup
@@ -59,7 +62,7 @@ doctor: setup
 	$(BIN)/python -m course_utils doctor
 
 # Stored outputs come from a real full-mode run, never from hand edits.
-execute: setup
+execute: kernel
 	@test -n "$(NB)" || { echo "usage: make execute NB=notebooks/00_setup.ipynb"; exit 2; }
 	$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
 	    --ExecutePreprocessor.kernel_name=$(KERNEL_NAME) --ExecutePreprocessor.timeout=3600 $(NB)
