@@ -39,7 +39,8 @@ _SUBMODULES = {
     "size",
 }
 
-__all__ = sorted(_SUBMODULES) + ["__version__"]
+__all__ = ["__version__", "bench", "compat", "config", "data", "device", "doctor", "env",
+           "exercises", "models", "session", "size"]
 
 
 class _NoCudaRuntimeFilter(logging.Filter):

@@ -6,7 +6,6 @@ or call ``run_checks()`` from a notebook.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap

@@ -60,3 +60,13 @@ def test_results_path(monkeypatch, tmp_path):
 def test_build_and_cache_dirs_are_git_ignored():
     ignored = (config.REPO_ROOT / ".gitignore").read_text().split()
     assert ".cache/" in ignored and "build/" in ignored
+
+
+def test_package_exports_every_submodule_lazily():
+    import importlib
+
+    import course_utils
+
+    assert set(course_utils.__all__) - {"__version__"} == course_utils._SUBMODULES
+    for name in course_utils._SUBMODULES:
+        assert getattr(course_utils, name) is importlib.import_module(f"course_utils.{name}")
