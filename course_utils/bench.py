@@ -75,21 +75,29 @@ def _warm(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
 
 def time_fn(fn: Callable[..., Any], *args: Any, label: str = "", warmup: int = 3,
             min_run_time: float | None = None, num_threads: int | None = None,
-            **kwargs: Any) -> Timing:
+            rounds: int = 3, **kwargs: Any) -> Timing:
     """Return the steady-state ``Timing`` of ``fn(*args, **kwargs)``.
 
     Calls it ``warmup`` times first (so compilation is not timed), then runs
-    ``torch.utils.benchmark.Timer.blocked_autorange`` for ``min_run_time`` seconds
-    (0.2 s in quick mode, 1 s otherwise). CUDA work is synchronised.
+    ``torch.utils.benchmark.Timer.blocked_autorange`` ``rounds`` times, sharing
+    ``min_run_time`` seconds (0.2 s in quick mode, 1 s otherwise). Each round gives
+    at least one timed block, so the median and IQR always rest on ``rounds`` or
+    more samples, even when a busy machine makes the timer pick long blocks.
+    CUDA work is synchronised.
     """
     if not callable(fn):
         raise TypeError(f"expected a callable, got {type(fn).__name__}")
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
     label = label or getattr(fn, "__name__", "fn")
     _warm(fn, args, kwargs, warmup)
-    run_time = min_run_time if min_run_time is not None else config.pick(0.2, 1.0)
-    m = _timer(fn, args, kwargs, label, num_threads).blocked_autorange(min_run_time=run_time)
-    median, iqr = _quantiles(list(m.times))
-    return Timing(label, median, iqr, len(m.times))
+    run_time = (min_run_time if min_run_time is not None else config.pick(0.2, 1.0)) / rounds
+    timer = _timer(fn, args, kwargs, label, num_threads)
+    times: list[float] = []
+    for _ in range(rounds):
+        times += list(timer.blocked_autorange(min_run_time=run_time).times)
+    median, iqr = _quantiles(times)
+    return Timing(label, median, iqr, len(times))
 
 
 def first_call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> float:

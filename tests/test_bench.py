@@ -19,6 +19,14 @@ def test_time_fn_measures_a_known_duration():
     assert t.iqr_s >= 0 and t.median_ms == pytest.approx(t.median_s * 1e3)
 
 
+def test_time_fn_always_has_one_sample_per_round():
+    """Even when one block exceeds min_run_time (a slow call, a busy machine), each round counts."""
+    t = bench.time_fn(sleepy, 0.02, warmup=0, min_run_time=0.01, rounds=4)
+    assert t.samples >= 4
+    with pytest.raises(ValueError, match="rounds"):
+        bench.time_fn(sleepy, 0.0, rounds=0)
+
+
 def test_time_fn_passes_kwargs_and_warms_up():
     calls = []
 
