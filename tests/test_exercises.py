@@ -66,3 +66,9 @@ def test_duplicate_registration_is_refused():
 
     with pytest.raises(ValueError, match="twice"):
         exercise("00.rms_norm", "p", lambda: None, lambda: [])(lambda a: None)
+
+
+def test_expect_function_names_the_expected_call():
+    exercises.expect_function(len, "f(x)")  # a callable passes silently
+    with pytest.raises(exercises.Wrong, match=r"expected a function halvings\(x\), got int\. try again"):
+        exercises.expect_function(3, "halvings(x)", hint="try again")

@@ -14,11 +14,13 @@ against its reference solution and against plausible wrong answers.
 import importlib
 import pkgutil
 
-from .framework import Exercise, Feedback, Wrong, check, get, names, solution, solution_source
+from .framework import (Exercise, Feedback, Wrong, check, expect_function, get, names, solution,
+                        solution_source)
 
 # Importing a notebook's module registers its exercises: load every nbNN module here.
 for _info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
     if _info.name.startswith("nb"):
         importlib.import_module(f"{__name__}.{_info.name}")
 
-__all__ = ["Exercise", "Feedback", "Wrong", "check", "get", "names", "solution", "solution_source"]
+__all__ = ["Exercise", "Feedback", "Wrong", "check", "expect_function", "get", "names", "solution",
+           "solution_source"]

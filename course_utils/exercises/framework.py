@@ -19,6 +19,15 @@ class Wrong(Exception):
     """Raised by a checker: the answer is wrong, and the message is the hint."""
 
 
+def expect_function(answer: Any, usage: str, hint: str = "") -> None:
+    """Return None when ``answer`` is callable; otherwise raise ``Wrong`` naming the expected ``usage``.
+
+    ``usage`` is how the learner's function is called, e.g. ``"halvings(x)"``.
+    """
+    if not callable(answer):
+        raise Wrong(f"expected a function {usage}, got {type(answer).__name__}.{' ' + hint if hint else ''}")
+
+
 @dataclass(frozen=True)
 class Feedback:
     """The verdict on one answer; truthy when correct. Displays itself in a notebook."""

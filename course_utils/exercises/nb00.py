@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from ..compat import is_compiled
-from .framework import Wrong, exercise
+from .framework import Wrong, exercise, expect_function
 
 # ---------------------------------------------------------------------------
 # 00.rms_norm: write a row-wise RMS normalisation and pass it through torch.compile.
@@ -135,9 +135,7 @@ def _break_even_wrong() -> list[Any]:
 )
 def check_break_even(answer: Any) -> str:
     """Accept a function that returns the break-even call count (None when never)."""
-    if not callable(answer):
-        raise Wrong(f"expected a function break_even(first_call_s, eager_s, compiled_s), "
-                    f"got {type(answer).__name__}.")
+    expect_function(answer, "break_even(first_call_s, eager_s, compiled_s)")
     for (first, eager, compiled), expected in BREAK_EVEN_CASES:
         call = f"break_even({first}, {eager}, {compiled})"
         try:

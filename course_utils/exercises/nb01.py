@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from .framework import Wrong, exercise
+from .framework import Wrong, exercise, expect_function
 
 # ---------------------------------------------------------------------------
 # 01.first_bad_backend: compile with each backend in turn; return the first that differs.
@@ -115,8 +115,7 @@ def _first_bad_wrong() -> list[Any]:
 )
 def check_first_bad_backend(answer: Any) -> str:
     """Accept a function that returns the first backend whose result differs from eager."""
-    if not callable(answer):
-        raise Wrong(f"expected a function first_bad_backend(fn, args, backends), got {type(answer).__name__}.")
+    expect_function(answer, "first_bad_backend(fn, args, backends)")
     x = torch.linspace(-2.0, 2.0, 16)
     for backends, expected_index in BISECT_CASES:
         torch._dynamo.reset()  # each case starts clean, whatever the answer does
@@ -207,9 +206,7 @@ def _speedup_wrong() -> list[Any]:
 )
 def check_steady_speedup(answer: Any) -> str:
     """Accept a function computing median(eager[1:]) / median(compiled[1:])."""
-    if not callable(answer):
-        raise Wrong(f"expected a function steady_speedup(eager_epoch_s, compiled_epoch_s), "
-                    f"got {type(answer).__name__}.")
+    expect_function(answer, "steady_speedup(eager_epoch_s, compiled_epoch_s)")
     for eager, compiled in SPEEDUP_CASES:
         expected = _speedup_reference(eager, compiled)
         call = f"steady_speedup({list(eager)}, {list(compiled)})"
@@ -270,8 +267,7 @@ def _cache_env_wrong() -> list[Any]:
 )
 def check_cache_env(answer: Any) -> str:
     """Accept a function returning a copied environment with the cache variable set."""
-    if not callable(answer):
-        raise Wrong(f"expected a function cache_env(cache_dir), got {type(answer).__name__}.")
+    expect_function(answer, "cache_env(cache_dir)")
     before = dict(os.environ)
     target = Path("/tmp") / "course_nb01_check" / "inductor cache"
     try:

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ..compat import export
-from .framework import Wrong, exercise
+from .framework import Wrong, exercise, expect_function
 
 
 def _first_line(err: BaseException) -> str:
@@ -127,8 +127,7 @@ def check_cond_export(answer: Any) -> str:
     """Accept a function that matches the reference on both branches and exports with a cond in it."""
     if isinstance(answer, torch.Tensor):
         raise Wrong("you passed a tensor (the result of a call); pass the function itself.")
-    if not callable(answer):
-        raise Wrong(f"expected a function normalize_if_loud(x), got {type(answer).__name__}.")
+    expect_function(answer, "normalize_if_loud(x)")
     cases = _normalize_cases()
     for label, x in cases:
         try:
@@ -217,8 +216,7 @@ def _fix_shapes_wrong() -> list[Any]:
 )
 def check_fix_shapes(answer: Any) -> str:
     """Accept a cond-based row_summary that returns (batch,) values on both branches."""
-    if not callable(answer):
-        raise Wrong(f"expected a function row_summary(x), got {type(answer).__name__}.")
+    expect_function(answer, "row_summary(x)")
     for label, x in _row_cases():
         try:
             with contextlib.redirect_stderr(io.StringIO()):
@@ -300,8 +298,7 @@ def _halvings_wrong() -> list[Any]:
 )
 def check_halvings(answer: Any) -> str:
     """Accept a while_loop-based halving counter that is right on every case and captures as one graph."""
-    if not callable(answer):
-        raise Wrong(f"expected a function halvings(x), got {type(answer).__name__}.")
+    expect_function(answer, "halvings(x)")
     for values, expected in HALVING_CASES:
         x = torch.tensor(values)
         try:

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, jacfwd, jacrev, stack_module_state, vmap
 
-from .framework import Wrong, exercise
+from .framework import Wrong, exercise, expect_function
 
 
 def _small_mlp(seed: int, n_in: int = 8, hidden: int = 16, n_out: int = 3) -> nn.Module:
@@ -100,8 +100,7 @@ def check_per_sample_grads(answer: Any) -> str:
     """Accept a vmap-based function returning per-sample gradients equal to the loop's."""
     if isinstance(answer, dict):
         raise Wrong("you passed a dict of results; pass the function per_sample_grads itself.")
-    if not callable(answer):
-        raise Wrong(f"expected a function per_sample_grads(model, x, y), got {type(answer).__name__}.")
+    expect_function(answer, "per_sample_grads(model, x, y)")
     model = _small_mlp(0)
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(6, 8, generator=gen)
@@ -195,8 +194,7 @@ def check_jac_mode(answer: Any) -> str:
     if answer is jacfwd or answer is jacrev:
         raise Wrong("you passed a transform itself; pass a function pick_jacobian(n_in, n_out) "
                     "that returns jacfwd or jacrev depending on the sizes.")
-    if not callable(answer):
-        raise Wrong(f"expected a function pick_jacobian(n_in, n_out), got {type(answer).__name__}.")
+    expect_function(answer, "pick_jacobian(n_in, n_out)")
     for (n_in, n_out), expected in JAC_CASES:
         got = answer(n_in, n_out)
         if isinstance(got, str):
@@ -265,8 +263,7 @@ def check_ensemble(answer: Any) -> str:
     """Accept a vmap-over-stacked-state ensemble whose outputs equal a loop over the models."""
     if isinstance(answer, torch.Tensor):
         raise Wrong("you passed a tensor; pass the function ensemble_logits itself.")
-    if not callable(answer):
-        raise Wrong(f"expected a function ensemble_logits(models, x), got {type(answer).__name__}.")
+    expect_function(answer, "ensemble_logits(models, x)")
     models = [_small_mlp(seed) for seed in range(4)]
     gen = torch.Generator().manual_seed(2)
     x = torch.randn(5, 8, generator=gen)

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from .framework import Wrong, exercise
+from .framework import Wrong, exercise, expect_function
 
 # ---------------------------------------------------------------------------
 # 09.top_self_op: name the operator with the largest self CPU time.
@@ -76,8 +76,7 @@ def check_top_self_op(answer: Any) -> str:
     if isinstance(answer, str):
         raise Wrong("you passed a string; pass the function top_self_op itself (the checker calls it "
                     "on profiles of its own).")
-    if not callable(answer):
-        raise Wrong(f"expected a function top_self_op(prof), got {type(answer).__name__}.")
+    expect_function(answer, "top_self_op(prof)")
     for expected, work in _workloads():
         prof = _profile(work)
         got = answer(prof)
@@ -157,8 +156,7 @@ def _count_wrong() -> list[Any]:
 )
 def check_count_aten_events(answer: Any) -> str:
     """Accept a function that counts the complete aten:: events of a loaded trace."""
-    if not callable(answer):
-        raise Wrong(f"expected a function count_aten_events(trace), got {type(answer).__name__}.")
+    expect_function(answer, "count_aten_events(trace)")
     for i, (trace, expected) in enumerate(TRACE_CASES, start=1):
         try:
             got = answer(trace)
