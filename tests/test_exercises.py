@@ -72,3 +72,7 @@ def test_expect_function_names_the_expected_call():
     exercises.expect_function(len, "f(x)")  # a callable passes silently
     with pytest.raises(exercises.Wrong, match=r"expected a function halvings\(x\), got int\. try again"):
         exercises.expect_function(3, "halvings(x)", hint="try again")
+    import torch
+
+    with pytest.raises(exercises.Wrong, match=r"passed a tensor .* pass the function itself, halvings\(x\)"):
+        exercises.expect_function(torch.ones(2), "halvings(x)")

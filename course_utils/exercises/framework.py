@@ -22,8 +22,13 @@ class Wrong(Exception):
 def expect_function(answer: Any, usage: str, hint: str = "") -> None:
     """Return None when ``answer`` is callable; otherwise raise ``Wrong`` naming the expected ``usage``.
 
-    ``usage`` is how the learner's function is called, e.g. ``"halvings(x)"``.
+    ``usage`` is how the learner's function is called, e.g. ``"halvings(x)"``. A tensor gets
+    its own hint: it is almost always the result of calling the function instead of passing it.
     """
+    import torch
+
+    if isinstance(answer, torch.Tensor):
+        raise Wrong(f"you passed a tensor (the result of a call); pass the function itself, {usage}.")
     if not callable(answer):
         raise Wrong(f"expected a function {usage}, got {type(answer).__name__}.{' ' + hint if hint else ''}")
 

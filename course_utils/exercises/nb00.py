@@ -58,11 +58,7 @@ def _rms_wrong() -> list[Any]:
 )
 def check_rms_norm(answer: Any) -> str:
     """Accept a compiled function that RMS-normalises the last dimension."""
-    if isinstance(answer, torch.Tensor):
-        raise Wrong("you passed a tensor (the result of a call); pass the compiled function itself, "
-                    "e.g. torch.compile(rms_norm).")
-    if not callable(answer):
-        raise Wrong(f"expected a function, got {type(answer).__name__}; pass torch.compile(rms_norm).")
+    expect_function(answer, "torch.compile(rms_norm)")
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(8, 32, generator=gen) * 3 + 1
     x_before = x.clone()

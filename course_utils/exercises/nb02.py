@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .framework import Wrong, exercise
+from .framework import Wrong, exercise, expect_function
 
 # ---------------------------------------------------------------------------
 # 02.count_breaks: how many graph breaks does `mystery` have?
@@ -113,9 +113,7 @@ def _soft_clip_wrong() -> list[Any]:
 )
 def check_fullgraph(answer: Any) -> str:
     """Accept a function equal to soft_clip that compiles with fullgraph=True."""
-    if isinstance(answer, torch.Tensor) or not callable(answer):
-        raise Wrong(f"expected a function soft_clip_fixed(x), got {type(answer).__name__}; "
-                    "pass the function itself (not a call, not a string).")
+    expect_function(answer, "soft_clip_fixed(x)", hint="Pass the function itself (not a call, not a string).")
     plain = getattr(answer, "_torchdynamo_orig_callable", answer)  # accept a compiled one too
     gen = torch.Generator().manual_seed(0)
     cases = {"peak above 1": torch.randn(32, 8, generator=gen) * 3,

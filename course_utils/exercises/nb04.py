@@ -125,8 +125,6 @@ def _cond_export_wrong() -> list[Any]:
 )
 def check_cond_export(answer: Any) -> str:
     """Accept a function that matches the reference on both branches and exports with a cond in it."""
-    if isinstance(answer, torch.Tensor):
-        raise Wrong("you passed a tensor (the result of a call); pass the function itself.")
     expect_function(answer, "normalize_if_loud(x)")
     cases = _normalize_cases()
     for label, x in cases:
