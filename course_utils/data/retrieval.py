@@ -1,0 +1,106 @@
+"""A small labelled retrieval set, written for the course, to measure embedding quality.
+
+``data/retrieval_set.json`` holds short passages on everyday topics and
+questions, each with the id of the passage that answers it. When a notebook
+changes the sentence encoder (export, ONNX, quantization) it checks that the
+new model still finds the right passages and ranks them as the original does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .files import DataFileError, verify
+
+RETRIEVAL_FILE = "retrieval_set.json"
+
+#: A function from a list of texts to a (len(texts), dim) tensor of normalised embeddings.
+EmbedFn = Callable[[Sequence[str]], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class RetrievalSet:
+    """Passages (ids and texts) and queries with the ids of their relevant passages."""
+
+    passage_ids: list[str]
+    passages: list[str]
+    queries: list[str]
+    relevant: list[set[str]]
+
+    def relevant_index(self) -> list[set[int]]:
+        """Return, per query, the positions of its relevant passages in ``passages``."""
+        where = {pid: i for i, pid in enumerate(self.passage_ids)}
+        return [{where[p] for p in rel} for rel in self.relevant]
+
+
+@dataclass(frozen=True)
+class RetrievalScores:
+    """Recall@1, recall@3 and mean reciprocal rank over the queries (all in [0, 1])."""
+
+    recall_at_1: float
+    recall_at_3: float
+    mrr: float
+
+
+def load_retrieval_set() -> RetrievalSet:
+    """Load and check ``data/retrieval_set.json`` (sha256 verified, ids consistent)."""
+    path = verify(RETRIEVAL_FILE)
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    ids = [p["id"] for p in raw["passages"]]
+    if len(set(ids)) != len(ids):
+        raise DataFileError(RETRIEVAL_FILE, "has duplicate passage ids", "restore it from git")
+    relevant = [set(q["relevant"]) for q in raw["queries"]]
+    unknown = set().union(*relevant) - set(ids)
+    if unknown:
+        raise DataFileError(RETRIEVAL_FILE, f"names unknown passages {sorted(unknown)}",
+                            "restore it from git")
+    return RetrievalSet(passage_ids=ids, passages=[p["text"] for p in raw["passages"]],
+                        queries=[q["text"] for q in raw["queries"]], relevant=relevant)
+
+
+def similarity(query_emb: torch.Tensor, passage_emb: torch.Tensor) -> torch.Tensor:
+    """Cosine similarity matrix (queries × passages) of two sets of embeddings."""
+    if query_emb.ndim != 2 or passage_emb.ndim != 2 or query_emb.shape[1] != passage_emb.shape[1]:
+        raise ValueError(f"need two 2-D embedding matrices of equal width, got "
+                         f"{tuple(query_emb.shape)} and {tuple(passage_emb.shape)}")
+    q = torch.nn.functional.normalize(query_emb.float(), dim=-1)
+    p = torch.nn.functional.normalize(passage_emb.float(), dim=-1)
+    return q @ p.T
+
+
+def score(sims: torch.Tensor, data: RetrievalSet) -> RetrievalScores:
+    """Score a (queries × passages) similarity matrix against the labels."""
+    if sims.shape != (len(data.queries), len(data.passages)):
+        raise ValueError(f"similarity matrix has shape {tuple(sims.shape)}, expected "
+                         f"{(len(data.queries), len(data.passages))}")
+    order = sims.argsort(dim=1, descending=True).tolist()
+    hits1 = hits3 = 0
+    rr = 0.0
+    for ranked, rel in zip(order, data.relevant_index()):
+        first = next(rank for rank, idx in enumerate(ranked) if idx in rel)
+        hits1 += first == 0
+        hits3 += first < 3
+        rr += 1.0 / (first + 1)
+    n = len(order)
+    return RetrievalScores(recall_at_1=hits1 / n, recall_at_3=hits3 / n, mrr=rr / n)
+
+
+def evaluate(embed: EmbedFn, data: RetrievalSet | None = None) -> RetrievalScores:
+    """Embed the passages and queries with ``embed`` and score the retrieval."""
+    data = data or load_retrieval_set()
+    return score(similarity(embed(data.queries), embed(data.passages)), data)
+
+
+def ranking_agreement(sims_a: torch.Tensor, sims_b: torch.Tensor, k: int = 3) -> float:
+    """Fraction of queries whose top-``k`` passages (in order) are the same under both models."""
+    if sims_a.shape != sims_b.shape:
+        raise ValueError(f"shapes differ: {tuple(sims_a.shape)} vs {tuple(sims_b.shape)}")
+    if not 1 <= k <= sims_a.shape[1]:
+        raise ValueError(f"k must be between 1 and {sims_a.shape[1]}, got {k}")
+    top_a = sims_a.topk(k, dim=1).indices
+    top_b = sims_b.topk(k, dim=1).indices
+    return (top_a == top_b).all(dim=1).float().mean().item()
