@@ -14,7 +14,11 @@ ifeq ($(shell id -u 2>/dev/null),0)
   ROOT_FLAG := --allow-root
 endif
 
-.PHONY: help setup lab test test-nb test-unit doctor kernel clean constraints execute
+MIN_VENV    ?= .venv-min
+MIN_STAMP   := $(MIN_VENV)/.course-installed
+
+.PHONY: help setup lab test test-nb test-unit doctor kernel clean constraints execute \
+        workshop-check report stamp test-min gpu-check
 
 help:
 	@echo "make lab       set up .venv if needed, then open JupyterLab on notebooks/"
@@ -23,6 +27,11 @@ help:
 	@echo "make test-unit run only the unit tests"
 	@echo "make doctor    check this machine can run the course"
 	@echo "make execute NB=notebooks/00_setup.ipynb   re-run a notebook in full mode and store its outputs"
+	@echo "make workshop-check   doctor + every notebook in quick mode, offline: READY or NOT READY"
+	@echo "make report    run the course in full mode, then build/report/report.{md,html}"
+	@echo "make stamp     write measured times and 'last passed' into README's notebook table"
+	@echo "make test-min  the whole suite on the oldest supported torch (2.11), in $(MIN_VENV)"
+	@echo "make gpu-check GPU cells + the course in quick mode on a CUDA machine, with a log"
 	@echo "make clean     remove .venv, caches and build outputs"
 
 $(BIN)/python:
@@ -67,6 +76,29 @@ execute: kernel
 	$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
 	    --ExecutePreprocessor.kernel_name=$(KERNEL_NAME) --ExecutePreprocessor.timeout=3600 $(NB)
 	$(BIN)/python tools/nbclean.py $(NB)
+
+workshop-check: setup
+	$(BIN)/python -m course_utils workshop-check
+
+report: setup
+	$(BIN)/python -m course_utils report --run
+
+stamp: setup
+	$(BIN)/python -m course_utils stamp
+
+# The version floor: the same pins, with torch 2.11 and its torchvision/torchaudio.
+$(MIN_STAMP): pyproject.toml constraints.txt tools/min_constraints.py
+	$(PYTHON) -m venv $(MIN_VENV)
+	$(MIN_VENV)/bin/python -m pip install --quiet --upgrade "pip>=24"
+	mkdir -p build && $(PYTHON) tools/min_constraints.py > build/constraints-min.txt
+	$(MIN_VENV)/bin/python -m pip install --quiet -c build/constraints-min.txt -e ".[dev]"
+	@touch $(MIN_STAMP)
+
+test-min: $(MIN_STAMP)
+	COURSE_QUICK=1 COURSE_CONSTRAINTS=build/constraints-min.txt $(MIN_VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+gpu-check: setup
+	bash tools/gpu_check.sh
 
 constraints: setup
 	$(BIN)/python tools/freeze_constraints.py > constraints.txt.new && mv constraints.txt.new constraints.txt

@@ -5,6 +5,10 @@ Commands:
   env                 print the environment report
   data verify         check every shipped file in data/ against its sha256
   data rebuild        regenerate data/tiny_corpus.txt from Python's own docs
+  serve [options]     serve the tiny GPT (and MiniLM embeddings) over HTTP on 127.0.0.1
+  workshop-check      doctor + every notebook in quick mode offline; READY or NOT READY
+  report [--run]      headline results beside the reference machine's (Markdown + HTML)
+  stamp SUMMARY       write the "verified with" column of README's notebook table
 """
 
 from __future__ import annotations
@@ -23,12 +27,29 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("env", help="print the environment report")
     data = sub.add_parser("data", help="check or rebuild the shipped data files")
     data.add_argument("action", choices=["verify", "rebuild"])
+    serve = sub.add_parser("serve", help="serve the tiny GPT over HTTP (streaming, batching, metrics)")
+    from .serving.settings import add_cli_arguments
+
+    add_cli_arguments(serve)
+    # These parse their own options (python -m course_utils <command> --help).
+    for name, text in (("workshop-check", "can this machine run the workshop?"),
+                       ("report", "build the results report"),
+                       ("stamp", "stamp README's notebook table from a run summary")):
+        sub.add_parser(name, help=text, add_help=False)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command and return its exit status."""
-    args = _parser().parse_args(argv)
+    args, rest = _parser().parse_known_args(argv)
+    delegated = {"workshop-check": "workshop", "report": "report", "stamp": "stamp"}
+    if args.command in delegated:
+        import importlib
+
+        module = importlib.import_module(f"course_utils.{delegated[args.command]}")
+        return module.main(rest)
+    if rest:
+        _parser().error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "doctor":
         from . import doctor
 
@@ -38,6 +59,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(format_report())
         return 0
+    if args.command == "serve":
+        from .serving.server import serve
+        from .serving.settings import settings_from_args
+
+        try:
+            settings = settings_from_args(args)
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        return serve(settings)
     from .data import DataFileError, shipped_files, verify
     from .data.text import rebuild_corpus
 

@@ -1,0 +1,68 @@
+"""Write data/reference_results.json from a real full-mode run's results file.
+
+    python tools/make_reference.py build/report/results.jsonl
+
+Keeps the latest record of each headline name, plus a description of this machine
+(CPU model, cores, memory), the versions and the date. The expected ranges live
+apart, in data/expected_ranges.json, set by hand.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from course_utils import bench, report  # noqa: E402
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def memory_gib() -> float | None:
+    try:
+        kib = int(Path("/proc/meminfo").read_text().split()[1])
+        return round(kib / 2**20, 1)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    records = report.latest(bench.read_results(sys.argv[1]))
+    if not records:
+        sys.exit(f"no results in {sys.argv[1]}")
+    modes = {r["mode"] for r in records.values()}
+    import torch
+
+    machine = {
+        "description": f"{cpu_model()}, {os.cpu_count()} cores, {memory_gib()} GiB, no GPU, {platform.system()}",
+        "torch": torch.__version__.split("+")[0],
+        "python": platform.python_version(),
+        "date": dt.date.today().isoformat(),
+        "mode": "/".join(sorted(modes)),
+    }
+    out = {"machine": machine,
+           "results": {n: {"value": r["value"], "unit": r["unit"], "mode": r["mode"]}
+                       for n, r in sorted(records.items())}}
+    path = ROOT / "data" / report.REFERENCE_FILE
+    path.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {path}: {len(records)} results, {machine['description']}")
+
+
+if __name__ == "__main__":
+    main()
