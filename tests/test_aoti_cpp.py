@@ -1,0 +1,91 @@
+"""The C++ AOTInductor loader: the tensor file format, the toolchain check, a real build and run."""
+
+import os
+import sys
+
+import pytest
+import torch
+
+from course_utils import aoti_cpp
+from course_utils.models import MLP
+
+
+def test_tensor_file_round_trip(tmp_path):
+    for t in (torch.randn(3, 5), torch.arange(6.0).reshape(1, 2, 3), torch.tensor(2.5), torch.empty(0, 4)):
+        back = aoti_cpp.read_tensor(aoti_cpp.write_tensor(tmp_path / "t.bin", t))
+        assert back.dtype == torch.float32 and back.shape == t.shape
+        torch.testing.assert_close(back, t, rtol=0, atol=0)
+
+
+def test_malformed_tensor_file_is_refused(tmp_path):
+    (tmp_path / "bad.bin").write_bytes(b"NOTATENSOR")
+    with pytest.raises(ValueError, match="not a tensor file"):
+        aoti_cpp.read_tensor(tmp_path / "bad.bin")
+    path = aoti_cpp.write_tensor(tmp_path / "cut.bin", torch.randn(4, 4))
+    path.write_bytes(path.read_bytes()[:-4])
+    with pytest.raises(ValueError, match="needs 64 bytes"):
+        aoti_cpp.read_tensor(path)
+
+
+def test_missing_cmake_gives_a_clear_reason(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no cmake, no compiler
+    reason = aoti_cpp.toolchain_problem()
+    assert reason is not None and "cmake was not found" in reason and "install" in reason.lower()
+    with pytest.raises(aoti_cpp.CppToolchainMissing, match="cmake"):
+        aoti_cpp.build_loader(tmp_path / "build")
+
+
+def test_missing_compiler_gives_a_clear_reason(monkeypatch, tmp_path):
+    cmake = aoti_cpp.find_tools()["cmake"] if aoti_cpp.toolchain_problem() is None else None
+    if cmake is None:
+        pytest.skip("cmake is not installed here")
+    (tmp_path / "cmake").symlink_to(cmake)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("CXX", raising=False)
+    assert "no C++ compiler" in aoti_cpp.toolchain_problem()
+
+
+def test_loader_env_puts_the_wheel_lib_first():
+    env = aoti_cpp.loader_env({"EXTRA": "1"})
+    var = "DYLD_LIBRARY_PATH" if sys.platform == "darwin" else "LD_LIBRARY_PATH"
+    assert env[var].split(os.pathsep)[0] == str(aoti_cpp.torch_lib_dir())
+    assert env["EXTRA"] == "1"
+    assert (aoti_cpp.torch_lib_dir()).is_dir()
+
+
+@pytest.fixture(scope="module")
+def small_package(tmp_path_factory):
+    torch.manual_seed(0)
+    model = MLP(16, 32, 4, depth=1).eval()
+    x = torch.randn(3, 16)
+    batch = torch.export.Dim("batch", min=1, max=64)
+    ep = torch.export.export(model, (x,), dynamic_shapes={"x": {0: batch}})
+    path = tmp_path_factory.mktemp("aoti") / "mlp.pt2"
+    torch._inductor.aoti_compile_and_package(ep, package_path=str(path))
+    return model, path
+
+
+@pytest.mark.skipif(aoti_cpp.toolchain_problem() is not None, reason="no cmake or C++ compiler here")
+def test_real_build_matches_python(tmp_path, small_package):
+    model, package = small_package
+    build = aoti_cpp.build_loader()
+    assert build.binary.exists() and os.access(build.binary, os.X_OK)
+    again = aoti_cpp.build_loader()
+    assert not again.rebuilt, "a binary newer than its sources must not be rebuilt"
+    runner = torch._inductor.aoti_load_package(str(package))
+    for batch in (1, 5):
+        x = torch.randn(batch, 16)
+        out_cpp = aoti_cpp.run_loader(build.binary, package, x, work_dir=tmp_path)
+        with torch.inference_mode():
+            out_py = runner(x)
+        assert out_cpp.shape == (batch, 4)
+        torch.testing.assert_close(out_cpp, out_py, rtol=0, atol=1e-5)
+        torch.testing.assert_close(out_cpp, model(x).detach(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(aoti_cpp.toolchain_problem() is not None, reason="no cmake or C++ compiler here")
+def test_loader_failure_is_reported(tmp_path, small_package):
+    _, package = small_package
+    build = aoti_cpp.build_loader()
+    with pytest.raises(aoti_cpp.LoaderFailed, match="aoti_loader"):
+        aoti_cpp.run_loader(build.binary, tmp_path / "missing.pt2", torch.randn(2, 16), work_dir=tmp_path)
