@@ -15,8 +15,11 @@ L2-normalised embeddings: tensors in, tensors out, which is what
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -132,6 +135,22 @@ class MiniLM:
         return torch.cat(chunks)
 
 
+@contextlib.contextmanager
+def quiet_imports() -> Iterator[None]:
+    """Hide import-time noise that is not the learner's business: torchao (which transformers
+    imports) registers Enum pytree constants, and torch logs a deprecation for each; tqdm warns
+    that Jupyter widgets are missing."""
+    pytree_log = logging.getLogger("torch.utils._pytree")
+    level = pytree_log.level
+    pytree_log.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*IProgress not found.*")
+            yield
+    finally:
+        pytree_log.setLevel(level)
+
+
 def load_minilm(verify: bool = True) -> MiniLM:
     """Load all-MiniLM-L6-v2 from site-packages (never the network), in eval mode, fp32.
 
@@ -144,10 +163,11 @@ def load_minilm(verify: bool = True) -> MiniLM:
     folder = model_dir()
     if verify:
         verify_weights()
-    from transformers import AutoModel, AutoTokenizer
-    from transformers.utils import logging as hf_logging
+    with quiet_imports():
+        from transformers import AutoModel, AutoTokenizer
+        from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()
-    tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    encoder = AutoModel.from_pretrained(str(folder), dtype=torch.float32)
+        hf_logging.disable_progress_bar()
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        encoder = AutoModel.from_pretrained(str(folder), dtype=torch.float32)
     return MiniLM(model=SentenceEncoder(encoder).eval(), tokenizer=tokenizer)
