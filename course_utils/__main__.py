@@ -8,7 +8,7 @@ Commands:
   serve [options]     serve the tiny GPT (and MiniLM embeddings) over HTTP on 127.0.0.1
   workshop-check      doctor + every notebook in quick mode offline; READY or NOT READY
   report [--run]      headline results beside the reference machine's (Markdown + HTML)
-  stamp SUMMARY       write the "verified with" column of README's notebook table
+  stamp               write measured minutes and "last passed" into README's notebook table
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ CHECKSUM_FILE = "SHA256SUMS"
 #: How to get each shipped file back when it is missing or corrupt.
 REBUILD_COMMANDS = {
     "tiny_corpus.txt": "python -m course_utils data rebuild",
+    "tiny_gpt.pt": "python tools/train_tiny_gpt.py",
 }
 
 

@@ -1,4 +1,12 @@
-"""A tiny character-level GPT: token and position embeddings, causal blocks, a tied head."""
+"""A tiny character-level GPT: token and position embeddings, causal blocks, a tied head.
+
+Besides the plain ``forward``, the model can decode with a key-value cache (``KVCache``):
+``prefill`` runs a right-padded batch of prompts once and stores every layer's keys and
+values; ``decode_step`` then feeds one new token per sequence and attends to the stored
+keys, so a step costs one token instead of the whole sequence. Rows of the cache are
+independent sequences of different lengths, which is what a server batching requests at
+every decoding step needs.
+"""
 
 from __future__ import annotations
 
@@ -53,12 +61,16 @@ class TinyGPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        """Return next-token logits for every position of ``idx``."""
+    def forward(self, idx: torch.Tensor, start_pos: int = 0) -> torch.Tensor:
+        """Return next-token logits for every position of ``idx``.
+
+        ``start_pos`` places the sequence at positions ``start_pos .. start_pos + T - 1``
+        (training on random offsets teaches every position embedding).
+        """
         _, t = idx.shape
-        if t > self.config.block_size:
-            raise ValueError(f"sequence length {t} exceeds block_size {self.config.block_size}")
-        pos = torch.arange(t, device=idx.device)
+        if t + start_pos > self.config.block_size:
+            raise ValueError(f"sequence length {t + start_pos} exceeds block_size {self.config.block_size}")
+        pos = torch.arange(start_pos, start_pos + t, device=idx.device)
         x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
         for block in self.blocks:
             x = block(x)
@@ -111,3 +123,131 @@ class TinyGPT(nn.Module):
         for _ in range(max_new_tokens):
             idx = torch.cat([idx, self.next_token(idx, temperature, top_k, generator)], dim=1)
         return idx
+
+
+class KVCache:
+    """Keys and values of up to ``capacity`` sequences, each up to ``max_len`` positions.
+
+    ``k`` and ``v`` are ``(n_layer, capacity, n_head, max_len, head_dim)``; ``lengths[r]`` is
+    how many positions of row ``r`` are filled. Rows are independent sequences: a server
+    keeps its live sequences in rows ``0 .. n-1`` and moves rows with ``move_row``.
+    """
+
+    def __init__(self, config: GPTConfig, capacity: int, max_len: int | None = None,
+                 device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> None:
+        max_len = config.block_size if max_len is None else max_len
+        if not 1 <= max_len <= config.block_size:
+            raise ValueError(f"max_len must be in 1..{config.block_size}, got {max_len}")
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        head_dim = config.n_embd // config.n_head
+        shape = (config.n_layer, capacity, config.n_head, max_len, head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.lengths = torch.zeros(capacity, dtype=torch.long, device=device)
+        self.capacity = capacity
+        self.max_len = max_len
+
+    def move_row(self, src: int, dst: int) -> None:
+        """Copy row ``src`` (keys, values, length) into row ``dst``."""
+        if src != dst:
+            n = int(self.lengths[src])
+            self.k[:, dst, :, :n] = self.k[:, src, :, :n]
+            self.v[:, dst, :, :n] = self.v[:, src, :, :n]
+            self.lengths[dst] = n
+
+    def clear(self) -> None:
+        """Mark every row empty (the tensors are reused, not freed)."""
+        self.lengths.zero_()
+
+
+def _split_heads(z: torch.Tensor, n_head: int) -> torch.Tensor:
+    b, t, c = z.shape
+    return z.view(b, t, n_head, c // n_head).transpose(1, 2)
+
+
+@torch.no_grad()
+def prefill(model: TinyGPT, idx: torch.Tensor, lengths: torch.Tensor, cache: KVCache,
+            first_row: int = 0) -> torch.Tensor:
+    """Run prompts ``idx`` ``(m, T)`` (right-padded; row ``i`` has ``lengths[i]`` real tokens)
+    and store their keys/values in cache rows ``first_row .. first_row + m - 1``.
+
+    Returns the logits after each prompt's last real token, ``(m, vocab)``. Right padding is
+    exact: with a causal mask a real position never attends to a padded one.
+    """
+    m, t = idx.shape
+    if t > cache.max_len:
+        raise ValueError(f"prompt length {t} exceeds the cache's max_len {cache.max_len}")
+    if first_row + m > cache.capacity:
+        raise ValueError(f"rows {first_row}..{first_row + m - 1} exceed capacity {cache.capacity}")
+    lengths = lengths.to(device=idx.device, dtype=torch.long)
+    if int(lengths.min()) < 1 or int(lengths.max()) > t:
+        raise ValueError("every prompt needs between 1 and T real tokens")
+    rows = slice(first_row, first_row + m)
+    x = model.tok_emb(idx) + model.pos_emb(torch.arange(t, device=idx.device))
+    c = model.config.n_embd
+    for layer, blk in enumerate(model.blocks):
+        q, k, v = (_split_heads(z, blk.n_heads) for z in blk.qkv(blk.ln1(x)).split(c, dim=2))
+        cache.k[layer, rows, :, :t] = k
+        cache.v[layer, rows, :, :t] = v
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + blk.proj(y.transpose(1, 2).reshape(m, t, c))
+        x = x + blk.mlp(blk.ln2(x))
+    cache.lengths[rows] = lengths
+    last = x[torch.arange(m, device=idx.device), lengths - 1]
+    return model.head(model.ln_f(last))
+
+
+@torch.no_grad()
+def decode_step(model: TinyGPT, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    """Feed one token per live sequence (``tokens`` ``(n,)`` for cache rows ``0 .. n-1``).
+
+    Each token is placed at its row's next position, its keys/values are appended, and it
+    attends to everything stored for its row. Returns next-token logits ``(n, vocab)``.
+    """
+    n = tokens.shape[0]
+    pos = cache.lengths[:n]
+    longest = int(pos.max()) + 1
+    if longest > cache.max_len:
+        raise ValueError(f"a sequence would exceed the cache's max_len {cache.max_len}")
+    rows = torch.arange(n, device=tokens.device)
+    # (n, 1, 1, longest): key j is visible to row r when j <= pos[r]
+    mask = (torch.arange(longest, device=tokens.device) <= pos[:, None])[:, None, None, :]
+    x = (model.tok_emb(tokens) + model.pos_emb(pos))[:, None, :]
+    c = model.config.n_embd
+    for layer, blk in enumerate(model.blocks):
+        q, k, v = (_split_heads(z, blk.n_heads) for z in blk.qkv(blk.ln1(x)).split(c, dim=2))
+        ck, cv = cache.k[layer], cache.v[layer]
+        ck[rows, :, pos] = k[:, :, 0]
+        cv[rows, :, pos] = v[:, :, 0]
+        y = F.scaled_dot_product_attention(q, ck[:n, :, :longest], cv[:n, :, :longest], attn_mask=mask)
+        x = x + blk.proj(y.transpose(1, 2).reshape(n, 1, c))
+        x = x + blk.mlp(blk.ln2(x))
+    cache.lengths[:n] += 1
+    return model.head(model.ln_f(x[:, 0]))
+
+
+@torch.no_grad()
+def generate_cached(model: TinyGPT, idx: torch.Tensor, max_new_tokens: int,
+                    lengths: torch.Tensor | None = None) -> list[list[int]]:
+    """Greedy continuation of each prompt row with the KV cache; returns the new ids per row.
+
+    ``idx`` is ``(B, T)``, right-padded when ``lengths`` is given. Equals ``generate`` with
+    ``temperature=0`` token for token (as long as the sequence fits in ``block_size``).
+    """
+    b, t = idx.shape
+    lengths = torch.full((b,), t, dtype=torch.long) if lengths is None else lengths
+    total = int(lengths.max()) + max_new_tokens
+    cache = KVCache(model.config, b, max_len=min(model.config.block_size, max(total, t)),
+                    device=idx.device, dtype=model.tok_emb.weight.dtype)
+    out: list[list[int]] = [[] for _ in range(b)]
+    if max_new_tokens <= 0:
+        return out
+    logits = prefill(model, idx, lengths, cache)
+    for step in range(max_new_tokens):
+        nxt = logits.argmax(dim=-1)
+        for row, tok in enumerate(nxt.tolist()):
+            out[row].append(tok)
+        if step + 1 < max_new_tokens:
+            logits = decode_step(model, nxt, cache)
+    return out

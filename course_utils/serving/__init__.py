@@ -1,0 +1,17 @@
+"""Serving the course's models over HTTP: batching, token streaming, metrics, load testing.
+
+- ``settings``: ``ServeSettings`` (also the ``python -m course_utils serve`` options).
+- ``engine``: the generation worker (KV cache; "iteration", "static" or "none" batching).
+- ``embed``: the embedding worker (all-MiniLM-L6-v2, batched across requests).
+- ``app``: ``create_app(settings)``, the FastAPI application (SSE streaming, /metrics).
+- ``metrics``: Prometheus metrics. ``server``: uvicorn in the foreground or in a thread.
+- ``process``: ``serve_in_subprocess`` / ``ServerProcess``. ``loadgen``: ``run_load``.
+- ``bare``: tokens/s of the model alone. ``checkpoint``: ``load_tiny_gpt``.
+
+Importing this package is cheap; FastAPI, uvicorn and httpx load only with the modules that use them.
+"""
+
+from .checkpoint import load_tiny_gpt
+from .settings import BATCHING_MODES, ServeSettings
+
+__all__ = ["BATCHING_MODES", "ServeSettings", "load_tiny_gpt"]

@@ -1,0 +1,214 @@
+"""The FastAPI application: routes, request models, and a lifespan that runs the workers.
+
+API (all JSON unless said otherwise):
+
+- ``POST /generate`` ``{"prompt", "max_new_tokens"=64, "temperature"=0.0, "seed"=null}`` →
+  ``text/event-stream``: one ``data: {"token": "<text>", "index": i}`` event per token, then
+  ``event: end`` with ``{"reason": "length", "tokens", "ttft_ms", "latency_ms"}``. A failure
+  after the stream started (shutdown) ends it with ``event: error`` ``{"detail"}``.
+  Before the stream starts: 422 bad input or malformed JSON; 503 + ``Retry-After`` when the
+  queue is full or the server is stopping; 504 when no batch slot freed up within
+  ``queue_timeout_s`` (the request is dropped from the queue).
+- ``POST /embed`` ``{"texts": [...]}`` (1..64 texts of 1..1000 characters) →
+  ``{"model": "all-MiniLM-L6-v2", "embeddings": [[384 floats], ...]}``; 404 when disabled.
+- ``GET /health`` → ``{"status": "ok", ...}`` (503 with ``"stopping"`` during shutdown).
+- ``GET /metrics`` → Prometheus text format.
+"""
+
+
+import asyncio
+import json
+import queue
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from ..data.text import CharTokenizer
+from ..models.gpt import TinyGPT
+from .embed import MODEL_NAME, EmbedWorker
+from .engine import GenerationEngine, GenRequest, QueueFull, ShuttingDown
+from .metrics import ServingMetrics
+from .settings import ServeSettings
+
+RETRY_AFTER_S = "1"
+
+
+def generate_request_model(settings: ServeSettings, tokenizer: CharTokenizer) -> type[BaseModel]:
+    """Return the pydantic model of a ``/generate`` body, with this server's limits."""
+    default_new = min(64, settings.max_new_tokens_limit)
+
+    class GenerateRequest(BaseModel):
+        """Body of ``POST /generate``."""
+
+        model_config = ConfigDict(extra="forbid")
+        prompt: str = Field(min_length=1, max_length=settings.max_prompt_chars)
+        max_new_tokens: int = Field(default_new, ge=1, le=settings.max_new_tokens_limit, strict=True)
+        temperature: float = Field(0.0, ge=0.0, le=2.0)
+        seed: int | None = Field(None, strict=True)
+
+        @field_validator("prompt")
+        @classmethod
+        def _known_characters(cls, value: str) -> str:
+            tokenizer.encode(value)  # ValueError naming the unknown characters → 422
+            return value
+
+    return GenerateRequest
+
+
+EmbedText = Annotated[str, StringConstraints(min_length=1, max_length=1000)]
+
+
+class EmbedRequest(BaseModel):
+    """Body of ``POST /embed``."""
+
+    model_config = ConfigDict(extra="forbid")
+    texts: list[EmbedText] = Field(min_length=1, max_length=64)
+
+
+def _sse(event: str | None, payload: dict[str, Any]) -> str:
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {json.dumps(payload)}\n\n"
+
+
+def _unavailable(detail: str) -> JSONResponse:
+    return JSONResponse({"detail": detail}, status_code=503, headers={"Retry-After": RETRY_AFTER_S})
+
+
+def create_app(settings: ServeSettings | None = None, *, model: TinyGPT | None = None,
+               tokenizer: CharTokenizer | None = None, mini: object | None = None) -> FastAPI:
+    """Return the server application. ``model``/``tokenizer`` default to the shipped checkpoint
+    (``settings.model`` overrides the path); ``mini`` to ``load_minilm()`` when ``settings.embed``."""
+    settings = settings or ServeSettings()
+    if model is None or tokenizer is None:
+        from .checkpoint import load_tiny_gpt
+
+        model, tokenizer = load_tiny_gpt(settings.model)
+    metrics = ServingMetrics()
+    engine = GenerationEngine(model, settings, metrics)
+    token_json = [json.dumps(ch) for ch in tokenizer.chars]
+    GenerateRequest = generate_request_model(settings, tokenizer)
+    state: dict[str, Any] = {"status": "starting", "embedder": None}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine.start(asyncio.get_running_loop())
+        if settings.embed:
+            encoder = mini
+            if encoder is None:
+                from ..models.minilm import load_minilm
+
+                encoder = await asyncio.to_thread(load_minilm)
+            state["embedder"] = EmbedWorker(encoder, settings, metrics)
+            state["embedder"].start()
+        state["status"] = "ok"
+        try:
+            yield
+        finally:
+            state["status"] = "stopping"
+            engine.begin_shutdown()
+            await asyncio.to_thread(engine.stop)
+            if state["embedder"] is not None:
+                await asyncio.to_thread(state["embedder"].stop)
+
+    app = FastAPI(title="course_utils model server", lifespan=lifespan,
+                  summary="Tiny GPT with batched, streamed generation; MiniLM embeddings")
+    app.state.engine = engine
+    app.state.settings = settings
+    app.state.metrics = metrics
+    app.state.serving = state
+
+    def begin_shutdown() -> None:
+        state["status"] = "stopping"
+        engine.begin_shutdown()
+
+    app.state.begin_shutdown = begin_shutdown
+
+    async def stream(req: GenRequest, first: tuple[str, Any]) -> AsyncIterator[str]:
+        index = 0
+        item = first
+        try:
+            while True:
+                parts = []
+                done = False
+                while True:  # send everything already waiting in one chunk
+                    kind, value = item
+                    if kind == "token":
+                        parts.append(f'data: {{"token": {token_json[value]}, "index": {index}}}\n\n')
+                        index += 1
+                    else:
+                        parts.append(_sse(kind, value))
+                        done = True
+                        break
+                    if req.events.empty():
+                        break
+                    item = req.events.get_nowait()
+                yield "".join(parts)
+                if done:
+                    return
+                item = await req.events.get()
+        finally:
+            req.cancel()  # a client that went away frees its batch row at the next step
+
+    @app.post("/generate", response_model=None)
+    async def generate(body: GenerateRequest) -> Response:  # type: ignore[valid-type]
+        try:
+            req = engine.submit(tokenizer.encode(body.prompt), body.max_new_tokens,
+                                body.temperature, body.seed)
+        except (QueueFull, ShuttingDown) as err:
+            return _unavailable(str(err))
+        try:
+            first = await asyncio.wait_for(req.events.get(), timeout=settings.queue_timeout_s)
+        except TimeoutError:
+            req.cancel()
+            return JSONResponse({"detail": f"timed out: no batch slot within {settings.queue_timeout_s} s"},
+                                status_code=504)
+        except BaseException:
+            req.cancel()
+            raise
+        if first[0] == "error":
+            return _unavailable(first[1]["detail"])
+        return StreamingResponse(stream(req, first), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @app.post("/embed", response_model=None)
+    async def embed(body: EmbedRequest) -> Response | dict[str, Any]:
+        embedder = state["embedder"]
+        if embedder is None:
+            return JSONResponse({"detail": "embeddings are disabled on this server (--no-embed)"},
+                                status_code=404)
+        if state["status"] != "ok":
+            return _unavailable("server shutting down")
+        try:
+            future = embedder.submit(body.texts)
+        except queue.Full:
+            metrics.embed_requests.labels("rejected").inc()
+            return _unavailable(f"the embedding queue is full ({settings.queue_size} waiting)")
+        try:
+            vectors = await asyncio.wait_for(future, timeout=settings.queue_timeout_s)
+        except TimeoutError:
+            return JSONResponse({"detail": f"timed out after {settings.queue_timeout_s} s"}, status_code=504)
+        except RuntimeError as err:
+            return _unavailable(str(err))
+        return {"model": MODEL_NAME, "embeddings": vectors}
+
+    @app.get("/health", response_model=None)
+    async def health() -> Response:
+        body = {"status": state["status"], "model": "tiny-gpt",
+                "params": sum(p.numel() for p in model.parameters()),
+                "batching": settings.batching, "max_batch_size": settings.batch_capacity,
+                "max_wait_ms": settings.max_wait_ms, "embed": settings.embed,
+                "embed_model": MODEL_NAME if settings.embed else None,
+                "active": len(engine.rows), "queued": engine.queue.qsize(),
+                "max_prompt_chars": settings.max_prompt_chars,
+                "max_new_tokens_limit": settings.max_new_tokens_limit}
+        return JSONResponse(body, status_code=200 if state["status"] == "ok" else 503)
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.render(), media_type=metrics.content_type)
+
+    return app

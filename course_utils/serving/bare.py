@@ -1,0 +1,49 @@
+"""Tokens per second of the model alone (KV cache, no HTTP): the ceiling a server can approach."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ..models.gpt import KVCache, TinyGPT, decode_step, prefill
+
+
+def bare_decode_tokens_per_s(model: TinyGPT, batch_size: int, prompt_len: int = 8,
+                             new_tokens: int = 32, repeats: int = 3, threads: int | None = None,
+                             seed: int = 0) -> float:
+    """Return generated tokens per second for ``batch_size`` greedy sequences.
+
+    Each repeat prefills ``batch_size`` random prompts of ``prompt_len`` tokens and decodes
+    ``new_tokens`` tokens per sequence (the prefill counts, as in a server). One warm-up,
+    then the median of ``repeats`` runs. ``threads`` sets torch's threads for the run.
+    """
+    if batch_size < 1 or prompt_len < 1 or new_tokens < 1:
+        raise ValueError("batch_size, prompt_len and new_tokens must be >= 1")
+    old_threads = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    gen = torch.Generator().manual_seed(seed)
+    cache = KVCache(model.config, batch_size, max_len=min(model.config.block_size, prompt_len + new_tokens))
+    idx = torch.randint(0, model.config.vocab_size, (batch_size, prompt_len), generator=gen)
+    lengths = torch.full((batch_size,), prompt_len, dtype=torch.long)
+
+    def run() -> None:
+        cache.clear()
+        nxt = prefill(model, idx, lengths, cache).argmax(-1)
+        for _ in range(new_tokens - 1):
+            nxt = decode_step(model, nxt, cache).argmax(-1)
+        nxt.tolist()
+
+    try:
+        with torch.inference_mode():
+            run()
+            times = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                run()
+                times.append(time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(old_threads)
+    times.sort()
+    return batch_size * new_tokens / times[len(times) // 2]

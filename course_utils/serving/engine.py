@@ -1,0 +1,337 @@
+"""The generation worker: one thread owns the model and decodes batches of requests.
+
+Requests arrive on a bounded ``queue.Queue`` (full → the route answers 503). The worker:
+
+- "iteration" batching: at every decoding step, admits waiting requests into free rows of
+  the KV cache (one right-padded prefill for all newcomers), decodes one token for every
+  live row, and drops rows that finished or whose client went away;
+- "static": collects up to ``max_batch_size`` requests within ``max_wait_ms`` and decodes
+  that batch until every row is done before admitting anyone (the simple design);
+- "none": one request at a time (the unbatched baseline).
+
+Tokens go back to the asyncio loop in one ``loop.call_soon_threadsafe`` per step, into each
+request's ``asyncio.Queue`` as ``("token", id)``, then ``("end", info)`` or ``("error", detail)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..models.gpt import KVCache, TinyGPT, decode_step, prefill
+from .metrics import ServingMetrics
+from .settings import ServeSettings
+
+Event = tuple[str, Any]
+
+
+class QueueFull(RuntimeError):
+    """The request queue is full; retry later (HTTP 503)."""
+
+
+class ShuttingDown(RuntimeError):
+    """The server is stopping and accepts no new work (HTTP 503)."""
+
+
+@dataclass(eq=False)
+class GenRequest:
+    """One generation request, shared by the route (event loop) and the worker thread."""
+
+    ids: list[int]
+    max_new_tokens: int
+    temperature: float
+    seed: int | None
+    loop: asyncio.AbstractEventLoop
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    arrived: float = field(default_factory=time.perf_counter)
+    first_token_at: float | None = None
+    generated: int = 0
+    cancelled: bool = False
+    finished: bool = False
+    generator: torch.Generator | None = None
+
+    def cancel(self) -> None:
+        """Ask the worker to drop this request at its next step (client gone, timeout)."""
+        self.cancelled = True
+
+
+def _deliver(batch: list[tuple[GenRequest, Event]]) -> None:
+    for req, event in batch:
+        req.events.put_nowait(event)
+
+
+class GenerationEngine:
+    """Owns the model, the KV cache and the worker thread; ``submit`` is called from the loop."""
+
+    def __init__(self, model: TinyGPT, settings: ServeSettings, metrics: ServingMetrics) -> None:
+        self.model = model.eval()
+        self.settings = settings
+        self.metrics = metrics
+        self.capacity = settings.batch_capacity
+        self.max_len = min(model.config.block_size, settings.max_prompt_chars + settings.max_new_tokens_limit)
+        if settings.max_prompt_chars + settings.max_new_tokens_limit > model.config.block_size:
+            raise ValueError(
+                f"max_prompt_chars + max_new_tokens_limit = "
+                f"{settings.max_prompt_chars + settings.max_new_tokens_limit} exceeds the model's "
+                f"block_size {model.config.block_size}")
+        self.queue: queue.Queue[GenRequest] = queue.Queue(maxsize=settings.queue_size)
+        self.rows: list[GenRequest] = []
+        self.cache = KVCache(model.config, self.capacity, max_len=self.max_len)
+        self.last = torch.zeros(self.capacity, dtype=torch.long)
+        self._step: Callable[..., torch.Tensor] = decode_step
+        if settings.compile:
+            self._step = torch.compile(decode_step, dynamic=True)
+        self._stopping = threading.Event()
+        self._urgent: set[GenRequest] = set()  # requests whose events should not wait for the interval
+        self._stop_detail = "server shutting down"
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.steps = 0
+        metrics.queue_depth.set_function(self.queue.qsize)
+        metrics.active.set_function(lambda: len(self.rows))
+
+    # ---- called from the event loop -------------------------------------------------
+    @property
+    def accepting(self) -> bool:
+        """Whether new requests are taken (false once shutdown began)."""
+        return not self._stopping.is_set()
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the worker thread; tokens are handed to ``loop``."""
+        self._loop = loop
+        self._thread = threading.Thread(target=self._run, name="course-serving-generate", daemon=True)
+        self._thread.start()
+
+    def submit(self, ids: list[int], max_new_tokens: int, temperature: float = 0.0,
+               seed: int | None = None) -> GenRequest:
+        """Queue a request; raises ``QueueFull`` or ``ShuttingDown``."""
+        if not self.accepting:
+            raise ShuttingDown(self._stop_detail)
+        assert self._loop is not None, "engine not started"
+        req = GenRequest(ids, max_new_tokens, temperature, seed, self._loop)
+        if temperature > 0:
+            req.generator = torch.Generator()
+            req.generator.manual_seed(seed if seed is not None else int(torch.seed() % (2**63)))
+        try:
+            self.queue.put_nowait(req)
+        except queue.Full:
+            self.metrics.requests.labels("rejected").inc()
+            raise QueueFull(f"the request queue is full ({self.settings.queue_size} waiting)") from None
+        return req
+
+    def begin_shutdown(self, detail: str = "server shutting down") -> None:
+        """Stop taking requests; the worker ends every queued and running one with an error."""
+        self._stop_detail = detail
+        self._stopping.set()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Begin shutdown and wait for the worker thread to finish."""
+        self.begin_shutdown(self._stop_detail)
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                raise RuntimeError(f"the generation worker did not stop within {timeout} s")
+
+    # ---- the worker thread ------------------------------------------------------------
+    def _run(self) -> None:
+        torch.set_num_threads(self.settings.torch_threads)
+        out: list[tuple[GenRequest, Event]] = []
+        try:
+            interval = self.settings.stream_interval_ms / 1000
+            last_flush = time.perf_counter()
+            phase = self.metrics.engine_seconds
+            t_prefill, t_decode, t_idle, t_other = (phase.labels(p) for p in ("prefill", "decode", "idle", "other"))
+            with torch.inference_mode():
+                while not self._stopping.is_set():
+                    t0 = time.perf_counter()
+                    busy = bool(self.rows)
+                    prefill_s = self._admit(out)
+                    t1 = time.perf_counter()
+                    (t_other if busy else t_idle).inc(t1 - t0 - prefill_s)
+                    t_prefill.inc(prefill_s)
+                    if self.rows:
+                        decode_s = self._decode(out)
+                        t_decode.inc(decode_s)
+                        t2 = time.perf_counter()
+                        if not self.rows or t2 - last_flush >= interval:
+                            self._flush(out)
+                            last_flush = t2
+                        elif self._urgent:
+                            self._flush_urgent(out)
+                        t_other.inc(time.perf_counter() - t2 + (t2 - t1 - decode_s))
+                    else:
+                        self._flush(out)
+        except BaseException as err:  # keep clients informed, then stop taking work
+            self._stop_detail = f"generation worker failed: {type(err).__name__}: {err}"
+            self._stopping.set()
+            raise
+        finally:
+            self._fail_everything(out, self._stop_detail)
+            self._flush(out)
+
+    def _flush_urgent(self, out: list[tuple[GenRequest, Event]]) -> None:
+        """Send now everything of requests that just started or ended (TTFT, free slots sooner)."""
+        urgent = self._urgent
+        now = [item for item in out if item[0] in urgent]
+        out[:] = [item for item in out if item[0] not in urgent]
+        urgent.clear()
+        self._flush(now)
+
+    def _flush(self, out: list[tuple[GenRequest, Event]]) -> None:
+        self._urgent.clear()
+        if out:
+            batch = out[:]
+            out.clear()
+            try:
+                self._loop.call_soon_threadsafe(_deliver, batch)  # type: ignore[union-attr]
+            except RuntimeError:  # the loop is closed: nobody is listening any more
+                pass
+
+    def _fail_everything(self, out: list[tuple[GenRequest, Event]], detail: str) -> None:
+        for req in self.rows:
+            self._finish(req, out, ("error", {"detail": detail}), "shutdown")
+        self.rows.clear()
+        self.cache.clear()
+        while True:
+            try:
+                req = self.queue.get_nowait()
+            except queue.Empty:
+                break
+            self._finish(req, out, ("error", {"detail": detail}), "shutdown")
+
+    def _take(self, block: bool, timeout: float) -> GenRequest | None:
+        """Return the next live queued request, or None (dropping cancelled/expired ones)."""
+        deadline = time.perf_counter() + timeout
+        while True:
+            try:
+                remaining = deadline - time.perf_counter()
+                if block and remaining > 0:
+                    req = self.queue.get(timeout=remaining)
+                else:
+                    req = self.queue.get_nowait()
+            except queue.Empty:
+                return None
+            if req.cancelled:
+                self.metrics.requests.labels("cancelled").inc()
+                continue
+            if time.perf_counter() - req.arrived > self.settings.queue_timeout_s:
+                self.metrics.requests.labels("timeout").inc()
+                continue
+            return req
+
+    def _admit(self, out: list[tuple[GenRequest, Event]]) -> float:
+        """Admit waiting requests (per the batching policy); return seconds spent in prefill."""
+        free = self.capacity - len(self.rows)
+        if free <= 0 or (self.settings.batching != "iteration" and self.rows):
+            return 0.0
+        newcomers: list[GenRequest] = []
+        if not self.rows:  # idle: wait for a first request, then up to max_wait for company
+            first = self._take(block=True, timeout=0.05)
+            if first is None:
+                return 0.0
+            newcomers.append(first)
+            # static batching waits up to max_wait_ms for company; iteration-level batching
+            # does not need to, since latecomers join at the next step anyway
+            wait_ms = self.settings.max_wait_ms if self.settings.batching == "static" else 0.0
+            deadline = time.perf_counter() + wait_ms / 1000
+            while len(newcomers) < free:
+                nxt = self._take(block=True, timeout=deadline - time.perf_counter())
+                if nxt is None:
+                    break
+                newcomers.append(nxt)
+        else:  # iteration-level: whoever is waiting joins at this step
+            while len(newcomers) < free:
+                nxt = self._take(block=False, timeout=0)
+                if nxt is None:
+                    break
+                newcomers.append(nxt)
+        if not newcomers:
+            return 0.0
+        start = time.perf_counter()
+        self._prefill(newcomers, out)
+        return time.perf_counter() - start
+
+    def _prefill(self, reqs: list[GenRequest], out: list[tuple[GenRequest, Event]]) -> None:
+        first_row = len(self.rows)
+        lengths = [len(r.ids) for r in reqs]
+        idx = torch.zeros(len(reqs), max(lengths), dtype=torch.long)
+        for i, r in enumerate(reqs):
+            idx[i, :len(r.ids)] = torch.tensor(r.ids, dtype=torch.long)
+        logits = prefill(self.model, idx, torch.tensor(lengths), self.cache, first_row=first_row)
+        self.metrics.prefill_size.observe(len(reqs))
+        self.rows.extend(reqs)
+        self._emit(logits, first_row, out)
+
+    def _decode(self, out: list[tuple[GenRequest, Event]]) -> float:
+        """One decoding step for every live row; return the seconds the model took."""
+        n = len(self.rows)
+        start = time.perf_counter()
+        logits = self._step(self.model, self.last[:n], self.cache)
+        took = time.perf_counter() - start
+        self.metrics.batch_size.observe(n)
+        self.steps += 1
+        self._emit(logits, 0, out)
+        return took
+
+    def _emit(self, logits: torch.Tensor, first_row: int, out: list[tuple[GenRequest, Event]]) -> None:
+        """Pick the next token of rows ``first_row ..``, queue them, retire finished rows."""
+        nxt = logits.argmax(dim=-1)
+        rows = self.rows[first_row:first_row + logits.shape[0]]
+        for i, req in enumerate(rows):
+            if req.temperature > 0:
+                probs = torch.softmax(logits[i].float() / req.temperature, dim=-1)
+                nxt[i] = torch.multinomial(probs, 1, generator=req.generator)[0]
+        self.last[first_row:first_row + len(rows)] = nxt
+        now = time.perf_counter()
+        for req, tok in zip(rows, nxt.tolist()):
+            if req.cancelled:
+                continue
+            if req.first_token_at is None:
+                req.first_token_at = now
+                self._urgent.add(req)
+                self.metrics.ttft.observe(now - req.arrived)
+            req.generated += 1
+            out.append((req, ("token", tok)))
+        self.metrics.tokens.inc(len(rows))
+        self.metrics.token_rate.add(len(rows))
+        self._retire(out)
+
+    def _retire(self, out: list[tuple[GenRequest, Event]]) -> None:
+        """Drop finished and cancelled rows, moving the last live row into each hole."""
+        for r in range(len(self.rows) - 1, -1, -1):
+            req = self.rows[r]
+            if req.cancelled:
+                self._finish(req, out, None, "cancelled")
+            elif req.generated >= req.max_new_tokens:
+                now = time.perf_counter()
+                info = {"reason": "length", "tokens": req.generated,
+                        "ttft_ms": round(1e3 * ((req.first_token_at or now) - req.arrived), 3),
+                        "latency_ms": round(1e3 * (now - req.arrived), 3)}
+                self.metrics.latency.observe(now - req.arrived)
+                self._finish(req, out, ("end", info), "ok")
+            else:
+                continue
+            last = len(self.rows) - 1
+            if r != last:
+                self.cache.move_row(last, r)
+                self.last[r] = self.last[last]
+                self.rows[r] = self.rows[last]
+            self.rows.pop()
+            self.cache.lengths[last] = 0
+
+    def _finish(self, req: GenRequest, out: list[tuple[GenRequest, Event]], event: Event | None,
+                outcome: str) -> None:
+        if req.finished:
+            return
+        req.finished = True
+        self.metrics.requests.labels(outcome).inc()
+        if event is not None:
+            out.append((req, event))
+            self._urgent.add(req)

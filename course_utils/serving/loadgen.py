@@ -1,0 +1,265 @@
+"""An async load generator (httpx): many concurrent streaming clients, every stream validated.
+
+``run_load(url, concurrency=32, n_requests=256)`` returns a ``LoadReport``. Each request is a
+``POST {url}{path}``; its streamed response is read line by line and handed to a parser
+(``parse``, a factory of objects with ``feed(line) -> list[event]``) that turns lines into
+``("token", text)``, ``("end", info)`` or ``("error", detail)`` events. The default parser
+reads this server's SSE; pass another for a server with a different stream format.
+
+A request counts as ok when it got 200, well-formed events, exactly ``max_new_tokens``
+tokens with indices 0..n-1 in order, and a final ``end`` event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+DEFAULT_PROMPTS = (
+    "The ", "A class ", "def ", "import ", "If the ", "for x in ", "The object ", "print(",
+    "Return ", "When a ", "This is ", "An exception ",
+)
+
+
+class StreamParser(Protocol):
+    """Turns response lines into events; ``feed`` may return several or none.
+
+    A parser may also offer ``feed_bytes(chunk)``; the load generator then hands it raw body
+    bytes instead of lines (cheaper).
+    """
+
+    def feed(self, line: str) -> list[tuple[str, Any]]: ...
+
+
+class MalformedStream(ValueError):
+    """A streamed response broke the expected format."""
+
+
+class SSEParser:
+    """Parser of this server's ``text/event-stream``: ``data:`` token events, ``event: end|error``.
+
+    ``feed(line)`` takes decoded lines; ``feed_bytes(chunk)`` takes raw body bytes and is the
+    fast path the load generator uses (the client must not be the bottleneck it measures).
+    """
+
+    def __init__(self) -> None:
+        self._event: str | None = None
+        self._data: list[str] = []
+        self._index = 0
+        self._buffer = b""
+
+    def feed_bytes(self, chunk: bytes) -> list[tuple[str, Any]]:
+        """Accumulate raw bytes; return the events completed by them."""
+        self._buffer += chunk
+        *blocks, self._buffer = self._buffer.split(b"\n\n")
+        events: list[tuple[str, Any]] = []
+        for block in blocks:
+            if block.startswith(b"data: "):
+                payload = json.loads(block[6:])
+                if payload.get("index") != self._index or not isinstance(payload.get("token"), str):
+                    raise MalformedStream(f"token event out of order or malformed: {payload}")
+                self._index += 1
+                events.append(("token", payload["token"]))
+            else:
+                for line in block.decode("utf-8").split("\n") + [""]:
+                    events += self.feed(line)
+        return events
+
+    def feed(self, line: str) -> list[tuple[str, Any]]:
+        """Accumulate one line; a blank line completes an event."""
+        if line.startswith("event:"):
+            self._event = line[6:].strip()
+            return []
+        if line.startswith("data:"):
+            self._data.append(line[5:].lstrip())
+            return []
+        if line.strip() or not self._data:
+            if line.strip() and not line.startswith(":"):
+                raise MalformedStream(f"unexpected line {line[:80]!r}")
+            return []
+        kind, payload = self._event or "token", json.loads("\n".join(self._data))
+        self._event, self._data = None, []
+        if kind == "token":
+            if payload.get("index") != self._index or not isinstance(payload.get("token"), str):
+                raise MalformedStream(f"token event out of order or malformed: {payload}")
+            self._index += 1
+            return [("token", payload["token"])]
+        if kind in ("end", "error"):
+            return [(kind, payload)]
+        raise MalformedStream(f"unknown event type {kind!r}")
+
+
+def _percentiles(values: list[float], qs: Sequence[int]) -> dict[str, float]:
+    if not values:
+        return {f"p{q}": float("nan") for q in qs}
+    if len(values) == 1:
+        return {f"p{q}": values[0] for q in qs}
+    cuts = statistics.quantiles(values, n=100, method="inclusive")
+    return {f"p{q}": cuts[q - 1] for q in qs}
+
+
+@dataclass
+class LoadReport:
+    """What a load run measured. Times in milliseconds, rates per second of wall time."""
+
+    n_requests: int
+    n_ok: int
+    n_failed: int
+    n_malformed: int
+    wall_s: float
+    tokens: int
+    tokens_per_s: float
+    requests_per_s: float
+    ttft_ms: dict[str, float]
+    latency_ms: dict[str, float]
+    concurrency: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+
+    @property
+    def n_lost(self) -> int:
+        """Requests that did not complete correctly (failed or malformed)."""
+        return self.n_requests - self.n_ok
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the report as a plain dict (without the generated texts)."""
+        out = asdict(self)
+        out.pop("texts")
+        out["errors"] = out["errors"][:10]
+        return out
+
+
+def sse_body(prompt: str, max_new_tokens: int) -> dict[str, Any]:
+    """The JSON body of one ``/generate`` request (greedy)."""
+    return {"prompt": prompt, "max_new_tokens": max_new_tokens, "temperature": 0.0}
+
+
+async def run_load_async(url: str, *, concurrency: int, n_requests: int,
+                         prompts: Sequence[str] | None = None, max_new_tokens: int = 32,
+                         timeout_s: float = 60.0, path: str = "/generate",
+                         body: Callable[[str, int], dict[str, Any]] = sse_body,
+                         parse: Callable[[], StreamParser] = SSEParser,
+                         keep_texts: bool = False) -> LoadReport:
+    """Send ``n_requests`` requests from ``concurrency`` concurrent clients; see ``run_load``."""
+    import httpx
+
+    if concurrency < 1 or n_requests < 1:
+        raise ValueError("concurrency and n_requests must be >= 1")
+    prompts = list(prompts or DEFAULT_PROMPTS)
+    next_index = 0
+    ttft: list[float] = []
+    latency: list[float] = []
+    statuses: dict[str, int] = {}
+    errors: list[str] = []
+    texts: list[str] = [""] * n_requests
+    counts = {"ok": 0, "failed": 0, "malformed": 0, "tokens": 0}
+
+    async def one(client: httpx.AsyncClient, i: int) -> None:
+        parser = parse()
+        start = time.perf_counter()
+        first: float | None = None
+        pieces: list[str] = []
+        ended = False
+        try:
+            async with client.stream("POST", url.rstrip("/") + path,
+                                     json=body(prompts[i % len(prompts)], max_new_tokens)) as resp:
+                statuses[str(resp.status_code)] = statuses.get(str(resp.status_code), 0) + 1
+                if resp.status_code != 200:
+                    await resp.aread()
+                    counts["failed"] += 1
+                    errors.append(f"HTTP {resp.status_code}: {resp.text[:200]}")
+                    return
+                if hasattr(parser, "feed_bytes"):
+                    chunks = resp.aiter_raw()
+                    feed = parser.feed_bytes  # type: ignore[attr-defined]
+                else:
+                    chunks = resp.aiter_lines()
+                    feed = parser.feed
+                async for chunk in chunks:
+                    for kind, value in feed(chunk):
+                        if ended:
+                            raise MalformedStream("event after the end event")
+                        if kind == "token":
+                            if first is None:
+                                first = time.perf_counter()
+                            pieces.append(value)
+                        elif kind == "end":
+                            ended = True
+                        else:
+                            raise RuntimeError(f"error event: {value}")
+                if hasattr(parser, "feed_bytes"):
+                    leftover = parser._buffer if isinstance(parser, SSEParser) else b""
+                    if leftover.strip():
+                        raise MalformedStream(f"stream ended inside an event: {leftover[:80]!r}")
+                else:
+                    for kind, value in parser.feed(""):
+                        ended = ended or kind == "end"
+        except (MalformedStream, json.JSONDecodeError) as err:
+            counts["malformed"] += 1
+            errors.append(f"malformed: {err}")
+            return
+        except Exception as err:  # transport errors, error events, timeouts
+            counts["failed"] += 1
+            errors.append(f"{type(err).__name__}: {err}")
+            return
+        if not ended or len(pieces) != max_new_tokens:
+            counts["malformed"] += 1
+            errors.append(f"stream ended={ended} with {len(pieces)} of {max_new_tokens} tokens")
+            return
+        done = time.perf_counter()
+        counts["ok"] += 1
+        counts["tokens"] += len(pieces)
+        ttft.append(1e3 * ((first or done) - start))
+        latency.append(1e3 * (done - start))
+        if keep_texts:
+            texts[i] = "".join(pieces)
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        nonlocal next_index
+        while next_index < n_requests:
+            i = next_index
+            next_index += 1
+            await one(client, i)
+
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
+    async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
+        start = time.perf_counter()
+        await asyncio.gather(*(worker(client) for _ in range(min(concurrency, n_requests))))
+        wall = time.perf_counter() - start
+    return LoadReport(
+        n_requests=n_requests, n_ok=counts["ok"], n_failed=counts["failed"],
+        n_malformed=counts["malformed"], wall_s=wall, tokens=counts["tokens"],
+        tokens_per_s=counts["tokens"] / wall, requests_per_s=counts["ok"] / wall,
+        ttft_ms=_percentiles(ttft, (50, 95)), latency_ms=_percentiles(latency, (50, 95, 99)),
+        concurrency=concurrency, statuses=statuses, errors=errors, texts=texts)
+
+
+def run_load(url: str, **kwargs: Any) -> LoadReport:
+    """Run ``run_load_async`` to completion from synchronous code, notebooks included.
+
+    Notebooks already run an event loop, so the coroutine runs in a fresh thread with its own
+    loop. Keyword arguments: ``concurrency``, ``n_requests``, ``prompts``, ``max_new_tokens``
+    (32), ``timeout_s`` (60, per request), ``path``, ``body``, ``parse``, ``keep_texts``.
+    """
+    result: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            result["report"] = asyncio.run(run_load_async(url, **kwargs))
+        except BaseException as err:  # re-raised in the caller's thread
+            result["error"] = err
+
+    thread = threading.Thread(target=target, name="course-loadgen", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in result:
+        raise result["error"]
+    return result["report"]

@@ -1,0 +1,118 @@
+"""Run the app with uvicorn: in the foreground (the CLI) or in a background thread (tests, notebooks).
+
+uvicorn waits for open connections before it runs the lifespan shutdown, so a stream would
+keep a stopping server alive. ``CourseServer`` tells the engine to end every request (with an
+``error`` event) as soon as the exit signal arrives; the connections then close by themselves.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from types import FrameType
+
+import uvicorn
+from fastapi import FastAPI
+
+from .settings import ServeSettings
+
+
+class CourseServer(uvicorn.Server):
+    """A uvicorn server that starts the app's shutdown (ending in-flight streams) on exit."""
+
+    def __init__(self, app: FastAPI, settings: ServeSettings) -> None:
+        config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,
+                                lifespan="on", timeout_graceful_shutdown=int(max(1, settings.graceful_timeout_s)),
+                                access_log=False)
+        super().__init__(config)
+        self.app = app
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        """Signal handler: end in-flight requests, then let uvicorn stop."""
+        self.app.state.begin_shutdown()
+        super().handle_exit(sig, frame)
+
+    def request_stop(self) -> None:
+        """Stop from another thread (same effect as Ctrl-C)."""
+        self.app.state.begin_shutdown()
+        self.should_exit = True
+
+    @property
+    def bound_port(self) -> int:
+        """The port actually bound (useful with ``port=0``)."""
+        for server in self.servers:
+            for sock in server.sockets:
+                return sock.getsockname()[1]
+        raise RuntimeError("the server is not listening yet")
+
+
+def serve(settings: ServeSettings) -> int:
+    """Serve in the foreground until SIGINT/SIGTERM; return an exit status."""
+    from .app import create_app
+
+    app = create_app(settings)
+    server = CourseServer(app, settings)
+    print(f"serving tiny GPT on http://{settings.host}:{settings.port} (batching={settings.batching}, "
+          f"max_batch_size={settings.batch_capacity}, max_wait_ms={settings.max_wait_ms}, "
+          f"embed={settings.embed})", flush=True)
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    return 0 if server.started else 1
+
+
+class ThreadedServer:
+    """``with ThreadedServer(settings, **create_app_kwargs) as srv: srv.url`` — uvicorn in a thread.
+
+    Binds 127.0.0.1 on a free port unless ``settings.port`` is set; stops (ending streams with
+    an error event) and joins the thread on exit, raising if it does not stop in time.
+    """
+
+    def __init__(self, settings: ServeSettings | None = None, startup_timeout_s: float = 60.0,
+                 stop_timeout_s: float = 20.0, **app_kwargs: object) -> None:
+        from .app import create_app
+
+        settings = settings or ServeSettings(embed=False)
+        if settings.port == 8000:
+            settings = settings.replace(port=0)
+        self.settings = settings
+        self.app = create_app(settings, **app_kwargs)  # type: ignore[arg-type]
+        self.server = CourseServer(self.app, settings)
+        self.startup_timeout_s = startup_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self._thread = threading.Thread(target=self.server.run, name="course-serving-uvicorn", daemon=True)
+        self.url = ""
+
+    def __enter__(self) -> ThreadedServer:
+        self._thread.start()
+        deadline = time.monotonic() + self.startup_timeout_s
+        while not self.server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError("the server thread exited during startup (see the log above)")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TimeoutError(f"the server did not start within {self.startup_timeout_s} s")
+            time.sleep(0.02)
+        self.url = f"http://{self.settings.host}:{self.server.bound_port}"
+        return self
+
+    def stop(self) -> None:
+        """Stop the server and join its thread."""
+        self.server.request_stop()
+        self._thread.join(self.stop_timeout_s)
+        if self._thread.is_alive():
+            self.server.force_exit = True
+            self._thread.join(5)
+            raise RuntimeError(f"the server thread did not stop within {self.stop_timeout_s} s")
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """Return a TCP port that was free a moment ago on ``host``."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]

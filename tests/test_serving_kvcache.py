@@ -1,0 +1,85 @@
+"""The tiny GPT's key-value cache: cached greedy decoding equals the plain model, row by row."""
+
+import pytest
+import torch
+
+from course_utils.models import GPTConfig, TinyGPT
+from course_utils.models.gpt import KVCache, decode_step, generate_cached, prefill
+from course_utils.serving.bare import bare_decode_tokens_per_s
+
+
+def small_gpt(block_size: int = 48) -> TinyGPT:
+    torch.manual_seed(0)
+    return TinyGPT(GPTConfig(vocab_size=23, block_size=block_size, n_layer=2, n_head=2, n_embd=32)).eval()
+
+
+def test_forward_default_unchanged_and_start_pos():
+    gpt = small_gpt()
+    idx = torch.randint(0, 23, (2, 10))
+    torch.testing.assert_close(gpt(idx), gpt(idx, start_pos=0))
+    assert not torch.allclose(gpt(idx), gpt(idx, start_pos=5))
+    with pytest.raises(ValueError, match="exceeds block_size"):
+        gpt(idx, start_pos=40)
+
+
+def test_cached_greedy_equals_uncached_for_rows_of_different_lengths():
+    gpt = small_gpt()
+    gen = torch.Generator().manual_seed(1)
+    idx = torch.randint(0, 23, (4, 9), generator=gen)
+    lengths = torch.tensor([9, 1, 5, 3])
+    cached = generate_cached(gpt, idx, 20, lengths)
+    for row in range(4):
+        n = int(lengths[row])
+        plain = gpt.generate(idx[row:row + 1, :n], 20, temperature=0)[0, n:].tolist()
+        assert cached[row] == plain, f"row {row} differs"
+
+
+def test_prefill_and_decode_logits_match_full_forward():
+    gpt = small_gpt()
+    idx = torch.randint(0, 23, (3, 12))
+    cache = KVCache(gpt.config, capacity=3, max_len=16)
+    logits = prefill(gpt, idx[:, :8], torch.full((3,), 8), cache)
+    torch.testing.assert_close(logits, gpt(idx[:, :8])[:, -1], atol=1e-5, rtol=1e-5)
+    for t in range(8, 12):
+        logits = decode_step(gpt, idx[:, t], cache)
+        torch.testing.assert_close(logits, gpt(idx[:, :t + 1])[:, -1], atol=1e-5, rtol=1e-5)
+    assert cache.lengths.tolist() == [12, 12, 12]
+
+
+def test_rows_join_late_and_move():
+    """A row prefilled later (iteration-level batching) and a row moved into a hole stay exact."""
+    gpt = small_gpt()
+    a, b = torch.randint(0, 23, (1, 6)), torch.randint(0, 23, (1, 4))
+    cache = KVCache(gpt.config, capacity=3, max_len=32)
+    nxt_a = prefill(gpt, a, torch.tensor([6]), cache, first_row=0).argmax(-1)
+    seq_a = torch.cat([a, nxt_a[:, None]], 1)
+    nxt_a = decode_step(gpt, nxt_a, cache).argmax(-1)  # a alone for one step
+    seq_a = torch.cat([seq_a, nxt_a[:, None]], 1)
+    nxt_b = prefill(gpt, b, torch.tensor([4]), cache, first_row=1).argmax(-1)  # b joins in row 1
+    seq_b = torch.cat([b, nxt_b[:, None]], 1)
+    tokens = torch.cat([nxt_a, nxt_b])
+    for _ in range(3):
+        tokens = decode_step(gpt, tokens, cache).argmax(-1)
+        seq_a = torch.cat([seq_a, tokens[:1, None]], 1)
+        seq_b = torch.cat([seq_b, tokens[1:, None]], 1)
+    cache.move_row(1, 0)  # a leaves; b moves into row 0
+    nxt = decode_step(gpt, tokens[1:], cache).argmax(-1)
+    assert seq_a[0, 6:].tolist() == gpt.generate(a, 5, temperature=0)[0, 6:].tolist()
+    assert torch.cat([seq_b, nxt[:, None]], 1)[0, 4:].tolist() == gpt.generate(b, 5, temperature=0)[0, 4:].tolist()
+
+
+def test_cache_limits_are_enforced():
+    gpt = small_gpt(block_size=16)
+    with pytest.raises(ValueError, match="max_len"):
+        KVCache(gpt.config, 2, max_len=17)
+    cache = KVCache(gpt.config, 1, max_len=4)
+    prefill(gpt, torch.zeros(1, 4, dtype=torch.long), torch.tensor([4]), cache)
+    with pytest.raises(ValueError, match="exceed"):
+        decode_step(gpt, torch.zeros(1, dtype=torch.long), cache)
+    with pytest.raises(ValueError, match="capacity"):
+        prefill(gpt, torch.zeros(2, 2, dtype=torch.long), torch.tensor([2, 2]), cache)
+
+
+def test_bare_decode_rate_is_positive():
+    rate = bare_decode_tokens_per_s(small_gpt(), batch_size=4, prompt_len=4, new_tokens=8, repeats=1)
+    assert rate > 0
