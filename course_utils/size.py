@@ -16,7 +16,8 @@ def serialized_bytes(obj: nn.Module | dict[str, Any] | str | os.PathLike[str]) -
     """Return the size in bytes of ``obj`` as ``torch.save`` writes it.
 
     A module is measured by its ``state_dict()`` (what you would ship); a dict is
-    saved as it is; a path is measured on disk.
+    saved as it is; a path is measured on disk. Quantized weights (torchao tensor subclasses)
+    are measured as they serialize, also when called under ``torch.inference_mode()``.
     """
     if isinstance(obj, (str, os.PathLike)):
         path = Path(obj)
@@ -24,7 +25,9 @@ def serialized_bytes(obj: nn.Module | dict[str, Any] | str | os.PathLike[str]) -
             raise FileNotFoundError(f"no such file: {path}")
         return path.stat().st_size
     if isinstance(obj, nn.Module):
-        obj = obj.state_dict()
+        # Outside inference mode: torchao's quantized weights cannot be saved from inside it.
+        with torch.inference_mode(False):
+            obj = obj.state_dict()
     if not isinstance(obj, dict):
         raise TypeError(f"expected a module, a state dict or a path, got {type(obj).__name__}")
     buf = io.BytesIO()

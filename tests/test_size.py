@@ -48,3 +48,13 @@ def test_parameter_dtypes():
     dtypes = size.parameter_dtypes(model)
     assert dtypes["float32"] == 6 + 4 + 4  # linear, bn affine, bn running stats
     assert dtypes["int64"] == 1  # num_batches_tracked
+
+
+def test_torchao_int8_weights_are_measured_inside_inference_mode():
+    quant = pytest.importorskip("torchao.quantization")
+    model = nn.Sequential(nn.Linear(256, 256))
+    fp32 = size.serialized_bytes(model)
+    quant.quantize_(model, quant.Int8WeightOnlyConfig())
+    with torch.inference_mode():
+        int8 = size.serialized_bytes(model)
+    assert int8 < 0.4 * fp32
