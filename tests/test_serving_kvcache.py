@@ -83,3 +83,35 @@ def test_cache_limits_are_enforced():
 def test_bare_decode_rate_is_positive():
     rate = bare_decode_tokens_per_s(small_gpt(), batch_size=4, prompt_len=4, new_tokens=8, repeats=1)
     assert rate > 0
+
+
+def test_compiled_decode_core_is_one_graph_without_breaks_and_matches_eager():
+    """The server compiles decode_core: batch 1 gets its own graph (sizes 0 and 1 are
+    specialised), every other batch size and length reuses a second one (fullgraph=True makes a
+    graph break an error), and compiled decoding agrees with eager."""
+    from torch._dynamo.utils import counters
+
+    from course_utils.models.gpt import decode_core
+
+    gpt = small_gpt()
+    torch._dynamo.reset()
+    counters.clear()
+    core = torch.compile(decode_core, dynamic=True, fullgraph=True, backend="eager")
+    gen = torch.Generator().manual_seed(3)
+    capacity = 8  # like the server: one cache, a varying number of live rows
+    with torch.inference_mode():
+        # the server's warm-up order: batch 1 (its own graph), then batch 3; nothing after recompiles
+        for n, prompt in ((1, 4), (3, 5), (5, 1), (7, 9), (2, 20), (2, 2)):
+            idx = torch.randint(0, 23, (n, prompt), generator=gen)
+            lengths = torch.randint(1, prompt + 1, (n,), generator=gen)
+            eager_cache, comp_cache = KVCache(gpt.config, capacity), KVCache(gpt.config, capacity)
+            prefill(gpt, idx, lengths, eager_cache)
+            prefill(gpt, idx, lengths, comp_cache)
+            tokens = torch.randint(0, 23, (n,), generator=gen)
+            for _ in range(4):
+                expected = decode_step(gpt, tokens, eager_cache)
+                got = decode_step(gpt, tokens, comp_cache, core=core)
+                torch.testing.assert_close(got, expected)
+                tokens = expected.argmax(-1)
+            torch.testing.assert_close(comp_cache.k, eager_cache.k)
+    assert counters["stats"]["unique_graphs"] == 2

@@ -10,7 +10,7 @@ every decoding step needs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 
 import torch
@@ -199,32 +199,57 @@ def prefill(model: TinyGPT, idx: torch.Tensor, lengths: torch.Tensor, cache: KVC
 
 
 @torch.no_grad()
-def decode_step(model: TinyGPT, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
+def decode_step(model: TinyGPT, tokens: torch.Tensor, cache: KVCache,
+                core: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None,
+                ) -> torch.Tensor:
     """Feed one token per live sequence (``tokens`` ``(n,)`` for cache rows ``0 .. n-1``).
 
     Each token is placed at its row's next position, its keys/values are appended, and it
     attends to everything stored for its row. Returns next-token logits ``(n, vocab)``.
+    The bookkeeping that needs Python numbers (how far to attend, the length check) stays
+    here; the tensor work is ``decode_core``, which ``core`` may replace with a compiled copy
+    (``torch.compile(decode_core, dynamic=True)``): it then compiles once, without graph breaks.
     """
     n = tokens.shape[0]
     pos = cache.lengths[:n]
     longest = int(pos.max()) + 1
     if longest > cache.max_len:
         raise ValueError(f"a sequence would exceed the cache's max_len {cache.max_len}")
+    # Read at least 2 cached positions (the extra ones are masked out): torch.compile
+    # specialises sizes 0 and 1, so this keeps one compiled graph for every length.
+    past = min(max(longest - 1, 2), cache.max_len)
+    logits, new_k, new_v = (core or decode_core)(model, tokens, pos, cache.k, cache.v, past)
     rows = torch.arange(n, device=tokens.device)
-    # (n, 1, 1, longest): key j is visible to row r when j <= pos[r]
-    mask = (torch.arange(longest, device=tokens.device) <= pos[:, None])[:, None, None, :]
+    # two index tensors split by a slice: the indexed dims come first, (n, n_layer, ...)
+    cache.k[:, rows, :, pos] = new_k.transpose(0, 1)
+    cache.v[:, rows, :, pos] = new_v.transpose(0, 1)
+    cache.lengths[:n] += 1
+    return logits
+
+
+def decode_core(model: TinyGPT, tokens: torch.Tensor, pos: torch.Tensor, k_cache: torch.Tensor,
+                v_cache: torch.Tensor, past: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The tensor work of one decoding step, free of side effects (so a compiled copy never
+    copies the cache): each row's new token attends to its first ``pos[r]`` cached positions
+    (of the ``past`` read) and to itself. Returns the logits ``(n, vocab)`` and the new keys and
+    values ``(n_layer, n, n_head, head_dim)``, which ``decode_step`` writes into the cache."""
+    n = tokens.shape[0]
+    # (n, 1, 1, past + 1): cached key j is visible to row r when j < pos[r]; the new key always
+    visible = torch.arange(past, device=tokens.device) < pos[:, None]
+    mask = torch.cat([visible, visible.new_ones(n, 1)], dim=1)[:, None, None, :]
     x = (model.tok_emb(tokens) + model.pos_emb(pos))[:, None, :]
     c = model.config.n_embd
+    new_k, new_v = [], []
     for layer, blk in enumerate(model.blocks):
         q, k, v = (_split_heads(z, blk.n_heads) for z in blk.qkv(blk.ln1(x)).split(c, dim=2))
-        ck, cv = cache.k[layer], cache.v[layer]
-        ck[rows, :, pos] = k[:, :, 0]
-        cv[rows, :, pos] = v[:, :, 0]
-        y = F.scaled_dot_product_attention(q, ck[:n, :, :longest], cv[:n, :, :longest], attn_mask=mask)
+        keys = torch.cat([k_cache[layer, :n, :, :past], k], dim=2)
+        values = torch.cat([v_cache[layer, :n, :, :past], v], dim=2)
+        y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
         x = x + blk.proj(y.transpose(1, 2).reshape(n, 1, c))
         x = x + blk.mlp(blk.ln2(x))
-    cache.lengths[:n] += 1
-    return model.head(model.ln_f(x[:, 0]))
+        new_k.append(k[:, :, 0])
+        new_v.append(v[:, :, 0])
+    return model.head(model.ln_f(x[:, 0])), torch.stack(new_k), torch.stack(new_v)
 
 
 @torch.no_grad()

@@ -95,6 +95,7 @@ def create_app(settings: ServeSettings | None = None, *, model: TinyGPT | None =
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await asyncio.to_thread(engine.warm_up)  # compile (if asked) before reporting healthy
         engine.start(asyncio.get_running_loop())
         if settings.embed:
             encoder = mini

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from ..models.gpt import KVCache, TinyGPT, decode_step, prefill
+from ..models.gpt import KVCache, TinyGPT, decode_core, decode_step, prefill
 from .metrics import ServingMetrics
 from .settings import ServeSettings
 
@@ -85,9 +85,10 @@ class GenerationEngine:
         self.rows: list[GenRequest] = []
         self.cache = KVCache(model.config, self.capacity, max_len=self.max_len)
         self.last = torch.zeros(self.capacity, dtype=torch.long)
-        self._step: Callable[..., torch.Tensor] = decode_step
-        if settings.compile:
-            self._step = torch.compile(decode_step, dynamic=True)
+        # Compile only the tensor work of a step (decode_core); decode_step keeps the
+        # bookkeeping that reads Python numbers out of tensors, which would break the graph.
+        self._core: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = (
+            torch.compile(decode_core, dynamic=True) if settings.compile else None)
         self._stopping = threading.Event()
         self._urgent: set[GenRequest] = set()  # requests whose events should not wait for the interval
         self._stop_detail = "server shutting down"
@@ -96,6 +97,23 @@ class GenerationEngine:
         self.steps = 0
         metrics.queue_depth.set_function(self.queue.qsize)
         metrics.active.set_function(lambda: len(self.rows))
+
+    def warm_up(self) -> float:
+        """Compile the decoding step before traffic arrives (when ``compile`` is on), so no
+        client waits for it; returns the seconds spent. Batch sizes 1 and 3 cover both graphs
+        ``torch.compile(dynamic=True)`` makes (it specialises size 1)."""
+        if self._core is None:
+            return 0.0
+        start = time.perf_counter()
+        torch.set_num_threads(self.settings.torch_threads)
+        with torch.inference_mode():
+            # batch 1, then batch 3 with 6-token prompts: no two sizes equal and none below 2, so
+            # the dynamic graph does not tie sizes that merely happen to match
+            for n, prompt in ((1, 6), (3, 6)):
+                scratch = KVCache(self.model.config, self.capacity, max_len=self.max_len)
+                prefill(self.model, torch.zeros(n, prompt, dtype=torch.long), torch.full((n,), prompt), scratch)
+                decode_step(self.model, torch.zeros(n, dtype=torch.long), scratch, core=self._core)
+        return time.perf_counter() - start
 
     # ---- called from the event loop -------------------------------------------------
     @property
@@ -273,7 +291,7 @@ class GenerationEngine:
         """One decoding step for every live row; return the seconds the model took."""
         n = len(self.rows)
         start = time.perf_counter()
-        logits = self._step(self.model, self.last[:n], self.cache)
+        logits = decode_step(self.model, self.last[:n], self.cache, core=self._core)
         took = time.perf_counter() - start
         self.metrics.batch_size.observe(n)
         self.steps += 1
