@@ -180,3 +180,29 @@ def test_stopping_a_server_leaves_no_threads_behind(gpt):
         Stream(srv.url, {"prompt": "The ", "max_new_tokens": 3}).join()
         assert len(ours() - before) >= 2  # uvicorn + the generation worker
     assert ours() == before
+
+
+def test_compiled_server_compiles_at_start_up_and_never_recompiles_under_load(gpt, monkeypatch):
+    """compile=True: both graphs are made before /health is ok; traffic at several batch sizes
+    and prompt lengths adds none (Dynamo's eager backend stands in for Inductor: the graphs and
+    guards are the same, without the C++ build)."""
+    import functools
+
+    import torch
+    from torch._dynamo.utils import counters
+
+    from course_utils.serving import engine
+
+    monkeypatch.setattr(engine.torch, "compile",
+                        functools.partial(torch.compile, backend="eager"))
+    torch._dynamo.reset()
+    counters.clear()
+    with start(gpt, batching="iteration", compile=True) as server:
+        graphs_at_start = counters["stats"]["unique_graphs"]
+        prompts = ["a", "The cat", "for x in range(10):", "def f(x): return x"]
+        for concurrency in (1, 3, 8):
+            report = run_load(server.url, concurrency=concurrency, n_requests=concurrency * 2,
+                              prompts=prompts, max_new_tokens=6)
+            assert report.n_lost == 0, report.errors[:3]
+    assert graphs_at_start == 2
+    assert counters["stats"]["unique_graphs"] == 2

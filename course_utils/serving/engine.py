@@ -106,13 +106,16 @@ class GenerationEngine:
             return 0.0
         start = time.perf_counter()
         torch.set_num_threads(self.settings.torch_threads)
-        with torch.inference_mode():
-            # batch 1, then batch 3 with 6-token prompts: no two sizes equal and none below 2, so
-            # the dynamic graph does not tie sizes that merely happen to match
-            for n, prompt in ((1, 6), (3, 6)):
-                scratch = KVCache(self.model.config, self.capacity, max_len=self.max_len)
+        # Mirror the worker exactly: a cache and a token buffer made outside inference mode
+        # (like self.cache and self.last), sliced to the live rows; guards check all of that.
+        scratch = KVCache(self.model.config, self.capacity, max_len=self.max_len)
+        last = torch.zeros(self.capacity, dtype=torch.long)
+        # batch 1, then batch 3 with 6-token prompts: no two sizes equal and none below 2, so
+        # the dynamic graph does not tie sizes that merely happen to match
+        for n, prompt in ((1, 6), (3, 6)):
+            with torch.inference_mode():
                 prefill(self.model, torch.zeros(n, prompt, dtype=torch.long), torch.full((n,), prompt), scratch)
-                decode_step(self.model, torch.zeros(n, dtype=torch.long), scratch, core=self._core)
+                decode_step(self.model, last[:n], scratch, core=self._core)
         return time.perf_counter() - start
 
     # ---- called from the event loop -------------------------------------------------
