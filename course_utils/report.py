@@ -111,7 +111,7 @@ def _fmt(value: float | None) -> str:
         return "—"
     if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e5):
         return f"{value:.2e}"
-    return f"{value:.3g}"
+    return f"{value:.4g}"
 
 
 def _range(rng: tuple[float, float] | None) -> str:
