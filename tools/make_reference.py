@@ -1,8 +1,8 @@
 """Write data/reference_results.json from a real full-mode run's results file.
 
-    python tools/make_reference.py build/report/results.jsonl
+    python tools/make_reference.py build/report/results.jsonl build/workshop/results.jsonl
 
-Keeps the latest record of each headline name, plus a description of this machine
+Reads one or more results files (later ones win); keeps the latest record of each headline name, plus a description of this machine
 (CPU model, cores, memory), the versions and the date. The expected ranges live
 apart, in data/expected_ranges.json, set by hand.
 """
@@ -41,11 +41,11 @@ def memory_gib() -> float | None:
 
 
 def main() -> None:
-    if len(sys.argv) != 2:
+    if len(sys.argv) < 2:
         sys.exit(__doc__)
-    records = report.latest(bench.read_results(sys.argv[1]))
+    records = report.latest([rec for path in sys.argv[1:] for rec in bench.read_results(path)])
     if not records:
-        sys.exit(f"no results in {sys.argv[1]}")
+        sys.exit(f"no results in {', '.join(sys.argv[1:])}")
     modes = {r["mode"] for r in records.values()}
     import torch
 
