@@ -2,7 +2,8 @@
 
     python tools/make_reference.py build/report/results.jsonl build/workshop/results.jsonl
 
-Reads one or more results files (later ones win); keeps the latest record of each headline name, plus a description of this machine
+Reads one or more results files; keeps the latest full-mode record of each headline name (a
+quick-mode one only where no full-mode run recorded it), plus a description of this machine
 (CPU model, cores, memory), the versions and the date. The expected ranges live
 apart, in data/expected_ranges.json, set by hand.
 """
@@ -43,7 +44,10 @@ def memory_gib() -> float | None:
 def main() -> None:
     if len(sys.argv) < 2:
         sys.exit(__doc__)
-    records = report.latest([rec for path in sys.argv[1:] for rec in bench.read_results(path)])
+    every = [rec for path in sys.argv[1:] for rec in bench.read_results(path)]
+    # a full-mode figure beats a quick-mode one of the same name (quick shrinks the work)
+    records = report.latest([r for r in every if r.get("mode") == "quick"]
+                            + [r for r in every if r.get("mode") != "quick"])
     if not records:
         sys.exit(f"no results in {', '.join(sys.argv[1:])}")
     modes = {r["mode"] for r in records.values()}
