@@ -143,7 +143,7 @@ def to_markdown(rows: Sequence[Row], reference: dict[str, Any]) -> str:
 
 
 def plot_png(rows: Sequence[Row]) -> bytes | None:
-    """A bar chart of yours ÷ reference for every result measured on both; None when none is."""
+    """A dot plot of yours ÷ reference for every result measured on both; None when none is."""
     both = [r for r in rows if r.value is not None and r.reference not in (None, 0.0)]
     if not both:
         return None
@@ -155,7 +155,10 @@ def plot_png(rows: Sequence[Row]) -> bytes | None:
     ratios = [r.value / r.reference for r in both]  # type: ignore[operator]
     fig, ax = plt.subplots(figsize=(8, 0.28 * len(both) + 1.2))
     colors = ["tab:green" if r.verdict.startswith("in the expected") else "tab:orange" for r in both]
-    ax.barh([r.name for r in both], ratios, color=colors)
+    positions = range(len(both))
+    ax.hlines(positions, [min(1.0, q) for q in ratios], [max(1.0, q) for q in ratios], color="0.7")
+    ax.scatter(ratios, positions, color=colors, zorder=3)
+    ax.set_yticks(list(positions), [r.name for r in both])
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_xscale("log")
     ax.set_xlabel("yours ÷ reference (log scale; green: in the expected range)")
