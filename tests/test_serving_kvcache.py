@@ -115,3 +115,13 @@ def test_compiled_decode_core_is_one_graph_without_breaks_and_matches_eager():
                 tokens = expected.argmax(-1)
             torch.testing.assert_close(comp_cache.k, eager_cache.k)
     assert counters["stats"]["unique_graphs"] == 2
+
+
+def test_pad_prompts_right_pads_and_refuses_empty_prompts():
+    from course_utils.models.gpt import pad_prompts
+
+    idx, lengths = pad_prompts([[5, 6, 7], [9]])
+    assert idx.tolist() == [[5, 6, 7], [9, 0, 0]] and lengths.tolist() == [3, 1]
+    for bad in ([], [[1], []]):
+        with pytest.raises(ValueError, match="at least one"):
+            pad_prompts(bad)

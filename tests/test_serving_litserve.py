@@ -9,7 +9,7 @@ import torch
 pytest.importorskip("litserve")
 
 from course_utils.models.gpt import generate_cached  # noqa: E402
-from course_utils.serving.litserve_app import ROUTE, greedy_steps, litserve_process, load_model  # noqa: E402
+from course_utils.serving.litserve_app import ROUTE, greedy_rows, litserve_process, load_model  # noqa: E402
 from course_utils.serving.loadgen import SSEParser, run_load  # noqa: E402
 
 PROMPTS = ["The ", "A class ", "def main(", "import os\n"]
@@ -31,11 +31,11 @@ def greedy_text(model, tok, prompt: str, n: int) -> str:
     return tok.decode(generate_cached(model, torch.tensor([tok.encode(prompt)]), n)[0])
 
 
-def test_greedy_steps_match_uncached_generate(model_and_tokenizer):
+def test_greedy_rows_match_uncached_generate(model_and_tokenizer):
     model, tok = model_and_tokenizer
     ids = [tok.encode(p) for p in PROMPTS]  # different lengths in one batch
     limits = [NEW_TOKENS, 5, NEW_TOKENS, 1]
-    steps = list(greedy_steps(model, ids, limits))
+    steps = list(greedy_rows(model, ids, limits))
     assert len(steps) == max(limits)
     for row, prompt in enumerate(PROMPTS):
         got = [s[row] for s in steps if s[row] is not None]

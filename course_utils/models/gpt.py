@@ -10,7 +10,7 @@ every decoding step needs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
 import torch
@@ -252,6 +252,34 @@ def decode_core(model: TinyGPT, tokens: torch.Tensor, pos: torch.Tensor, k_cache
     return model.head(model.ln_f(x[:, 0])), torch.stack(new_k), torch.stack(new_v)
 
 
+def pad_prompts(prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad token-id lists into ``idx`` ``(B, longest)`` and return it with their ``lengths``."""
+    if not prompts or not all(prompts):
+        raise ValueError("need at least one prompt, and every prompt needs at least one token")
+    lengths = torch.tensor([len(p) for p in prompts], dtype=torch.long)
+    idx = torch.zeros(len(prompts), int(lengths.max()), dtype=torch.long)
+    for row, ids in enumerate(prompts):
+        idx[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return idx, lengths
+
+
+@torch.no_grad()
+def greedy_steps(model: TinyGPT, idx: torch.Tensor, lengths: torch.Tensor,
+                 steps: int) -> Iterator[torch.Tensor]:
+    """Yield ``steps`` greedy next tokens for every row, ``(B,)`` each: the batch is prefilled
+    once into a fresh KV cache, then decoded one token per step (a static batch)."""
+    cache = KVCache(model.config, idx.shape[0],
+                    max_len=min(model.config.block_size, max(int(lengths.max()) + steps, idx.shape[1])),
+                    device=idx.device, dtype=model.tok_emb.weight.dtype)
+    if steps <= 0:
+        return
+    nxt = prefill(model, idx, lengths, cache).argmax(dim=-1)
+    for step in range(steps):
+        yield nxt
+        if step + 1 < steps:
+            nxt = decode_step(model, nxt, cache).argmax(dim=-1)
+
+
 @torch.no_grad()
 def generate_cached(model: TinyGPT, idx: torch.Tensor, max_new_tokens: int,
                     lengths: torch.Tensor | None = None) -> list[list[int]]:
@@ -260,19 +288,9 @@ def generate_cached(model: TinyGPT, idx: torch.Tensor, max_new_tokens: int,
     ``idx`` is ``(B, T)``, right-padded when ``lengths`` is given. Equals ``generate`` with
     ``temperature=0`` token for token (as long as the sequence fits in ``block_size``).
     """
-    b, t = idx.shape
-    lengths = torch.full((b,), t, dtype=torch.long) if lengths is None else lengths
-    total = int(lengths.max()) + max_new_tokens
-    cache = KVCache(model.config, b, max_len=min(model.config.block_size, max(total, t)),
-                    device=idx.device, dtype=model.tok_emb.weight.dtype)
-    out: list[list[int]] = [[] for _ in range(b)]
-    if max_new_tokens <= 0:
-        return out
-    logits = prefill(model, idx, lengths, cache)
-    for step in range(max_new_tokens):
-        nxt = logits.argmax(dim=-1)
+    lengths = torch.full((idx.shape[0],), idx.shape[1], dtype=torch.long) if lengths is None else lengths
+    out: list[list[int]] = [[] for _ in range(idx.shape[0])]
+    for nxt in greedy_steps(model, idx, lengths, max_new_tokens):
         for row, tok in enumerate(nxt.tolist()):
             out[row].append(tok)
-        if step + 1 < max_new_tokens:
-            logits = decode_step(model, nxt, cache)
     return out

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from ..models.gpt import KVCache, TinyGPT, decode_core, decode_step, prefill
+from ..models.gpt import KVCache, TinyGPT, decode_core, decode_step, pad_prompts, prefill
 from .metrics import ServingMetrics
 from .settings import ServeSettings
 
@@ -281,11 +281,8 @@ class GenerationEngine:
 
     def _prefill(self, reqs: list[GenRequest], out: list[tuple[GenRequest, Event]]) -> None:
         first_row = len(self.rows)
-        lengths = [len(r.ids) for r in reqs]
-        idx = torch.zeros(len(reqs), max(lengths), dtype=torch.long)
-        for i, r in enumerate(reqs):
-            idx[i, :len(r.ids)] = torch.tensor(r.ids, dtype=torch.long)
-        logits = prefill(self.model, idx, torch.tensor(lengths), self.cache, first_row=first_row)
+        idx, lengths = pad_prompts([r.ids for r in reqs])
+        logits = prefill(self.model, idx, lengths, self.cache, first_row=first_row)
         self.metrics.prefill_size.observe(len(reqs))
         self.rows.extend(reqs)
         self._emit(logits, first_row, out)

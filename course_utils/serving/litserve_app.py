@@ -31,7 +31,7 @@ import litserve as ls
 import torch
 from pydantic import BaseModel, Field, field_validator
 
-from ..models.gpt import KVCache, TinyGPT, decode_step, prefill
+from ..models.gpt import TinyGPT, greedy_steps, pad_prompts
 from .settings import default_threads
 
 #: LitServe's route; ours is /generate.
@@ -52,27 +52,16 @@ def load_model(path: str | None = None) -> tuple[torch.nn.Module, Any]:
     return model.eval(), tok
 
 
-def greedy_steps(model: TinyGPT, prompts: Sequence[Sequence[int]],
-                 max_new_tokens: Sequence[int]) -> Iterator[list[int | None]]:
+def greedy_rows(model: TinyGPT, prompts: Sequence[Sequence[int]],
+                max_new_tokens: Sequence[int]) -> Iterator[list[int | None]]:
     """Yield, step by step, one new greedy token id per row (``None`` once a row has all its tokens).
 
-    The whole batch is prefilled once (right-padded) and then decoded one token per step with the
-    model's key-value cache, the same kernels our server's engine uses. Like any static batch it
-    runs until its longest request is done.
+    A static batch over the model's key-value cache (``greedy_steps``, the same kernels our
+    server's engine uses): it runs until its longest request is done.
     """
-    lengths = torch.tensor([len(p) for p in prompts])
-    longest = int(lengths.max())
-    idx = torch.zeros(len(prompts), longest, dtype=torch.long)
-    for row, ids in enumerate(prompts):
-        idx[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-    steps = max(max_new_tokens)
-    cache = KVCache(model.config, len(prompts), max_len=min(model.config.block_size, longest + steps))
-    nxt = prefill(model, idx, lengths, cache).argmax(dim=-1)
-    for step in range(steps):
-        ids = nxt.tolist()
-        yield [t if step < n else None for t, n in zip(ids, max_new_tokens)]
-        if step + 1 < steps:
-            nxt = decode_step(model, nxt, cache).argmax(dim=-1)
+    idx, lengths = pad_prompts(prompts)
+    for step, nxt in enumerate(greedy_steps(model, idx, lengths, max(max_new_tokens))):
+        yield [t if step < n else None for t, n in zip(nxt.tolist(), max_new_tokens)]
 
 
 def sse(data: dict[str, Any], event: str | None = None) -> str:
@@ -124,7 +113,7 @@ class TinyGPTLitAPI(ls.LitAPI):
         prompts = [ids for ids, _ in batch]
         limits = [n for _, n in batch]
         with torch.inference_mode():
-            for step, tokens in enumerate(greedy_steps(self.model, prompts, limits)):
+            for step, tokens in enumerate(greedy_rows(self.model, prompts, limits)):
                 chunks = []
                 for row, tok_id in enumerate(tokens):
                     if tok_id is None:
