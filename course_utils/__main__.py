@@ -9,6 +9,8 @@ Commands:
   workshop-check      doctor + every notebook in quick mode offline; READY or NOT READY
   report [--run]      headline results beside the reference machine's (Markdown + HTML)
   stamp               write measured minutes and "last passed" into README's notebook table
+  cpu [--probe]       the CPU class and instruction sets the course's results depend on
+  cpu --profile avx2 -- CMD   run CMD as if the CPU had AVX2 only (torch, oneDNN, FBGEMM, Inductor)
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ def _parser() -> argparse.ArgumentParser:
     # These parse their own options (python -m course_utils <command> --help).
     for name, text in (("workshop-check", "can this machine run the workshop?"),
                        ("report", "build the results report"),
-                       ("stamp", "stamp README's notebook table from a run summary")):
+                       ("stamp", "stamp README's notebook table from a run summary"),
+                       ("cpu", "CPU class, or run a command under a CPU profile")):
         sub.add_parser(name, help=text, add_help=False)
     return parser
 
@@ -42,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command and return its exit status."""
     args, rest = _parser().parse_known_args(argv)
-    delegated = {"workshop-check": "workshop", "report": "report", "stamp": "stamp"}
+    delegated = {"workshop-check": "workshop", "report": "report", "stamp": "stamp", "cpu": "cpu"}
     if args.command in delegated:
         import importlib
 

@@ -200,7 +200,7 @@ def record(name: str, value: float, unit: str, **context: Any) -> dict[str, Any]
 
     ``name`` is dotted lower-case (``compile.speedup.fusion``); ``value`` a finite
     number; ``context`` any extra facts (sizes, settings). Each record also notes
-    the mode (quick/full), torch version, device and time.
+    the mode (quick/full), torch version, device, CPU class and time.
     """
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise ValueError(f"result name {name!r} must be dotted lower-case words, e.g. 'setup.first_call_s'")
@@ -208,6 +208,7 @@ def record(name: str, value: float, unit: str, **context: Any) -> dict[str, Any]
         raise ValueError(f"result {name!r} needs a finite number, got {value!r}")
     if not isinstance(unit, str):
         raise TypeError(f"unit must be a string such as 's' or 'x', got {type(unit).__name__}")
+    from .cpu import cpu_class
     from .device import get_device
 
     entry = {
@@ -217,6 +218,7 @@ def record(name: str, value: float, unit: str, **context: Any) -> dict[str, Any]
         "mode": config.mode_name(),
         "torch": torch.__version__,
         "device": str(get_device()),
+        "cpu_class": cpu_class(),
         "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "context": {k: v if isinstance(v, (int, float, str, bool, type(None))) else str(v)
                     for k, v in context.items()},

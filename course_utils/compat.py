@@ -87,6 +87,23 @@ def features() -> dict[str, bool]:
     return {name: _probe(name) for name in FEATURES}
 
 
+def cpu_capabilities() -> dict[str, Any]:
+    """Return cpuinfo's view of the CPU (instruction-set flags, cache sizes, name); {} if unavailable.
+
+    ``torch.cpu.get_capabilities()`` is public in recent torch; older releases have only
+    the private ``torch._C._cpu._get_cpu_capability()`` behind it, or neither.
+    """
+    getter = getattr(torch.cpu, "get_capabilities", None)
+    if getter is None:
+        getter = getattr(getattr(torch._C, "_cpu", None), "_get_cpu_capability", None)
+    if getter is None:
+        return {}
+    try:
+        return dict(getter())
+    except (RuntimeError, TypeError):
+        return {}
+
+
 def is_compiled(obj: Any) -> bool:
     """Return True when ``obj`` came out of ``torch.compile`` (a compiled function or module)."""
     if isinstance(obj, torch.nn.Module):

@@ -151,6 +151,23 @@ def check_device() -> Check:
     return Check("device", True, str(dev))
 
 
+def check_cpu(probe: bool = True) -> Check:
+    """Return the CPU class and the instruction sets the course's results depend on (never a failure).
+
+    With ``probe`` it also asks oneDNN, in a fresh process, which ISA it runs and whether
+    torch's int8 GEMM uses it. ONNX Runtime picks its kernels from the CPU itself.
+    """
+    from . import cpu
+
+    facts = cpu.info()
+    detail = facts.line() + "; instruction sets: " + (", ".join(facts.features) or "none tracked")
+    if probe:
+        onednn = cpu.onednn_report()
+        detail += f"; oneDNN: {onednn['isa']}; torch._int_mm runs through {onednn['int_mm']}"
+    detail += "; ONNX Runtime chooses its kernels from the CPU itself"
+    return Check("cpu", True, detail)
+
+
 def check_writable_dirs() -> list[Check]:
     """Return one check per folder the course writes to (cache and build)."""
     checks = []
@@ -186,10 +203,12 @@ def run_checks(compile_probe: bool = True) -> list[Check]:
     checks: list[Check] = [check_python()]
     checks += check_packages()
     torch_ok = all(c.ok for c in checks if c.name == "torch")
-    checks.append(check_compiler())
+    compiler = check_compiler()
+    checks.append(compiler)
     if torch_ok:
         checks.append(check_device())
-        if compile_probe and checks[-2].ok:
+        checks.append(check_cpu(probe=compile_probe))
+        if compile_probe and compiler.ok:
             checks.append(check_inductor())
         checks += check_data()
     checks += check_writable_dirs()

@@ -114,6 +114,13 @@ def report(check_compiler: bool = True) -> dict[str, str]:
         rows[name] = package_version(name) or "not installed"
     rows["platform"] = f"{platform.system()} {platform.machine()}"
     rows["cpu"] = cpu_model()
+    from . import cpu
+
+    facts = cpu.info()
+    rows["cpu class"] = facts.cpu_class + (f" (profile {facts.profile})" if facts.profile else "")
+    rows["cpu instruction sets"] = ", ".join(facts.features) or "none tracked"
+    rows["int8 dot product"] = facts.int8_dot or "none"
+    rows["torch vector code"] = facts.torch_capability
     rows["cores"] = str(os.cpu_count() or "unknown")
     rows["torch threads"] = str(torch.get_num_threads())
     rows["cuda"] = cuda_description()

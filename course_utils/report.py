@@ -39,6 +39,7 @@ class Row:
     reference: float | None
     expected: tuple[float, float] | None
     verdict: str
+    cpu_class: str | None = None
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -73,18 +74,37 @@ def device_kind(device: str | None) -> str:
     return "gpu" if device and device.startswith("cuda") else "cpu"
 
 
-def judge(value: float | None, expected: dict[str, Any] | None, kind: str) -> tuple[tuple[float, float] | None, str]:
-    """Return the expected range for this kind of machine and a one-line verdict."""
+def expected_range(expected: dict[str, Any] | None, kind: str,
+                   cpu_class: str | None = None) -> tuple[tuple[float, float] | None, str]:
+    """Return (range, what it applies to) for a result on this kind of machine.
+
+    A CPU result uses the range of its CPU class (key ``"cpu:<class>"``, such as
+    ``"cpu:x86-avx2"``) where one is given, else the ``"cpu"`` range shared by every CPU.
+    """
+    expected = expected or {}
+    if kind == "cpu" and cpu_class and expected.get(f"cpu:{cpu_class}"):
+        lo, hi = expected[f"cpu:{cpu_class}"]
+        return (float(lo), float(hi)), f"an {cpu_class} CPU"
+    bounds = expected.get(kind)
+    label = "a CPU machine" if kind == "cpu" else f"a {kind.upper()} machine"
+    if not bounds:
+        return None, label
+    return (float(bounds[0]), float(bounds[1])), label
+
+
+def judge(value: float | None, expected: dict[str, Any] | None, kind: str,
+          cpu_class: str | None = None) -> tuple[tuple[float, float] | None, str]:
+    """Return the expected range for this kind of machine (and CPU class) and a one-line verdict."""
     if value is None:
         return None, "not measured yet: run the notebook that records it"
-    bounds = (expected or {}).get(kind)
-    if not bounds:
-        return None, f"no expected range for a {kind.upper()} machine yet"
-    lo, hi = float(bounds[0]), float(bounds[1])
+    rng, label = expected_range(expected, kind, cpu_class)
+    if rng is None:
+        return None, f"no expected range for {label} yet"
+    lo, hi = rng
     if lo <= value <= hi:
-        return (lo, hi), f"in the expected range for a {kind.upper()} machine"
+        return rng, f"in the expected range for {label}"
     side = "below" if value < lo else "above"
-    return (lo, hi), f"{side} the expected range for a {kind.upper()} machine"
+    return rng, f"{side} the expected range for {label}"
 
 
 def build_rows(records: Sequence[dict[str, Any]], reference: dict[str, Any]) -> list[Row]:
@@ -98,11 +118,12 @@ def build_rows(records: Sequence[dict[str, Any]], reference: dict[str, Any]) -> 
         value = float(rec["value"]) if rec else None
         unit = (rec or ref or {}).get("unit", "")
         kind = device_kind(rec.get("device") if rec else None)
-        rng, verdict = judge(value, reference["expected"].get(name), kind)
+        rng, verdict = judge(value, reference["expected"].get(name), kind,
+                             rec.get("cpu_class") if rec else None)
         rows.append(Row(name=name, value=value, unit=unit, mode=rec.get("mode") if rec else None,
                         device=rec.get("device") if rec else None,
                         reference=float(ref["value"]) if ref else None, expected=rng,
-                        verdict=verdict))
+                        verdict=verdict, cpu_class=rec.get("cpu_class") if rec else None))
     return rows
 
 
@@ -118,17 +139,26 @@ def _range(rng: tuple[float, float] | None) -> str:
     return "—" if rng is None else f"{_fmt(rng[0])} – {_fmt(rng[1])}"
 
 
-def _header(reference: dict[str, Any]) -> list[str]:
+def _header(reference: dict[str, Any], rows: Sequence[Row] = ()) -> list[str]:
     m = reference["machine"]
-    return [f"Reference machine: {m.get('description', '?')}; torch {m.get('torch', '?')}, "
-            f"Python {m.get('python', '?')}; measured {m.get('date', '?')} ({m.get('mode', 'full')} mode)."]
+    ref_class = m.get("cpu_class", "unknown CPU class")
+    lines = [f"Reference machine: {m.get('description', '?')}, CPU class {ref_class}; torch {m.get('torch', '?')}, "
+             f"Python {m.get('python', '?')}; measured {m.get('date', '?')} ({m.get('mode', 'full')} mode)."]
+    mine = sorted({r.cpu_class for r in rows if r.cpu_class})
+    if mine:
+        same = mine == [ref_class]
+        lines.append(f"Your machine: CPU class {', '.join(mine)}"
+                     + (" (the reference's class)." if same else
+                        f" (the reference is {ref_class}: speed-ups of int8 and vectorised code differ "
+                        "between classes; ranges marked for your class apply)."))
+    return lines
 
 
 def to_markdown(rows: Sequence[Row], reference: dict[str, Any]) -> str:
     """Return the report as a Markdown page."""
     measured = sum(r.value is not None for r in rows)
     inside = sum(r.verdict.startswith("in the expected") for r in rows)
-    lines = ["# PyTorch 2 course: your results", ""] + _header(reference) + [
+    lines = ["# PyTorch 2 course: your results", ""] + _header(reference, rows) + [
         "", f"{measured} of {len(rows)} headline results measured; {inside} in the expected range.", "",
         "| result | yours | mode | reference | expected | verdict |",
         "|---|---|---|---|---|---|"]
@@ -173,7 +203,7 @@ def plot_png(rows: Sequence[Row]) -> bytes | None:
 def to_html(rows: Sequence[Row], reference: dict[str, Any]) -> str:
     """Return the report as one self-contained HTML page (the plot is embedded)."""
     esc = html.escape
-    body = [f"<h1>PyTorch 2 course: your results</h1><p>{esc(_header(reference)[0])}</p>"]
+    body = ["<h1>PyTorch 2 course: your results</h1>"] + [f"<p>{esc(line)}</p>" for line in _header(reference, rows)]
     png = plot_png(rows)
     if png:
         body.append('<img alt="yours divided by reference" src="data:image/png;base64,'

@@ -77,3 +77,21 @@ def test_every_headline_result_in_the_notebooks_has_an_expected_range():
             recorded |= set(re.findall(r'bench\.record\(\s*"([a-z0-9_.]+)"', "".join(cell["source"])))
     assert recorded, "no bench.record calls found in the notebooks"
     assert not recorded - set(ranges), f"no expected range for {sorted(recorded - set(ranges))}"
+
+
+def test_a_cpu_class_range_wins_over_the_shared_cpu_range():
+    expected = {"cpu": [1.3, 10], "cpu:x86-avx2": [0.05, 1.0], "gpu": None}
+    assert report.judge(0.2, expected, "cpu", "x86-avx2") == ((0.05, 1.0), "in the expected range for an x86-avx2 CPU")
+    assert report.judge(0.2, expected, "cpu", "x86-avx512-vnni")[1] == "below the expected range for a CPU machine"
+    assert report.judge(0.2, expected, "cpu")[1] == "below the expected range for a CPU machine"
+    assert report.judge(0.2, expected, "gpu", "x86-avx2")[1] == "no expected range for a GPU machine yet"
+
+
+def test_the_report_names_the_learners_cpu_class(tmp_path):
+    ref = {"machine": {"description": "ref box", "cpu_class": "x86-avx512-vnni"}, "results": {},
+           "expected": {"q.ratio": {"cpu": [0.1, 0.7], "cpu:x86-avx2": [0.1, 2.0]}}}
+    rec = {"name": "q.ratio", "value": 1.5, "unit": "x", "mode": "full", "device": "cpu", "cpu_class": "x86-avx2"}
+    rows = report.build_rows([rec], ref)
+    assert rows[0].verdict == "in the expected range for an x86-avx2 CPU"
+    text = report.to_markdown(rows, ref)
+    assert "Your machine: CPU class x86-avx2" in text and "the reference is x86-avx512-vnni" in text

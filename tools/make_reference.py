@@ -59,9 +59,11 @@ def main() -> None:
         "python": platform.python_version(),
         "date": dt.date.today().isoformat(),
         "mode": "/".join(sorted(modes)),
+        "cpu_class": "/".join(sorted({str(r.get("cpu_class", "unknown")) for r in records.values()})),
     }
     out = {"machine": machine,
-           "results": {n: {"value": r["value"], "unit": r["unit"], "mode": r["mode"]}
+           "results": {n: {"value": r["value"], "unit": r["unit"], "mode": r["mode"],
+                           "cpu_class": r.get("cpu_class", "unknown")}
                        for n, r in sorted(records.items())}}
     path = ROOT / "data" / report.REFERENCE_FILE
     path.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")

@@ -1,0 +1,229 @@
+"""Which CPU class is this, and which instruction sets do torch and its libraries use on it?
+
+Several of the course's results depend less on the number of cores than on the CPU's
+*instruction sets*: AVX2 or AVX-512 vectors for float kernels, and integer dot-product
+instructions (AVX-512 VNNI, AVX-VNNI, AMX on x86; SDOT/UDOT on ARM) for int8. This
+module names them, sums them up as one *CPU class* (``x86-avx512-vnni``, ``x86-avx2``,
+``arm64``, ...), and defines the *CPU profiles* that make torch, oneDNN, FBGEMM and
+Inductor act as if the CPU had fewer instruction sets, so the course can be tested on
+a laptop-class CPU without owning one (``python -m course_utils cpu --profile avx2 -- CMD``).
+
+What a profile cannot change: libraries that decide by asking the CPU directly
+(CPUID) rather than through these settings. ONNX Runtime's kernels (MLAS) and the
+choice of ``torch._int_mm``'s oneDNN path are two; ``tests/test_cpu_emulated.py``
+covers those by running under an emulated AVX2 CPU (qemu) where it is installed.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+#: Environment settings of each CPU profile. ATEN_CPU_CAPABILITY caps ATen's vectorised
+#: kernels and Inductor's generated code; ONEDNN_MAX_CPU_ISA caps oneDNN (convolutions,
+#: int8 GEMM); FBGEMM_ENABLE_INSTRUCTIONS caps FBGEMM (torch.ao's int8 Linear).
+PROFILES: Mapping[str, Mapping[str, str]] = {
+    "avx2": {
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",
+        "COURSE_CPU_PROFILE": "avx2",
+    },
+    "default": {
+        "ATEN_CPU_CAPABILITY": "default",
+        "ONEDNN_MAX_CPU_ISA": "SSE41",
+        "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",
+        "COURSE_CPU_PROFILE": "default",
+    },
+}
+
+#: The instruction sets that decide the course's results, in the order they are printed.
+X86_FEATURES = ("avx2", "avx512_f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile", "amx_int8",
+                "amx_bf16")
+ARM_FEATURES = ("neon", "asimddp", "i8mm", "sve", "sve2", "bf16")
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    """What the CPU has, what torch uses, and the class the course's ranges are keyed by."""
+
+    arch: str
+    name: str
+    features: tuple[str, ...]
+    torch_capability: str
+    profile: str | None
+    cpu_class: str
+    int8_dot: str | None
+
+    def line(self) -> str:
+        """Return a one-line description for setup cells and the doctor."""
+        prof = f", profile {self.profile}" if self.profile else ""
+        dot = self.int8_dot or "none (int8 products go through 16-bit pairs or plain loops)"
+        return (f"{self.cpu_class} ({self.name}{prof}): torch vector code {self.torch_capability}; "
+                f"int8 dot-product instructions: {dot}")
+
+
+def capabilities() -> dict[str, bool]:
+    """Return the CPU's instruction-set flags as torch's cpuinfo reads them (name -> present).
+
+    Uses ``torch.cpu.get_capabilities()`` where the installed torch has it, otherwise the
+    flags line of ``/proc/cpuinfo`` (Linux); {} when neither is available.
+    """
+    from . import compat
+
+    caps = compat.cpu_capabilities()
+    if caps:
+        return {k: bool(v) for k, v in caps.items() if isinstance(v, bool)}
+    return _proc_cpuinfo_flags()
+
+
+def _proc_cpuinfo_flags() -> dict[str, bool]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return {}
+    for line in text.splitlines():
+        key = line.split(":", 1)[0].strip().lower()
+        if key in ("flags", "features"):
+            names = line.split(":", 1)[1].split()
+            # /proc spells AVX-512 foundation "avx512f", cpuinfo "avx512_f"
+            return {("avx512_f" if n == "avx512f" else n): True for n in names}
+    return {}
+
+
+def active_profile() -> str | None:
+    """Return the name of the CPU profile this process runs under, or None (the real CPU)."""
+    name = os.environ.get("COURSE_CPU_PROFILE", "").strip()
+    return name or None
+
+
+def classify(arch: str, caps: Mapping[str, bool], torch_capability: str,
+             system: str = sys.platform) -> tuple[str, str | None]:
+    """Return (CPU class, int8 dot-product instruction set or None) for these facts.
+
+    The class is what the kernels may use, so a profile that caps torch at AVX2 on an
+    AVX-512 machine gives ``x86-avx2``. x86 classes, from most to least capable:
+    ``x86-amx``, ``x86-avx512-vnni``, ``x86-avx512``, ``x86-avx2-vnni``, ``x86-avx2``,
+    ``x86-baseline``; ARM: ``arm64-apple``, ``arm64``; anything else ``other``.
+    """
+    arch = arch.lower()
+    cap = torch_capability.upper()
+    if arch in ("x86_64", "amd64", "i386", "i686", "x86"):
+        if cap.startswith("AVX512"):
+            if caps.get("amx_int8") or caps.get("amx_tile"):
+                return "x86-amx", "AMX (int8 tiles) and AVX-512 VNNI"
+            if caps.get("avx512_vnni"):
+                return "x86-avx512-vnni", "AVX-512 VNNI (VPDPBUSD)"
+            return "x86-avx512", None
+        if cap == "AVX2":
+            # Under the avx2 profile the AVX-512 VNNI of the real CPU is hidden; AVX-VNNI
+            # (the 256-bit form on recent laptops) only counts on a real AVX2 CPU.
+            if caps.get("avx_vnni") and not caps.get("avx512_f"):
+                return "x86-avx2-vnni", "AVX-VNNI (VPDPBUSD on 256-bit vectors)"
+            return "x86-avx2", None
+        return "x86-baseline", None
+    if arch in ("arm64", "aarch64"):
+        dot = "ARM dot product (SDOT/UDOT)" if (caps.get("asimddp") or caps.get("neon_dotprod")
+                                                 or system == "darwin") else None
+        return ("arm64-apple" if system == "darwin" else "arm64"), dot
+    return "other", None
+
+
+def info() -> CpuInfo:
+    """Return this machine's CPU facts, class and int8 dot-product instructions (cheap: no subprocess)."""
+    import torch
+
+    caps = capabilities()
+    arch = platform.machine() or "unknown"
+    capability = torch.backends.cpu.get_cpu_capability()
+    cls, dot = classify(arch, caps, capability)
+    wanted = ARM_FEATURES if arch.lower() in ("arm64", "aarch64") else X86_FEATURES
+    from .env import cpu_model
+
+    return CpuInfo(arch=arch, name=cpu_model(), features=tuple(f for f in wanted if caps.get(f)),
+                   torch_capability=capability, profile=active_profile(), cpu_class=cls, int8_dot=dot)
+
+
+def cpu_class() -> str:
+    """Return this machine's CPU class, as ``info().cpu_class``."""
+    return info().cpu_class
+
+
+_ONEDNN_PROBE = (
+    "import torch\n"
+    "a = torch.ones(16, 64, dtype=torch.int8)\n"
+    "torch._int_mm(a, torch.ones(64, 32, dtype=torch.int8))\n"
+    "torch.nn.functional.linear(torch.randn(64, 256), torch.randn(256, 256)).sum()\n"
+)
+
+
+def onednn_report(timeout_s: float = 120.0) -> dict[str, str]:
+    """Return what oneDNN reports in a fresh process: its ISA and whether ``torch._int_mm`` used it.
+
+    Runs a tiny int8 matrix product with ``ONEDNN_VERBOSE=1`` (about two seconds).
+    Keys: ``isa`` (oneDNN's own words, or "not reported") and ``int_mm`` ("oneDNN" when
+    torch's int8 GEMM ran as a oneDNN primitive, else "torch's own loop").
+    """
+    env = dict(os.environ, ONEDNN_VERBOSE="1")
+    try:
+        out = subprocess.run([sys.executable, "-c", _ONEDNN_PROBE], capture_output=True, text=True,
+                             timeout=timeout_s, env=env, check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return {"isa": f"probe failed: {err}", "int_mm": "unknown"}
+    isa = "not reported"
+    used = "torch's own loop (no oneDNN primitive ran)"
+    for line in out.stdout.splitlines():
+        if ",info,cpu,isa:" in line:
+            isa = line.split("isa:", 1)[1].strip()
+        if ",primitive,exec,cpu," in line and "src_s8" in line:
+            used = "oneDNN"
+    if out.returncode != 0:
+        return {"isa": isa, "int_mm": f"probe failed with exit status {out.returncode}"}
+    return {"isa": isa, "int_mm": used}
+
+
+def profile_env(name: str, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Return ``base`` (default: this process's environment) with CPU profile ``name`` applied."""
+    if name not in PROFILES:
+        raise ValueError(f"unknown CPU profile {name!r}; choose one of: {', '.join(PROFILES)}")
+    env = dict(os.environ if base is None else base)
+    env.update(PROFILES[name])
+    return env
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m course_utils cpu [--probe] [--profile NAME -- CMD ...]``: report, or run CMD under a profile."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m course_utils cpu",
+                                     description="Show the CPU class, or run a command under a CPU profile.")
+    parser.add_argument("--profile", choices=sorted(PROFILES), help="run CMD with this CPU profile's settings")
+    parser.add_argument("--probe", action="store_true", help="also ask oneDNN what it uses (a fresh process)")
+    parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command to run under --profile")
+    args = parser.parse_args(argv)
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if args.profile:
+        if not cmd:
+            parser.error("--profile needs a command after --, e.g. -- make test")
+        env = profile_env(args.profile)
+        print("CPU profile " + args.profile + ": " + " ".join(f"{k}={v}" for k, v in PROFILES[args.profile].items()),
+              flush=True)
+        try:
+            return subprocess.call(cmd, env=env)
+        except OSError as err:
+            print(f"error: cannot run {cmd[0]!r}: {err}", file=sys.stderr)
+            return 127
+    if cmd:
+        parser.error("a command is only run with --profile NAME")
+    cpu = info()
+    print(cpu.line())
+    print("instruction sets: " + (", ".join(cpu.features) or "none of the ones the course tracks"))
+    if args.probe:
+        for key, value in onednn_report().items():
+            print(f"oneDNN {key}: {value}")
+    return 0

@@ -1,0 +1,88 @@
+"""CPU classes, CPU profiles and the oneDNN probe (course_utils.cpu)."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from course_utils import cpu
+
+AVX512_VNNI = {"avx2": True, "avx512_f": True, "avx512_vnni": True, "avx_vnni": True}
+
+
+@pytest.mark.parametrize(
+    ("arch", "caps", "capability", "system", "expected_class", "has_dot"),
+    [
+        ("x86_64", AVX512_VNNI, "AVX512", "linux", "x86-avx512-vnni", True),
+        ("x86_64", {**AVX512_VNNI, "amx_tile": True, "amx_int8": True}, "AVX512", "linux", "x86-amx", True),
+        ("x86_64", {"avx2": True, "avx512_f": True}, "AVX512", "linux", "x86-avx512", False),
+        # the avx2 profile on an AVX-512 VNNI machine: the kernels see AVX2 only
+        ("x86_64", AVX512_VNNI, "AVX2", "linux", "x86-avx2", False),
+        # a laptop with AVX-VNNI but no AVX-512
+        ("x86_64", {"avx2": True, "avx_vnni": True}, "AVX2", "win32", "x86-avx2-vnni", True),
+        ("AMD64", {"avx2": True}, "AVX2", "win32", "x86-avx2", False),
+        ("x86_64", {"avx2": True}, "DEFAULT", "linux", "x86-baseline", False),
+        ("aarch64", {"asimddp": True}, "DEFAULT", "linux", "arm64", True),
+        ("aarch64", {}, "DEFAULT", "linux", "arm64", False),
+        ("arm64", {}, "DEFAULT", "darwin", "arm64-apple", True),
+        ("riscv64", {}, "DEFAULT", "linux", "other", False),
+    ],
+)
+def test_classify(arch, caps, capability, system, expected_class, has_dot):
+    cls, dot = cpu.classify(arch, caps, capability, system=system)
+    assert cls == expected_class
+    assert (dot is not None) == has_dot
+
+
+def test_info_agrees_with_torch():
+    facts = cpu.info()
+    assert facts.torch_capability == torch.backends.cpu.get_cpu_capability()
+    assert facts.cpu_class == cpu.classify(facts.arch, cpu.capabilities(), facts.torch_capability)[0]
+    assert facts.cpu_class in facts.line() and facts.torch_capability in facts.line()
+    if platform.machine() == "x86_64":
+        assert "avx2" in cpu.capabilities()  # cpuinfo reads the flags on every x86-64 Linux CPU
+
+
+def test_profile_env_applies_and_rejects_unknown_names():
+    env = cpu.profile_env("avx2", base={"PATH": "/bin"})
+    assert env["ATEN_CPU_CAPABILITY"] == "avx2" and env["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+    assert env["COURSE_CPU_PROFILE"] == "avx2" and env["PATH"] == "/bin"
+    with pytest.raises(ValueError, match="unknown CPU profile 'avx3'.*avx2"):
+        cpu.profile_env("avx3")
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the avx2 profile is for x86-64 CPUs")
+def test_avx2_profile_caps_torch_in_a_child_process():
+    code = ("import torch; from course_utils import cpu; "
+            "print(torch.backends.cpu.get_cpu_capability(), cpu.info().cpu_class, cpu.info().profile)")
+    out = subprocess.run([sys.executable, "-m", "course_utils", "cpu", "--profile", "avx2", "--",
+                          sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    last = out.stdout.strip().splitlines()[-1].split()
+    if cpu.capabilities().get("avx2"):
+        assert last == ["AVX2", "x86-avx2", "avx2"]
+
+
+def test_profile_command_reports_errors(capsys):
+    assert cpu.main(["--profile", "avx2", "--", "/nonexistent/command"]) == 127
+    assert "cannot run" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cpu.main(["--profile", "avx2"])  # no command
+    with pytest.raises(SystemExit):
+        cpu.main(["--profile", "sse9", "--", "true"])
+
+
+def test_exit_status_of_the_command_is_returned():
+    assert cpu.main(["--profile", "avx2", "--", sys.executable, "-c", "raise SystemExit(3)"]) == 3
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="oneDNN's verbose ISA line is checked on x86-64")
+def test_onednn_report_names_the_isa_and_follows_the_profile(monkeypatch):
+    native = cpu.onednn_report()
+    assert native["isa"].startswith("Intel"), native
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    capped = cpu.onednn_report()
+    assert "AVX-512" not in capped["isa"] and "AVX2" in capped["isa"], capped
