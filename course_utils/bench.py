@@ -144,6 +144,37 @@ class Comparison:
         """Return ``slower`` median / ``faster`` median for any two variants."""
         return self.row(slower).median_s / self.row(faster).median_s
 
+    def verdict(self, label: str, against: str | None = None, margin: float = 0.05) -> str:
+        """Return "faster", "slower" or "no clear difference" for ``label`` against ``against``.
+
+        The rule: ``label`` is faster when its median is more than ``margin`` (5%) below the
+        other's *and* the two interquartile bands (median ± IQR/2, timed in interleaved
+        rounds) do not overlap; slower the other way round; anything else is no clear
+        difference. ``against`` defaults to the baseline.
+        """
+        a, b = self.row(label), self.row(against or self.baseline)
+        a_lo, a_hi = a.median_s - a.iqr_s / 2, a.median_s + a.iqr_s / 2
+        b_lo, b_hi = b.median_s - b.iqr_s / 2, b.median_s + b.iqr_s / 2
+        if a.median_s < b.median_s * (1 - margin) and a_hi < b_lo:
+            return "faster"
+        if a.median_s > b.median_s * (1 + margin) and a_lo > b_hi:
+            return "slower"
+        return "no clear difference"
+
+    def describe(self, label: str, against: str | None = None) -> str:
+        """Return a phrase such as "2.31x faster than fp32 eager" or "no clear difference from ...".
+
+        Uses ``verdict`` (so a difference inside the timing spread is never called a speed-up).
+        """
+        other = against or self.baseline
+        ratio = self.ratio(other, label)
+        word = self.verdict(label, other)
+        if word == "faster":
+            return f"{ratio:.2f}x faster than {other}"
+        if word == "slower":
+            return f"{1 / ratio:.2f}x slower than {other} (it takes {1 / ratio:.2f}x the time)"
+        return f"no clear difference from {other} ({ratio:.2f}x, inside the timing spread)"
+
     def to_markdown(self) -> str:
         """Return the comparison as a Markdown table."""
         lines = [f"| variant | median (ms) | IQR (ms) | speed-up vs {self.baseline} |",

@@ -18,28 +18,56 @@ from __future__ import annotations
 
 import os
 import platform
+import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-#: Environment settings of each CPU profile. ATEN_CPU_CAPABILITY caps ATen's vectorised
-#: kernels and Inductor's generated code; ONEDNN_MAX_CPU_ISA caps oneDNN (convolutions,
-#: int8 GEMM); FBGEMM_ENABLE_INSTRUCTIONS caps FBGEMM (torch.ao's int8 Linear).
+#: Environment settings of each CPU profile.
+#:
+#: ``avx2`` caps ATen's vectorised kernels and Inductor's generated code
+#: (ATEN_CPU_CAPABILITY) and FBGEMM, torch.ao's int8 library (FBGEMM_ENABLE_INSTRUCTIONS).
+#: It leaves oneDNN alone on purpose: torch picks ``torch._int_mm``'s route from the real
+#: CPU (CPUID), and a oneDNN capped below that route computes int8 products that saturate,
+#: a combination no real CPU has. TORCHINDUCTOR_CPP_MARCH keeps gcc from using instructions
+#: of the real CPU (``-march=native``) in the C++ that Inductor builds. ``default`` also turns
+#: vectorisation off.
+#:
+#: ``haswell`` is the faithful one: notebook kernels and probes run under qemu's user-mode
+#: emulation of an AVX2 CPU without AVX-512 or VNNI (``COURSE_EMULATOR``), so every library,
+#: ONNX Runtime included, sees that CPU through CPUID. It needs ``qemu-x86_64`` (Debian's
+#: qemu-user) and runs a few times slower.
 PROFILES: Mapping[str, Mapping[str, str]] = {
     "avx2": {
         "ATEN_CPU_CAPABILITY": "avx2",
-        "ONEDNN_MAX_CPU_ISA": "AVX2",
         "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",
+        "TORCHINDUCTOR_CPP_MARCH": "haswell",
         "COURSE_CPU_PROFILE": "avx2",
     },
     "default": {
         "ATEN_CPU_CAPABILITY": "default",
-        "ONEDNN_MAX_CPU_ISA": "SSE41",
         "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",
         "COURSE_CPU_PROFILE": "default",
     },
+    "haswell": {
+        "COURSE_EMULATOR": "qemu-x86_64 -cpu Haswell",
+        "TORCHINDUCTOR_CPP_MARCH": "haswell",
+        "COURSE_CPU_PROFILE": "haswell",
+    },
 }
+
+
+def emulator() -> list[str]:
+    """Return the command prefix that runs a program on the emulated CPU of this profile ([] for none)."""
+    return shlex.split(os.environ.get("COURSE_EMULATOR", ""))
+
+
+def python_command() -> list[str]:
+    """Return the command that starts this Python on the same (real or emulated) CPU as this process."""
+    return [*emulator(), sys.executable]
+
 
 #: The instruction sets that decide the course's results, in the order they are printed.
 X86_FEATURES = ("avx2", "avx512_f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile", "amx_int8",
@@ -171,7 +199,7 @@ def onednn_report(timeout_s: float = 120.0) -> dict[str, str]:
     """
     env = dict(os.environ, ONEDNN_VERBOSE="1")
     try:
-        out = subprocess.run([sys.executable, "-c", _ONEDNN_PROBE], capture_output=True, text=True,
+        out = subprocess.run([*python_command(), "-c", _ONEDNN_PROBE], capture_output=True, text=True,
                              timeout=timeout_s, env=env, check=False)
     except (OSError, subprocess.TimeoutExpired) as err:
         return {"isa": f"probe failed: {err}", "int_mm": "unknown"}
@@ -193,6 +221,10 @@ def profile_env(name: str, base: Mapping[str, str] | None = None) -> dict[str, s
         raise ValueError(f"unknown CPU profile {name!r}; choose one of: {', '.join(PROFILES)}")
     env = dict(os.environ if base is None else base)
     env.update(PROFILES[name])
+    wrapper = shlex.split(env.get("COURSE_EMULATOR", ""))
+    if wrapper and shutil.which(wrapper[0]) is None:
+        raise RuntimeError(f"CPU profile {name!r} needs {wrapper[0]!r}, which is not installed "
+                           "(Debian/Ubuntu: `sudo apt-get install qemu-user`)")
     return env
 
 
@@ -210,8 +242,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         if not cmd:
             parser.error("--profile needs a command after --, e.g. -- make test")
-        env = profile_env(args.profile)
-        print("CPU profile " + args.profile + ": " + " ".join(f"{k}={v}" for k, v in PROFILES[args.profile].items()),
+        try:
+            env = profile_env(args.profile)
+        except RuntimeError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print("CPU profile " + args.profile + ": " + " ".join(f"{k}={v!r}" for k, v in PROFILES[args.profile].items()),
               flush=True)
         try:
             return subprocess.call(cmd, env=env)

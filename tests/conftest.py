@@ -15,6 +15,7 @@ NetworkBlocked = offline.NetworkBlocked
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 
+
 @pytest.fixture(autouse=True)
 def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Block every connection and name lookup except loopback for the test's duration."""

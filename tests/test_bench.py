@@ -124,3 +124,21 @@ def test_bar_chart_draws_one_bar_per_variant():
     ax = fig.axes[0]
     assert len(ax.patches) == 2 and ax.get_title() == "t"
     assert any("2.00x" in t.get_text() for t in ax.texts)
+
+
+def _two(a_med: float, a_iqr: float, b_med: float, b_iqr: float) -> "bench.Comparison":
+    return bench.Comparison("b", [bench.Row("b", b_med, b_iqr, 1.0), bench.Row("a", a_med, a_iqr, b_med / a_med)])
+
+
+def test_verdict_needs_a_gap_beyond_the_spread():
+    assert _two(1.0, 0.1, 2.0, 0.1).verdict("a") == "faster"
+    assert _two(2.0, 0.1, 1.0, 0.1).verdict("a") == "slower"
+    assert _two(1.0, 0.8, 1.3, 0.8).verdict("a") == "no clear difference"  # bands overlap
+    assert _two(1.0, 0.0, 1.02, 0.0).verdict("a") == "no clear difference"  # under the 5% margin
+    assert _two(2.0, 0.1, 1.0, 0.1).verdict("b", "a") == "faster"
+
+
+def test_describe_words_follow_the_verdict():
+    assert _two(1.0, 0.1, 2.0, 0.1).describe("a") == "2.00x faster than b"
+    assert _two(4.0, 0.1, 1.0, 0.1).describe("a").startswith("4.00x slower than b")
+    assert _two(1.0, 0.8, 1.3, 0.8).describe("a").startswith("no clear difference from b (1.30x")

@@ -1,0 +1,30 @@
+"""Root pytest hooks that apply to the notebooks as well as the unit tests."""
+
+from __future__ import annotations
+
+import os
+import shlex
+
+
+def _kernels_on_the_emulated_cpu() -> None:
+    """Under an emulated CPU profile (``COURSE_EMULATOR``), start nbval's notebook kernels inside it.
+
+    nbval's ``--nbval-current-env`` kernel is this Python (``ipykernel.kernelspec``); a prefix
+    such as ``qemu-x86_64 -cpu Haswell`` makes every library in the kernel see that CPU.
+    """
+    prefix = shlex.split(os.environ.get("COURSE_EMULATOR", ""))
+    if not prefix:
+        return
+    import ipykernel.kernelspec as kernelspec
+
+    original = kernelspec.get_kernel_dict
+
+    def emulated(*args, **kwargs):
+        spec = original(*args, **kwargs)
+        spec["argv"] = prefix + list(spec["argv"])
+        return spec
+
+    kernelspec.get_kernel_dict = emulated
+
+
+_kernels_on_the_emulated_cpu()
