@@ -1,6 +1,7 @@
 """The model server over real HTTP (uvicorn on loopback in a thread): streaming, limits, metrics."""
 
 import contextlib
+import socket
 import time
 
 import httpx
@@ -106,6 +107,9 @@ def test_stream_format_and_end_event(server):
     ({"prompt": "a", "max_new_tokens": 257}, "less than or equal to 256"),
     ({"prompt": "a", "temperature": 2.5}, "less than or equal to 2"),
     ({"prompt": "a", "temperature": -1}, "greater than or equal to 0"),
+    ({"prompt": "a", "temperature": 1e-40}, "0 (greedy) or between 0.01 and 2.0"),
+    ({"prompt": "a", "seed": 2**64}, "less than or equal to 9223372036854775807"),
+    ({"prompt": "a", "seed": -1}, "greater than or equal to 0"),
     ({"max_new_tokens": 4}, "Field required"),
     ({"prompt": "a", "unknown": 1}, "Extra inputs are not permitted"),
 ])
@@ -113,6 +117,50 @@ def test_bad_input_is_422_with_a_message(server, body, fragment):
     resp = httpx.post(server.url + "/generate", json=body, timeout=TIMEOUT)
     assert resp.status_code == 422
     assert fragment in str(resp.json()["detail"])
+
+
+@pytest.mark.parametrize("raw, loc", [
+    (b'{"prompt": "a", "temperature": NaN}', ["body", "temperature"]),
+    (b'{"prompt": "a", "temperature": -Infinity}', ["body", "temperature"]),
+    (b'{"prompt": "a", "max_new_tokens": Infinity}', ["body", "max_new_tokens"]),
+    (b'{"prompt": "a", "seed": NaN}', ["body", "seed"]),
+    (b'{"prompt": "\\ud800"}', ["body", "prompt"]),
+    (b'{"prompt": "a", "\\ud800": NaN}', ["body"]),  # (pydantic cannot read the key)
+    (b'{"prompt": "a", "n": [NaN, "\\udfff"]}', ["body", "n"]),
+])
+def test_non_finite_numbers_and_lone_surrogates_are_422_not_500(server, raw, loc):
+    resp = httpx.post(server.url + "/generate", content=raw, headers={"content-type": "application/json"},
+                      timeout=TIMEOUT)
+    assert resp.status_code == 422, resp.text
+    detail = resp.json()["detail"]
+    assert detail[0]["loc"] == loc
+    assert all(set(error) == {"loc", "msg", "type"} for error in detail)
+
+
+@pytest.mark.parametrize("body", [
+    {"prompt": "ECHO" * 2000}, {"prompt": "a", "max_new_tokens": "ECHO" * 2000},
+    {"prompt": "a", "unknown": "ECHO" * 2000}, ["ECHO" * 2000], "ECHO" * 2000,
+])
+def test_validation_errors_do_not_echo_the_input(server, body):
+    resp = httpx.post(server.url + "/generate", json=body, timeout=TIMEOUT)
+    assert resp.status_code == 422 and "ECHO" not in resp.text and len(resp.content) < 2000
+
+
+def test_a_50_mb_body_is_refused_with_413_before_it_is_read(server):
+    port = int(server.url.rsplit(":", 1)[1])
+    head = (b"POST /generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 50000000\r\n\r\n")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(head + b'{"prompt": "' + b"a" * 60_000)
+        reply = b""
+        while b"}" not in reply:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413"), reply[:200]
+    assert b"larger than 1048576 bytes" in body
 
 
 def test_malformed_json_is_422(server):

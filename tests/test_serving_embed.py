@@ -1,6 +1,10 @@
-"""/embed batches MiniLM across concurrent requests; batched results equal unbatched ones."""
+"""/embed batches MiniLM across concurrent requests; batched results equal unbatched ones; work for
+clients that gave up is dropped, and the number of waiting texts is capped."""
 
 import asyncio
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -62,3 +66,72 @@ def test_embed_disabled_is_404():
     with ThreadedServer(ServeSettings(embed=False, threads=1), model=model, tokenizer=tok) as srv:
         resp = httpx.post(srv.url + "/embed", json={"texts": ["a"]}, timeout=30)
     assert resp.status_code == 404 and "disabled" in resp.json()["detail"]
+
+
+class GatedEncoder:
+    """Stands in for MiniLM: 384 zeros per text, and every forward pass waits for ``gate``."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+
+    def tokenize(self, texts: list[str]) -> tuple[list[str], None]:
+        return list(texts), None
+
+    def model(self, texts: list[str], mask: None) -> torch.Tensor:
+        self.calls.append(texts)
+        self.entered.set()
+        assert self.gate.wait(30), "the test never opened the gate"
+        return torch.zeros(len(texts), 384)
+
+
+def embed_outcomes(url: str) -> dict[str, float]:
+    """Return serve_embed_requests_total by outcome."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(url + "/metrics", timeout=30, trust_env=False).text
+    return {s.labels["outcome"]: s.value for f in text_string_to_metric_families(text)
+            if f.name == "serve_embed_requests" for s in f.samples if s.name.endswith("_total")}
+
+
+def post_embed(url: str, texts: list[str]) -> httpx.Response:
+    return httpx.post(url + "/embed", json={"texts": texts}, timeout=30, trust_env=False)
+
+
+def test_embed_work_of_clients_that_timed_out_is_dropped_not_computed():
+    model, tok = load_tiny_gpt()
+    encoder = GatedEncoder()
+    settings = ServeSettings(embed=True, threads=1, max_wait_ms=0, queue_timeout_s=0.5)
+    with ThreadedServer(settings, model=model, tokenizer=tok, mini=encoder) as srv, \
+            ThreadPoolExecutor(3) as pool:
+        first = pool.submit(post_embed, srv.url, ["first"])
+        assert encoder.entered.wait(10)  # the worker is stuck computing "first"
+        later = [pool.submit(post_embed, srv.url, [name]) for name in ("second", "third")]
+        assert [f.result().status_code for f in [first, *later]] == [504, 504, 504]
+        encoder.gate.set()
+        assert post_embed(srv.url, ["fourth"]).status_code == 200
+        outcomes = embed_outcomes(srv.url)
+    assert encoder.calls == [["first"], ["fourth"]]  # "second" and "third" were never computed
+    assert outcomes.get("ok") == 1 and outcomes.get("abandoned") == 3
+
+
+def test_embed_queue_is_capped_in_texts_with_503_and_retry_after():
+    model, tok = load_tiny_gpt()
+    encoder = GatedEncoder()
+    settings = ServeSettings(embed=True, threads=1, max_wait_ms=0, embed_queue_texts=64)
+    with ThreadedServer(settings, model=model, tokenizer=tok, mini=encoder) as srv, \
+            ThreadPoolExecutor(2) as pool:
+        running = pool.submit(post_embed, srv.url, ["busy"])
+        assert encoder.entered.wait(10)
+        waiting = pool.submit(post_embed, srv.url, ["x"] * 40)
+        worker = srv.app.state.serving["embedder"]
+        deadline = time.monotonic() + 10
+        while worker.queued_texts < 40 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        refused = post_embed(srv.url, ["y"] * 40)  # 40 + 40 texts would wait: over 64
+        assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+        assert "queue is full" in refused.json()["detail"]
+        encoder.gate.set()
+        assert running.result().status_code == 200 and waiting.result().status_code == 200
+        assert worker.queued_texts == 0

@@ -9,7 +9,8 @@ import torch
 pytest.importorskip("litserve")
 
 from course_utils.models.gpt import generate_cached  # noqa: E402
-from course_utils.serving.litserve_app import ROUTE, greedy_rows, litserve_process, load_model  # noqa: E402
+from course_utils.serving.litserve_app import (  # noqa: E402
+    ROUTE, GenerateRequest, greedy_rows, litserve_process, load_model)
 from course_utils.serving.loadgen import SSEParser, run_load  # noqa: E402
 
 PROMPTS = ["The ", "A class ", "def main(", "import os\n"]
@@ -76,6 +77,7 @@ def test_concurrent_clients_are_batched_without_mixing(server, model_and_tokeniz
     {"prompt": "ok", "max_new_tokens": "many"},
     {"prompt": "ok", "max_new_tokens": 4, "temperature": 0.7},
     {"prompt": "caf\u00e9", "max_new_tokens": 4},
+    {"prompt": "ok", "max_new_tokens": 4, "top_k": 5},
 ])
 def test_bad_requests_get_422(server, body):
     resp = httpx.post(server.url + ROUTE, json=body, timeout=30, trust_env=False)
@@ -83,3 +85,11 @@ def test_bad_requests_get_422(server, body):
     # and the server still answers good requests afterwards
     ok = httpx.post(server.url + ROUTE, json={"prompt": "ok", "max_new_tokens": 2}, timeout=30, trust_env=False)
     assert ok.status_code == 200 and "event: end" in ok.text
+
+
+def test_the_request_model_forbids_unknown_fields():
+    from pydantic import ValidationError
+
+    assert GenerateRequest(prompt="ok", max_new_tokens=4).max_new_tokens == 4
+    with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
+        GenerateRequest.model_validate({"prompt": "ok", "max_new_tokens": 4, "stream": False})

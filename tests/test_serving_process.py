@@ -12,6 +12,7 @@ from course_utils.__main__ import main
 from course_utils.serving import ServeSettings
 from course_utils.serving.loadgen import SSEParser
 from course_utils.serving.process import ServerProcess, ServerStartError, serve_in_subprocess
+from course_utils.serving.server import free_port
 
 
 def test_serve_help_lists_the_options():
@@ -36,11 +37,23 @@ def test_settings_round_trip_through_the_cli():
         ServeSettings(batching="dynamic")
 
 
-def test_a_server_that_cannot_start_reports_its_log():
+def test_a_server_that_cannot_start_reports_its_log_and_removes_it():
     cmd = [sys.executable, "-c", "import sys; print('boom from the server'); sys.exit(3)"]
+    server = ServerProcess(cmd, "http://127.0.0.1:9/health", startup_timeout_s=20)
+    assert server.log_path.exists()
     with pytest.raises(ServerStartError, match="boom from the server"):
-        with ServerProcess(cmd, "http://127.0.0.1:9/health", startup_timeout_s=20):
+        with server:
             pass
+    assert not server.log_path.exists()  # __exit__ never ran: the failed start cleaned up
+
+
+def test_a_server_that_never_gets_healthy_is_stopped_and_its_log_removed():
+    cmd = [sys.executable, "-c", "import time; print('waiting forever', flush=True); time.sleep(120)"]
+    server = ServerProcess(cmd, f"http://127.0.0.1:{free_port()}/health", startup_timeout_s=2, stop_timeout_s=5)
+    with pytest.raises(ServerStartError, match="not healthy after 2"):
+        with server:
+            pass
+    assert server.proc.returncode is not None and not server.log_path.exists()
 
 
 def test_subprocess_server_streams_and_stops_cleanly_with_streams_in_flight():

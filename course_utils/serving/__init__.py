@@ -4,6 +4,7 @@
 - ``engine``: the generation worker (KV cache; "iteration", "static" or "none" batching).
 - ``embed``: the embedding worker (all-MiniLM-L6-v2, batched across requests).
 - ``app``: ``create_app(settings)``, the FastAPI application (SSE streaming, /metrics).
+- ``guards``: the ``Host`` header check and the request body size cap in front of the app.
 - ``metrics``: Prometheus metrics. ``server``: uvicorn in the foreground or in a thread.
 - ``process``: ``serve_in_subprocess`` / ``ServerProcess``. ``loadgen``: ``run_load``.
 - ``bare``: tokens/s of the model alone. ``checkpoint``: ``load_tiny_gpt``.

@@ -5,14 +5,22 @@ API (all JSON unless said otherwise):
 - ``POST /generate`` ``{"prompt", "max_new_tokens"=64, "temperature"=0.0, "seed"=null}`` →
   ``text/event-stream``: one ``data: {"token": "<text>", "index": i}`` event per token, then
   ``event: end`` with ``{"reason": "length", "tokens", "ttft_ms", "latency_ms"}``. A failure
-  after the stream started (shutdown) ends it with ``event: error`` ``{"detail"}``.
+  after the stream started (shutdown, an error in the model) ends it with ``event: error``
+  ``{"detail", "status"}``. ``temperature`` is 0 (greedy) or in [0.01, 2]; ``seed`` in [0, 2**63).
   Before the stream starts: 422 bad input or malformed JSON; 503 + ``Retry-After`` when the
   queue is full or the server is stopping; 504 when no batch slot freed up within
-  ``queue_timeout_s`` (the request is dropped from the queue).
+  ``queue_timeout_s`` (the request is dropped from the queue); 500 when generating failed.
 - ``POST /embed`` ``{"texts": [...]}`` (1..64 texts of 1..1000 characters) →
-  ``{"model": "all-MiniLM-L6-v2", "embeddings": [[384 floats], ...]}``; 404 when disabled.
-- ``GET /health`` → ``{"status": "ok", ...}`` (503 with ``"stopping"`` during shutdown).
+  ``{"model": "all-MiniLM-L6-v2", "embeddings": [[384 floats], ...]}``; 404 when disabled;
+  503 + ``Retry-After`` when ``embed_queue_texts`` texts already wait; 504 after ``queue_timeout_s``.
+- ``GET /health`` → ``{"status": "ok", ...}``; 503 with ``"stopping"`` during shutdown, or with
+  ``"error"`` and a ``"reason"`` when a worker thread died and the server cannot serve.
 - ``GET /metrics`` → Prometheus text format.
+
+Every error answer is JSON ``{"detail": ...}``. A 422 lists, per problem, the field (``loc``),
+the rule (``msg``) and its ``type``, never the value sent (it may be huge or not printable).
+Bodies over ``max_body_bytes`` get 413; a ``Host`` header that does not name loopback (or an
+``allow_hosts`` name) gets 400 (see ``guards``).
 """
 
 
@@ -23,18 +31,22 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from ..data.text import CharTokenizer
 from ..models.gpt import TinyGPT
-from .embed import MODEL_NAME, EmbedWorker
-from .engine import GenerationEngine, GenRequest, QueueFull, ShuttingDown
+from .embed import MODEL_NAME, EmbedError, EmbedWorker
+from .engine import MAX_TEMPERATURE, MIN_TEMPERATURE, GenerationEngine, GenRequest, QueueFull, ShuttingDown
+from .guards import BodyLimit, HostCheck
 from .metrics import ServingMetrics
-from .settings import ServeSettings
+from .settings import MAX_TEXTS_PER_REQUEST, ServeSettings
 
 RETRY_AFTER_S = "1"
+MAX_SEED = 2**63 - 1
+MAX_ERRORS_SHOWN = 20
 
 
 def generate_request_model(settings: ServeSettings, tokenizer: CharTokenizer) -> type[BaseModel]:
@@ -44,11 +56,11 @@ def generate_request_model(settings: ServeSettings, tokenizer: CharTokenizer) ->
     class GenerateRequest(BaseModel):
         """Body of ``POST /generate``."""
 
-        model_config = ConfigDict(extra="forbid")
+        model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
         prompt: str = Field(min_length=1, max_length=settings.max_prompt_chars)
         max_new_tokens: int = Field(default_new, ge=1, le=settings.max_new_tokens_limit, strict=True)
-        temperature: float = Field(0.0, ge=0.0, le=2.0)
-        seed: int | None = Field(None, strict=True)
+        temperature: float = Field(0.0, ge=0.0, le=MAX_TEMPERATURE)
+        seed: int | None = Field(None, ge=0, le=MAX_SEED, strict=True)
 
         @field_validator("prompt")
         @classmethod
@@ -56,17 +68,50 @@ def generate_request_model(settings: ServeSettings, tokenizer: CharTokenizer) ->
             tokenizer.encode(value)  # ValueError naming the unknown characters → 422
             return value
 
+        @field_validator("temperature")
+        @classmethod
+        def _greedy_or_in_range(cls, value: float) -> float:
+            if 0 < value < MIN_TEMPERATURE:  # dividing by a tiny temperature overflows the logits
+                raise ValueError(f"temperature must be 0 (greedy) or between {MIN_TEMPERATURE} "
+                                 f"and {MAX_TEMPERATURE}")
+            return value
+
     return GenerateRequest
 
 
+# (pydantic rejects a lone surrogate, which JSON's "\ud800" can carry, in a constrained string)
 EmbedText = Annotated[str, StringConstraints(min_length=1, max_length=1000)]
 
 
 class EmbedRequest(BaseModel):
     """Body of ``POST /embed``."""
 
-    model_config = ConfigDict(extra="forbid")
-    texts: list[EmbedText] = Field(min_length=1, max_length=64)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    texts: list[EmbedText] = Field(min_length=1, max_length=MAX_TEXTS_PER_REQUEST)
+
+
+def _printable(part: object, limit: int = 200) -> str | int:
+    """Return ``part`` as an int or a short string that any JSON encoder can write."""
+    if isinstance(part, int):
+        return part
+    return str(part)[:limit].encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+async def validation_error(request: Request, exc: Exception) -> JSONResponse:
+    """Return the 422 for a request that failed validation: field, rule and type of each problem,
+    never the value sent (FastAPI's default echoes it, and cannot encode NaN or lone surrogates)."""
+    errors = exc.errors() if isinstance(exc, RequestValidationError) else []
+    detail = []
+    for err in errors[:MAX_ERRORS_SHOWN]:
+        msg = str(err.get("msg", ""))
+        if err.get("type") == "json_invalid" and isinstance(err.get("ctx", {}).get("error"), str):
+            msg += f": {err['ctx']['error']}"
+        detail.append({"loc": [_printable(p) for p in err.get("loc", ())], "msg": _printable(msg),
+                       "type": _printable(err.get("type", ""))})
+    body: dict[str, Any] = {"detail": detail}
+    if len(errors) > MAX_ERRORS_SHOWN:
+        body["more_errors"] = len(errors) - MAX_ERRORS_SHOWN
+    return JSONResponse(body, status_code=422)
 
 
 def _sse(event: str | None, payload: dict[str, Any]) -> str:
@@ -117,6 +162,9 @@ def create_app(settings: ServeSettings | None = None, *, model: TinyGPT | None =
 
     app = FastAPI(title="course_utils model server", lifespan=lifespan,
                   summary="Tiny GPT with batched, streamed generation; MiniLM embeddings")
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(HostCheck, allowed=settings.allow_hosts)  # added last: runs first
     app.state.engine = engine
     app.state.settings = settings
     app.state.metrics = metrics
@@ -171,6 +219,8 @@ def create_app(settings: ServeSettings | None = None, *, model: TinyGPT | None =
             req.cancel()
             raise
         if first[0] == "error":
+            if first[1].get("status") == 500:
+                return JSONResponse({"detail": first[1]["detail"]}, status_code=500)
             return _unavailable(first[1]["detail"])
         return StreamingResponse(stream(req, first), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -184,21 +234,30 @@ def create_app(settings: ServeSettings | None = None, *, model: TinyGPT | None =
         if state["status"] != "ok":
             return _unavailable("server shutting down")
         try:
-            future = embedder.submit(body.texts)
+            job = embedder.submit(body.texts)
         except queue.Full:
             metrics.embed_requests.labels("rejected").inc()
-            return _unavailable(f"the embedding queue is full ({settings.queue_size} waiting)")
+            return _unavailable(f"the embedding queue is full ({embedder.queued_texts} texts waiting)")
         try:
-            vectors = await asyncio.wait_for(future, timeout=settings.queue_timeout_s)
+            vectors = await asyncio.wait_for(job.future, timeout=settings.queue_timeout_s)
         except TimeoutError:
+            job.cancel()  # the worker skips it instead of computing it for nobody
             return JSONResponse({"detail": f"timed out after {settings.queue_timeout_s} s"}, status_code=504)
+        except EmbedError as err:
+            return JSONResponse({"detail": str(err)}, status_code=500)
         except RuntimeError as err:
             return _unavailable(str(err))
+        except BaseException:
+            job.cancel()
+            raise
         return {"model": MODEL_NAME, "embeddings": vectors}
 
     @app.get("/health", response_model=None)
     async def health() -> Response:
-        body = {"status": state["status"], "model": "tiny-gpt",
+        embedder = state["embedder"]
+        problem = engine.failure or (embedder.failure if embedder is not None else None)
+        status = "error" if problem and state["status"] == "ok" else state["status"]
+        body = {"status": status, "model": "tiny-gpt",
                 "params": sum(p.numel() for p in model.parameters()),
                 "batching": settings.batching, "max_batch_size": settings.batch_capacity,
                 "max_wait_ms": settings.max_wait_ms, "embed": settings.embed,
@@ -206,7 +265,9 @@ def create_app(settings: ServeSettings | None = None, *, model: TinyGPT | None =
                 "active": len(engine.rows), "queued": engine.queue.qsize(),
                 "max_prompt_chars": settings.max_prompt_chars,
                 "max_new_tokens_limit": settings.max_new_tokens_limit}
-        return JSONResponse(body, status_code=200 if state["status"] == "ok" else 503)
+        if problem:
+            body["reason"] = problem
+        return JSONResponse(body, status_code=200 if status == "ok" else 503)
 
     @app.get("/metrics")
     async def prometheus() -> Response:

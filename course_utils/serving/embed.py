@@ -1,8 +1,14 @@
-"""The embedding worker: batches ``/embed`` requests across clients for all-MiniLM-L6-v2."""
+"""The embedding worker: batches ``/embed`` requests across clients for all-MiniLM-L6-v2.
+
+At most ``settings.embed_queue_texts`` texts wait at a time (``submit`` raises ``queue.Full``
+beyond, HTTP 503). Work nobody waits for any more (the route timed out or the client went
+away) is dropped before it is computed and counted as "abandoned", not "ok".
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import threading
 import time
@@ -14,6 +20,11 @@ from .metrics import ServingMetrics
 from .settings import ServeSettings
 
 MODEL_NAME = "all-MiniLM-L6-v2"
+log = logging.getLogger(__name__)
+
+
+class EmbedError(RuntimeError):
+    """Computing the embeddings failed (HTTP 500); the server log has the details."""
 
 
 @dataclass(eq=False)
@@ -24,15 +35,11 @@ class EmbedJob:
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
     arrived: float = field(default_factory=time.perf_counter)
+    cancelled: bool = False
 
-
-def _resolve(job: EmbedJob, result: list[list[float]] | None, error: BaseException | None) -> None:
-    if job.future.done():
-        return
-    if error is not None:
-        job.future.set_exception(error)
-    else:
-        job.future.set_result(result)
+    def cancel(self) -> None:
+        """Tell the worker nobody waits for these texts any more (timeout, client gone)."""
+        self.cancelled = True
 
 
 class EmbedWorker:
@@ -44,6 +51,8 @@ class EmbedWorker:
         self.settings = settings
         self.metrics = metrics
         self.queue: queue.Queue[EmbedJob] = queue.Queue(maxsize=settings.queue_size)
+        self.queued_texts = 0  # texts in ``queue``, at most settings.embed_queue_texts
+        self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="course-serving-embed", daemon=True)
 
@@ -51,12 +60,31 @@ class EmbedWorker:
         """Start the worker thread."""
         self._thread.start()
 
-    def submit(self, texts: list[str]) -> asyncio.Future:
-        """Queue texts and return a future of their embeddings; raises ``queue.Full``."""
+    @property
+    def failure(self) -> str | None:
+        """Return why the worker cannot serve (its thread died), or None while it can."""
+        if self._thread.ident is not None and not self._thread.is_alive() and not self._stopping.is_set():
+            return "the embedding worker is not running"
+        return None
+
+    def submit(self, texts: list[str]) -> EmbedJob:
+        """Queue texts and return their job (``job.future`` gives the embeddings); raises ``queue.Full``
+        when ``queue_size`` requests or ``embed_queue_texts`` texts already wait."""
         loop = asyncio.get_running_loop()
         job = EmbedJob(list(texts), loop.create_future(), loop)
-        self.queue.put_nowait(job)
-        return job.future
+        with self._lock:
+            if self.queued_texts + len(job.texts) > self.settings.embed_queue_texts:
+                raise queue.Full
+            self.queue.put_nowait(job)
+            self.queued_texts += len(job.texts)
+        return job
+
+    def _get(self, wait_s: float) -> EmbedJob:
+        """Return the next queued job, waiting up to ``wait_s`` seconds (0: not at all); raises ``queue.Empty``."""
+        job = self.queue.get(timeout=wait_s) if wait_s > 0 else self.queue.get_nowait()
+        with self._lock:
+            self.queued_texts -= len(job.texts)
+        return job
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the worker; pending requests fail with a shutdown error."""
@@ -69,7 +97,7 @@ class EmbedWorker:
         with torch.inference_mode():
             while not self._stopping.is_set():
                 try:
-                    first = self.queue.get(timeout=0.05)
+                    first = self._get(0.05)
                 except queue.Empty:
                     continue
                 jobs = [first]
@@ -78,7 +106,7 @@ class EmbedWorker:
                 while count < self.settings.max_batch_size:
                     remaining = deadline - time.perf_counter()
                     try:
-                        job = self.queue.get(timeout=remaining) if remaining > 0 else self.queue.get_nowait()
+                        job = self._get(remaining)
                     except queue.Empty:
                         break
                     jobs.append(job)
@@ -86,30 +114,48 @@ class EmbedWorker:
                 self._embed(jobs)
         while True:
             try:
-                job = self.queue.get_nowait()
+                job = self._get(0)
             except queue.Empty:
                 break
             self._call(job, None, RuntimeError("server shutting down"))
 
     def _call(self, job: EmbedJob, result: list[list[float]] | None, error: BaseException | None) -> None:
         try:
-            job.loop.call_soon_threadsafe(_resolve, job, result, error)
+            job.loop.call_soon_threadsafe(self._resolve, job, result, error)
         except RuntimeError:
             pass
 
+    def _resolve(self, job: EmbedJob, result: list[list[float]] | None, error: BaseException | None) -> None:
+        """On the event loop: hand the result to the waiting route, counting the outcome."""
+        if job.future.done():  # the route gave up (504) while this was being computed
+            if error is None:
+                self.metrics.embed_requests.labels("abandoned").inc()
+        elif error is not None:
+            job.future.set_exception(error)
+        else:
+            job.future.set_result(result)
+            self.metrics.embed_requests.labels("ok").inc()
+
     def _embed(self, jobs: list[EmbedJob]) -> None:
+        now = time.perf_counter()
+        live = [job for job in jobs if not job.cancelled and now - job.arrived <= self.settings.queue_timeout_s]
+        if len(live) < len(jobs):  # the others' routes already answered (504) or their clients left
+            self.metrics.embed_requests.labels("abandoned").inc(len(jobs) - len(live))
+        jobs = live
+        if not jobs:
+            return
         texts = [t for job in jobs for t in job.texts]
         try:
             ids, mask = self.mini.tokenize(texts)  # type: ignore[attr-defined]
             emb = self.mini.model(ids, mask).tolist()  # type: ignore[attr-defined]
         except Exception as err:  # report to every waiting client
+            log.error("embedding %d texts failed", len(texts), exc_info=err)
             self.metrics.embed_requests.labels("error").inc(len(jobs))
             for job in jobs:
-                self._call(job, None, err)
+                self._call(job, None, EmbedError(f"embedding failed ({type(err).__name__}); see the server log"))
             return
         self.metrics.embed_batch.observe(len(texts))
         start = 0
         for job in jobs:
             self._call(job, emb[start:start + len(job.texts)], None)
             start += len(job.texts)
-        self.metrics.embed_requests.labels("ok").inc(len(jobs))

@@ -10,12 +10,19 @@ Requests arrive on a bounded ``queue.Queue`` (full → the route answers 503). T
 - "none": one request at a time (the unbatched baseline).
 
 Tokens go back to the asyncio loop in one ``loop.call_soon_threadsafe`` per step, into each
-request's ``asyncio.Queue`` as ``("token", id)``, then ``("end", info)`` or ``("error", detail)``.
+request's ``asyncio.Queue`` as ``("token", id)``, then ``("end", info)`` or ``("error", info)``
+(``info["status"]``: 503 for a shutdown, 500 for a failure).
+
+A failure ends only the requests it touches: sampling one row fails that row, a prefill its
+newcomers, a decoding step the running batch; the worker logs it and goes on serving. Only
+if the worker thread itself dies does the engine stop: ``failure`` then says why (``/health``
+reports it) and every later request gets 503.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import threading
 import time
@@ -30,6 +37,11 @@ from .metrics import ServingMetrics
 from .settings import ServeSettings
 
 Event = tuple[str, Any]
+log = logging.getLogger(__name__)
+
+#: Sampling temperatures: 0 is greedy; otherwise between these (the request schema enforces it).
+MIN_TEMPERATURE = 0.01
+MAX_TEMPERATURE = 2.0
 
 
 class QueueFull(RuntimeError):
@@ -60,6 +72,19 @@ class GenRequest:
     def cancel(self) -> None:
         """Ask the worker to drop this request at its next step (client gone, timeout)."""
         self.cancelled = True
+
+
+def sample_token(logits: torch.Tensor, temperature: float, generator: torch.Generator | None = None) -> int:
+    """Return a token id drawn from ``softmax(logits / temperature)`` (the argmax if that is no distribution).
+
+    The division happens in float32, and probabilities that are not finite (a tiny temperature
+    overflows the scaled logits to infinity) fall back to greedy decoding, which is what such a
+    temperature asks for anyway, instead of making ``torch.multinomial`` raise.
+    """
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    if not bool(torch.isfinite(probs).all()) or float(probs.sum()) <= 0:
+        return int(logits.argmax())
+    return int(torch.multinomial(probs, 1, generator=generator)[0])
 
 
 def _deliver(batch: list[tuple[GenRequest, Event]]) -> None:
@@ -94,7 +119,9 @@ class GenerationEngine:
         self._stop_detail = "server shutting down"
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._failure: str | None = None
         self.steps = 0
+        self.errors = 0  # failures that ended some requests while the worker went on
         metrics.queue_depth.set_function(self.queue.qsize)
         metrics.active.set_function(lambda: len(self.rows))
 
@@ -123,6 +150,14 @@ class GenerationEngine:
     def accepting(self) -> bool:
         """Whether new requests are taken (false once shutdown began)."""
         return not self._stopping.is_set()
+
+    @property
+    def failure(self) -> str | None:
+        """Return why the worker cannot serve (its thread died), or None while it can."""
+        if self._failure is None and self._thread is not None and not self._thread.is_alive() \
+                and not self._stopping.is_set():
+            return "the generation worker is not running"
+        return self._failure
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the worker thread; tokens are handed to ``loop``."""
@@ -165,37 +200,59 @@ class GenerationEngine:
         torch.set_num_threads(self.settings.torch_threads)
         out: list[tuple[GenRequest, Event]] = []
         try:
-            interval = self.settings.stream_interval_ms / 1000
-            last_flush = time.perf_counter()
-            phase = self.metrics.engine_seconds
-            t_prefill, t_decode, t_idle, t_other = (phase.labels(p) for p in ("prefill", "decode", "idle", "other"))
             with torch.inference_mode():
                 while not self._stopping.is_set():
-                    t0 = time.perf_counter()
-                    busy = bool(self.rows)
-                    prefill_s = self._admit(out)
-                    t1 = time.perf_counter()
-                    (t_other if busy else t_idle).inc(t1 - t0 - prefill_s)
-                    t_prefill.inc(prefill_s)
-                    if self.rows:
-                        decode_s = self._decode(out)
-                        t_decode.inc(decode_s)
-                        t2 = time.perf_counter()
-                        if not self.rows or t2 - last_flush >= interval:
-                            self._flush(out)
-                            last_flush = t2
-                        elif self._urgent:
-                            self._flush_urgent(out)
-                        t_other.inc(time.perf_counter() - t2 + (t2 - t1 - decode_s))
-                    else:
+                    try:
+                        self._serve(out)
+                    except Exception as err:  # a whole step failed: end the batch's requests, go on
+                        self._fail(self.rows, out, err)
+                        self.rows.clear()
+                        self.cache.clear()
                         self._flush(out)
-        except BaseException as err:  # keep clients informed, then stop taking work
-            self._stop_detail = f"generation worker failed: {type(err).__name__}: {err}"
+        except BaseException as err:  # the worker dies: say so loudly, keep clients informed
+            self._failure = f"generation worker stopped: {type(err).__name__}: {err}"
+            log.critical("%s", self._failure, exc_info=err)
+            self._stop_detail = self._failure
             self._stopping.set()
             raise
         finally:
             self._fail_everything(out, self._stop_detail)
             self._flush(out)
+
+    def _serve(self, out: list[tuple[GenRequest, Event]]) -> None:
+        """Admit, decode and hand out tokens until shutdown begins."""
+        interval = self.settings.stream_interval_ms / 1000
+        last_flush = time.perf_counter()
+        phase = self.metrics.engine_seconds
+        t_prefill, t_decode, t_idle, t_other = (phase.labels(p) for p in ("prefill", "decode", "idle", "other"))
+        while not self._stopping.is_set():
+            t0 = time.perf_counter()
+            busy = bool(self.rows)
+            prefill_s = self._admit(out)
+            t1 = time.perf_counter()
+            (t_other if busy else t_idle).inc(t1 - t0 - prefill_s)
+            t_prefill.inc(prefill_s)
+            if self.rows:
+                decode_s = self._decode(out)
+                t_decode.inc(decode_s)
+                t2 = time.perf_counter()
+                if not self.rows or t2 - last_flush >= interval:
+                    self._flush(out)
+                    last_flush = t2
+                elif self._urgent:
+                    self._flush_urgent(out)
+                t_other.inc(time.perf_counter() - t2 + (t2 - t1 - decode_s))
+            else:
+                self._flush(out)
+
+    def _fail(self, reqs: list[GenRequest], out: list[tuple[GenRequest, Event]], err: Exception) -> None:
+        """End ``reqs`` with an error event after ``err`` (logged); their rows leave at the next retire."""
+        self.errors += 1
+        log.error("generation failed for %d request(s)", len(reqs), exc_info=err)
+        detail = f"generation failed ({type(err).__name__}); see the server log"
+        for req in list(reqs):
+            self._finish(req, out, ("error", {"detail": detail, "status": 500}), "error")
+            req.cancelled = True
 
     def _flush_urgent(self, out: list[tuple[GenRequest, Event]]) -> None:
         """Send now everything of requests that just started or ended (TTFT, free slots sooner)."""
@@ -217,7 +274,7 @@ class GenerationEngine:
 
     def _fail_everything(self, out: list[tuple[GenRequest, Event]], detail: str) -> None:
         for req in self.rows:
-            self._finish(req, out, ("error", {"detail": detail}), "shutdown")
+            self._finish(req, out, ("error", {"detail": detail, "status": 503}), "shutdown")
         self.rows.clear()
         self.cache.clear()
         while True:
@@ -225,7 +282,7 @@ class GenerationEngine:
                 req = self.queue.get_nowait()
             except queue.Empty:
                 break
-            self._finish(req, out, ("error", {"detail": detail}), "shutdown")
+            self._finish(req, out, ("error", {"detail": detail, "status": 503}), "shutdown")
 
     def _take(self, block: bool, timeout: float) -> GenRequest | None:
         """Return the next live queued request, or None (dropping cancelled/expired ones)."""
@@ -281,8 +338,13 @@ class GenerationEngine:
 
     def _prefill(self, reqs: list[GenRequest], out: list[tuple[GenRequest, Event]]) -> None:
         first_row = len(self.rows)
-        idx, lengths = pad_prompts([r.ids for r in reqs])
-        logits = prefill(self.model, idx, lengths, self.cache, first_row=first_row)
+        try:
+            idx, lengths = pad_prompts([r.ids for r in reqs])
+            logits = prefill(self.model, idx, lengths, self.cache, first_row=first_row)
+        except Exception as err:  # only the newcomers are affected; the running rows go on
+            self.cache.lengths[first_row:first_row + len(reqs)] = 0
+            self._fail(reqs, out, err)
+            return
         self.metrics.prefill_size.observe(len(reqs))
         self.rows.extend(reqs)
         self._emit(logits, first_row, out)
@@ -303,9 +365,11 @@ class GenerationEngine:
         nxt = logits.argmax(dim=-1)
         rows = self.rows[first_row:first_row + logits.shape[0]]
         for i, req in enumerate(rows):
-            if req.temperature > 0:
-                probs = torch.softmax(logits[i].float() / req.temperature, dim=-1)
-                nxt[i] = torch.multinomial(probs, 1, generator=req.generator)[0]
+            if req.temperature > 0 and not req.cancelled:
+                try:
+                    nxt[i] = sample_token(logits[i], req.temperature, req.generator)
+                except Exception as err:  # only this row is affected
+                    self._fail([req], out, err)
         self.last[first_row:first_row + len(rows)] = nxt
         now = time.perf_counter()
         for req, tok in zip(rows, nxt.tolist()):

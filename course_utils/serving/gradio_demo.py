@@ -9,6 +9,7 @@ shows the text growing token by token, so it behaves exactly as any other client
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator
@@ -27,34 +28,44 @@ def stream_generate(base_url: str, prompt: str, max_new_tokens: int = 64, temper
                     timeout_s: float = 60.0) -> Iterator[str]:
     """Yield the text generated so far (prompt excluded) after each token the server streams.
 
-    Reads the server-sent events of ``POST {base_url}/generate``. A 4xx/5xx answer or an ``error``
-    event ends the stream with a readable ``[error ...]`` line instead of raising, because a
-    demo page should show what went wrong.
+    Reads the server-sent events of ``POST {base_url}/generate``. A 4xx/5xx answer, an ``error``
+    event, a connection failure or a malformed stream ends the stream with a readable
+    ``[error ...]`` line instead of raising, because a demo page should show what went wrong.
+    The client ignores proxy settings (``trust_env=False``): the server is on this machine.
     """
     body = {"prompt": prompt, "max_new_tokens": int(max_new_tokens), "temperature": float(temperature)}
     text = ""
-    with httpx.Client(base_url=base_url, timeout=timeout_s) as client:
-        with client.stream("POST", "/generate", json=body) as resp:
-            if resp.status_code != 200:
-                resp.read()
-                yield f"[error {resp.status_code}] {_detail(resp.text)}"
-                return
-            event = "message"
-            for line in resp.iter_lines():
-                if line.startswith("event:"):
-                    event = line[len("event:"):].strip()
-                elif line.startswith("data:"):
-                    data = json.loads(line[len("data:"):].strip())
-                    if event == "message":
-                        text += data["token"]
-                        yield text
-                    elif event == "error":
-                        yield f"{text}\n[error] {data.get('detail', data)}"
-                        return
-                    elif event == "end":
-                        return
-                elif not line:
-                    event = "message"
+    try:
+        with httpx.Client(base_url=base_url, timeout=timeout_s, trust_env=False) as client:
+            with client.stream("POST", "/generate", json=body) as resp:
+                if resp.status_code != 200:
+                    resp.read()
+                    yield f"[error {resp.status_code}] {_detail(resp.text)}"
+                    return
+                event = "message"
+                for line in resp.iter_lines():
+                    if line.startswith("event:"):
+                        event = line[len("event:"):].strip()
+                    elif line.startswith("data:"):
+                        data = json.loads(line[len("data:"):].strip())
+                        if event == "message":
+                            text += data["token"]
+                            yield text
+                        elif event == "error":
+                            yield _after(text, f"[error] {data.get('detail', data)}")
+                            return
+                        elif event == "end":
+                            return
+                    elif not line:
+                        event = "message"
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as err:  # unreachable server, cut or bad stream
+        yield _after(text, f"[error] {type(err).__name__}: {err}")
+        return
+    yield _after(text, "[error] the stream ended without an end event")
+
+
+def _after(text: str, line: str) -> str:
+    return f"{text}\n{line}" if text else line
 
 
 def _detail(body: str) -> str:
@@ -89,6 +100,23 @@ def launch_demo(base_url: str, port: int | None = None) -> tuple[gr.Blocks, str]
     ``port=None`` lets Gradio pick a free port. Stop it with ``demo.close()``.
     """
     demo = build_demo(base_url)
-    demo.launch(server_name="127.0.0.1", server_port=port, share=False, prevent_thread_lock=True,
-                inbrowser=False, quiet=True, show_error=True, ssr_mode=False, inline=False)
+    with _no_proxy_for_loopback():  # Gradio checks its own page with an httpx client that reads HTTP_PROXY
+        demo.launch(server_name="127.0.0.1", server_port=port, share=False, prevent_thread_lock=True,
+                    inbrowser=False, quiet=True, show_error=True, ssr_mode=False, inline=False)
     return demo, demo.local_url
+
+
+@contextlib.contextmanager
+def _no_proxy_for_loopback() -> Iterator[None]:
+    """Within the block, proxy settings from the environment skip loopback addresses."""
+    saved = {name: os.environ.get(name) for name in ("NO_PROXY", "no_proxy")}
+    for name, value in saved.items():
+        os.environ[name] = ",".join(filter(None, [value, "localhost,127.0.0.1,::1"]))
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -29,7 +29,7 @@ from typing import Any
 
 import litserve as ls
 import torch
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..models.gpt import TinyGPT, greedy_steps, pad_prompts
 from .settings import default_threads
@@ -79,9 +79,10 @@ class GenerateRequest(BaseModel):
     """The body of ``POST /predict``: the same fields and limits as our server's ``/generate``.
 
     FastAPI validates it in LitServe's HTTP process, so a bad request gets a 422 there and never
-    reaches (or fails) a batch in the model worker.
+    reaches (or fails) a batch in the model worker. Unknown fields are rejected, as on our server.
     """
 
+    model_config = ConfigDict(extra="forbid")
     prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
     max_new_tokens: int = Field(64, ge=1, le=MAX_NEW_TOKENS)
     temperature: float = Field(0.0, ge=0.0, le=0.0, description="greedy decoding only")

@@ -93,15 +93,24 @@ class ServerProcess:
         self._log.close()
         return proc.returncode
 
-    def __enter__(self) -> ServerProcess:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
+    def close(self) -> None:
+        """Stop the process (if running) and delete its log file."""
         self.stop()
+        self._log.close()
         try:
             self.log_path.unlink()
         except OSError:
             pass
+
+    def __enter__(self) -> ServerProcess:
+        try:
+            return self.start()
+        except BaseException:  # __exit__ will not run: clean up here (the error holds the log tail)
+            self.close()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def serve_in_subprocess(settings: ServeSettings | Mapping[str, Any] | None = None, *,

@@ -3,11 +3,17 @@
 uvicorn waits for open connections before it runs the lifespan shutdown, so a stream would
 keep a stopping server alive. ``CourseServer`` tells the engine to end every request (with an
 ``error`` event) as soon as the exit signal arrives; the connections then close by themselves.
+
+uvicorn's limits come from the settings: ``limit_concurrency`` (connections and requests at
+once; 503 beyond), ``timeout_keep_alive`` and the h11 request head size. The server has no
+authentication: ``serve`` warns when it binds anything but loopback.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import socket
+import sys
 import threading
 import time
 from types import FrameType
@@ -24,7 +30,9 @@ class CourseServer(uvicorn.Server):
     def __init__(self, app: FastAPI, settings: ServeSettings) -> None:
         config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,
                                 lifespan="on", timeout_graceful_shutdown=int(max(1, settings.graceful_timeout_s)),
-                                access_log=False)
+                                access_log=False, limit_concurrency=settings.limit_concurrency,
+                                timeout_keep_alive=settings.keep_alive_s,  # type: ignore[arg-type]
+                                h11_max_incomplete_event_size=settings.max_header_bytes)
         super().__init__(config)
         self.app = app
 
@@ -47,10 +55,30 @@ class CourseServer(uvicorn.Server):
         raise RuntimeError("the server is not listening yet")
 
 
+def exposure_warning(settings: ServeSettings) -> str | None:
+    """Return a warning when ``settings.host`` is not a loopback address, else None.
+
+    The server has no authentication: bound to 0.0.0.0 (or any other interface) it serves
+    whoever can reach that interface.
+    """
+    host = settings.host.strip("[]")
+    try:
+        if host == "localhost" or ipaddress.ip_address(host).is_loopback:
+            return None
+    except ValueError:
+        pass
+    allowed = ", ".join(settings.allow_hosts) or "none besides loopback names (use --allow-host NAME)"
+    return (f"WARNING: binding {settings.host}, which is not loopback: this server has no authentication, "
+            f"and anyone who can reach this address can use it. Host header names accepted: {allowed}.")
+
+
 def serve(settings: ServeSettings) -> int:
     """Serve in the foreground until SIGINT/SIGTERM; return an exit status."""
     from .app import create_app
 
+    warning = exposure_warning(settings)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     app = create_app(settings)
     server = CourseServer(app, settings)
     print(f"serving tiny GPT on http://{settings.host}:{settings.port} (batching={settings.batching}, "

@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 BATCHING_MODES = ("iteration", "static", "none")
+#: The most texts one ``/embed`` request may carry.
+MAX_TEXTS_PER_REQUEST = 64
 
 
 def default_threads() -> int:
@@ -34,6 +36,16 @@ class ServeSettings:
     after every decoding step. Each write costs the server and the client far more CPU than
     a decoding step of this tiny model, so coalescing is what lets batching pay over HTTP.
     ``model``: checkpoint path; ``None`` loads the shipped ``data/tiny_gpt.pt``.
+
+    Protection of the HTTP front: ``max_body_bytes`` (larger request bodies get 413),
+    ``embed_queue_texts`` (texts waiting for ``/embed`` at most; 503 beyond),
+    ``limit_concurrency`` (open connections and requests at most; uvicorn answers 503 beyond),
+    ``keep_alive_s`` (idle keep-alive connections close after this), ``max_header_bytes``
+    (request head size limit; uvicorn applies it only with its h11 protocol, not with httptools,
+    which it prefers when installed),
+    ``allow_hosts``: ``Host`` header names accepted besides loopback ones (localhost,
+    127.0.0.1, [::1]); anything else gets 400, which stops DNS-rebinding pages in a browser
+    from reaching a server meant for this machine only.
     """
 
     host: str = "127.0.0.1"
@@ -52,8 +64,15 @@ class ServeSettings:
     log_level: str = "warning"
     graceful_timeout_s: float = 5.0
     stream_interval_ms: float = 10.0
+    max_body_bytes: int = 1_048_576
+    embed_queue_texts: int = 1024
+    limit_concurrency: int = 512
+    keep_alive_s: float = 5.0
+    max_header_bytes: int = 16_384
+    allow_hosts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "allow_hosts", tuple(self.allow_hosts or ()))
         if self.batching not in BATCHING_MODES:
             raise ValueError(f"batching must be one of {BATCHING_MODES}, got {self.batching!r}")
         checks = {
@@ -67,6 +86,11 @@ class ServeSettings:
             "threads": self.threads is None or self.threads >= 1,
             "graceful_timeout_s": self.graceful_timeout_s > 0,
             "stream_interval_ms": self.stream_interval_ms >= 0,
+            "max_body_bytes": self.max_body_bytes >= 1,
+            "embed_queue_texts": self.embed_queue_texts >= MAX_TEXTS_PER_REQUEST,  # one full request fits
+            "limit_concurrency": self.limit_concurrency >= 1,
+            "keep_alive_s": self.keep_alive_s > 0,
+            "max_header_bytes": self.max_header_bytes >= 1024,
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
@@ -99,6 +123,9 @@ class ServeSettings:
                 args.append("--compile" if value else "--no-compile")
             elif f.name == "embed":
                 args.append("--embed" if value else "--no-embed")
+            elif f.name == "allow_hosts":
+                for name in value:
+                    args += ["--allow-host", name]
             elif value is not None:
                 args += [flag, str(value)]
         return args
@@ -128,6 +155,19 @@ def add_cli_arguments(parser: Any) -> None:
     parser.add_argument("--embed", action="store_true", default=d.embed,
                         help="serve /embed with all-MiniLM-L6-v2 (default)")
     parser.add_argument("--no-embed", dest="embed", action="store_false")
+    parser.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes,
+                        help="larger request bodies get 413")
+    parser.add_argument("--embed-queue-texts", type=int, default=d.embed_queue_texts,
+                        help="texts waiting for /embed at most (503 beyond)")
+    parser.add_argument("--limit-concurrency", type=int, default=d.limit_concurrency,
+                        help="open connections and requests at most (uvicorn answers 503 beyond)")
+    parser.add_argument("--keep-alive-s", type=float, default=d.keep_alive_s,
+                        help="close idle keep-alive connections after this many seconds")
+    parser.add_argument("--max-header-bytes", type=int, default=d.max_header_bytes,
+                        help="request head size limit (uvicorn's h11 protocol)")
+    parser.add_argument("--allow-host", dest="allow_hosts", action="append", default=None, metavar="NAME",
+                        help="accept this Host header name besides loopback ones (repeatable); "
+                             "others get 400")
 
 
 def settings_from_args(args: Any) -> ServeSettings:

@@ -1,0 +1,107 @@
+"""The server's front door over real HTTP: Host header check, body size cap, uvicorn limits, warnings."""
+
+import argparse
+import socket
+
+import httpx
+import pytest
+
+from course_utils.serving import ServeSettings
+from course_utils.serving.checkpoint import load_tiny_gpt
+from course_utils.serving.guards import host_name
+from course_utils.serving.server import ThreadedServer, exposure_warning
+from course_utils.serving.settings import add_cli_arguments, settings_from_args
+
+TIMEOUT = httpx.Timeout(30.0)
+LIMIT = 2000
+
+
+@pytest.fixture(scope="module")
+def server():
+    model, tok = load_tiny_gpt()
+    settings = ServeSettings(embed=False, threads=1, max_body_bytes=LIMIT, allow_hosts=("MyHost.lan",),
+                             limit_concurrency=100, keep_alive_s=2.5, max_header_bytes=8192)
+    with ThreadedServer(settings, model=model, tokenizer=tok) as srv:
+        yield srv
+
+
+def raw_exchange(url: str, data: bytes) -> tuple[bytes, bytes]:
+    """Send raw bytes to the server; return (status line, body) of its answer."""
+    port = int(url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(data)
+        reply = b""
+        while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+    head, _, body = reply.partition(b"\r\n\r\n")
+    return head.split(b"\r\n")[0], body
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.1:8000", "localhost", "LocalHost:1", "[::1]:8000",
+                                  "127.0.0.2", "myhost.lan", "myhost.lan:8000"])
+def test_loopback_and_allowed_host_names_are_served(server, host):
+    resp = httpx.get(server.url + "/health", headers={"host": host}, timeout=TIMEOUT, trust_env=False)
+    assert resp.status_code == 200, resp.text
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:8000", "127.0.0.1.evil.example",
+                                  "localhost.evil.example:80", "myhost.lan.evil.example", "0.0.0.0:8000",
+                                  "192.168.1.7", "[::2]:8000", ""])
+def test_other_host_names_get_400(server, host):
+    for method, path in (("GET", "/health"), ("POST", "/generate")):
+        resp = httpx.request(method, server.url + path, headers={"host": host}, json={"prompt": "a"},
+                             timeout=TIMEOUT, trust_env=False)
+        assert resp.status_code == 400 and "--allow-host" in resp.json()["detail"], (host, resp.text)
+
+
+def test_host_name_parsing():
+    assert host_name("[::1]:8000") == "::1" and host_name("LOCALHOST:80") == "localhost"
+    assert host_name("example.com.") == "example.com" and host_name("::1") == "::1"
+
+
+def test_a_body_over_the_limit_is_413_whether_announced_or_chunked(server):
+    head = b"POST /generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    status, body = raw_exchange(server.url, head + b"Content-Length: 50000000\r\n\r\n" + b"x" * 10_000)
+    assert status.startswith(b"HTTP/1.1 413") and b"larger than 2000 bytes" in body
+    chunks = b"".join(b"%x\r\n%s\r\n" % (500, b" " * 500) for _ in range(6)) + b"0\r\n\r\n"
+    status, body = raw_exchange(server.url, head + b"Transfer-Encoding: chunked\r\n\r\n" + chunks)
+    assert status.startswith(b"HTTP/1.1 413") and b"larger than 2000 bytes" in body
+    resp = httpx.post(server.url + "/generate", content=b" " * (LIMIT + 1), timeout=TIMEOUT, trust_env=False)
+    assert resp.status_code == 413 and "larger than" in resp.json()["detail"]
+
+
+def test_a_body_under_the_limit_reaches_the_app_whole(server):
+    padded = b'{"prompt": "The ", ' + b" " * (LIMIT - 60) + b'"max_new_tokens": 3}'
+    resp = httpx.post(server.url + "/generate", content=padded, headers={"content-type": "application/json"},
+                      timeout=TIMEOUT, trust_env=False)
+    assert len(padded) <= LIMIT and resp.status_code == 200 and "event: end" in resp.text
+
+
+def test_uvicorn_limits_come_from_the_settings(server):
+    config = server.server.config
+    assert config.limit_concurrency == 100 and config.timeout_keep_alive == 2.5
+    assert config.h11_max_incomplete_event_size == 8192
+    defaults = ServeSettings()
+    assert defaults.limit_concurrency >= 64 and defaults.max_body_bytes == 1_048_576
+
+
+def test_a_non_loopback_bind_address_is_warned_about():
+    for host in ("127.0.0.1", "localhost", "::1", "[::1]"):
+        assert exposure_warning(ServeSettings(host=host)) is None
+    warning = exposure_warning(ServeSettings(host="0.0.0.0"))
+    assert warning and "no authentication" in warning and "--allow-host" in warning
+    assert "lab.example" in exposure_warning(ServeSettings(host="0.0.0.0", allow_hosts=("lab.example",)))
+
+
+def test_the_new_settings_round_trip_through_the_cli():
+    settings = ServeSettings(allow_hosts=("a.lan", "b.lan"), max_body_bytes=5000, embed_queue_texts=128,
+                             limit_concurrency=64, keep_alive_s=1.5, max_header_bytes=4096)
+    parser = argparse.ArgumentParser()
+    add_cli_arguments(parser)
+    assert settings_from_args(parser.parse_args(settings.to_cli_args())) == settings
+    assert settings_from_args(parser.parse_args([])).allow_hosts == ()
+    with pytest.raises(ValueError, match="embed_queue_texts"):
+        ServeSettings(embed_queue_texts=10)  # less than one full /embed request
