@@ -18,7 +18,7 @@ MIN_VENV    ?= .venv-min
 MIN_STAMP   := $(MIN_VENV)/.course-installed
 
 .PHONY: help setup lab test test-nb test-unit doctor kernel clean constraints execute \
-        workshop-check report stamp test-min gpu-check
+        workshop-check report stamp test-min gpu-check test-avx2 test-haswell
 
 help:
 	@echo "make lab       set up .venv if needed, then open JupyterLab on notebooks/"
@@ -31,6 +31,8 @@ help:
 	@echo "make report    run the course in full mode, then build/report/report.{md,html}"
 	@echo "make stamp     write measured times and 'last passed' into README's notebook table"
 	@echo "make test-min  the whole suite on the oldest supported torch (2.11), in $(MIN_VENV)"
+	@echo "make test-avx2 the whole suite as if the CPU had AVX2 only (torch, Inductor, FBGEMM capped)"
+	@echo "make test-haswell  notebook 08 and the CPUID checks on qemu's emulated AVX2 CPU (slow; needs qemu-user)"
 	@echo "make gpu-check GPU cells + the course in quick mode on a CUDA machine, with a log"
 	@echo "make clean     remove .venv, caches and build outputs"
 
@@ -96,6 +98,14 @@ $(MIN_STAMP): pyproject.toml constraints.txt tools/min_constraints.py
 
 test-min: $(MIN_STAMP)
 	COURSE_QUICK=1 COURSE_CONSTRAINTS=build/constraints-min.txt $(MIN_VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+# CPU profiles (course_utils/cpu.py): the same tests as if this machine had a laptop-class CPU.
+test-avx2: setup
+	$(BIN)/python -m course_utils cpu --profile avx2 -- $(MAKE) --no-print-directory test PYTEST_ARGS="$(PYTEST_ARGS)"
+
+test-haswell: setup
+	$(BIN)/python -m course_utils cpu --profile haswell -- env COURSE_QUICK=1 $(BIN)/python -m pytest \
+	    tests/test_cpu_emulated.py notebooks/08_quantization.ipynb $(PYTEST_ARGS)
 
 gpu-check: setup
 	bash tools/gpu_check.sh

@@ -69,6 +69,10 @@ def python_command() -> list[str]:
     return [*emulator(), sys.executable]
 
 
+#: Every CPU class ``classify`` can return, most capable x86 first.
+CLASSES = ("x86-amx", "x86-avx512-vnni", "x86-avx512", "x86-avx2-vnni", "x86-avx2", "x86-baseline",
+           "arm64-apple", "arm64", "other")
+
 #: The instruction sets that decide the course's results, in the order they are printed.
 X86_FEATURES = ("avx2", "avx512_f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile", "amx_int8",
                 "amx_bf16")

@@ -86,3 +86,25 @@ def test_onednn_report_names_the_isa_and_follows_the_profile(monkeypatch):
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     capped = cpu.onednn_report()
     assert "AVX-512" not in capped["isa"] and "AVX2" in capped["isa"], capped
+
+
+def test_classify_only_returns_declared_classes():
+    seen = {cpu.classify(arch, caps, cap, system=system)[0]
+            for arch in ("x86_64", "aarch64", "arm64", "riscv64")
+            for caps in ({}, {"avx2": True, "avx_vnni": True}, {"avx512_f": True, "amx_tile": True}, AVX512_VNNI)
+            for cap in ("AVX512", "AVX2", "DEFAULT") for system in ("linux", "darwin")}
+    assert seen <= set(cpu.CLASSES)
+
+
+def test_per_class_ranges_name_known_classes():
+    import json
+
+    from course_utils import config, report
+
+    ranges = json.loads((config.data_dir() / report.RANGES_FILE).read_text())["expected"]
+    for name, entry in ranges.items():
+        for key in entry:
+            if key.startswith("cpu:"):
+                assert key[4:] in cpu.CLASSES, f"{name}: unknown CPU class in {key!r}"
+                lo, hi = entry[key]
+                assert lo <= hi, name
