@@ -140,10 +140,12 @@ def format_report(rows: dict[str, str] | None = None) -> str:
 
 
 def summary() -> str:
-    """Return a one-line environment summary for a notebook's setup cell."""
+    """Return a one-line environment summary for a notebook's setup cell (CPU class included)."""
+    from .cpu import cpu_class
+
     cuda = cuda_description()
     return (
         f"torch {torch.__version__} | python {platform.python_version()} | "
         f"{os.cpu_count()} cores, {torch.get_num_threads()} torch threads | "
-        f"cuda: {cuda} | mode: {config.mode_name()}"
+        f"cpu class: {cpu_class()} | cuda: {cuda} | mode: {config.mode_name()}"
     )

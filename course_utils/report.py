@@ -107,6 +107,12 @@ def judge(value: float | None, expected: dict[str, Any] | None, kind: str,
     return rng, f"{side} the expected range for {label}"
 
 
+def reference_for(reference: dict[str, Any], name: str, cpu_class: str | None) -> dict[str, Any] | None:
+    """Return the reference figure of ``name`` measured on ``cpu_class`` where there is one, else the main one."""
+    by_class = (reference.get("classes") or {}).get(cpu_class or "", {}).get("results", {})
+    return by_class.get(name) or reference["results"].get(name)
+
+
 def build_rows(records: Sequence[dict[str, Any]], reference: dict[str, Any]) -> list[Row]:
     """Combine the learner's records with the reference: one row per known or recorded name."""
     mine = latest(records)
@@ -114,7 +120,7 @@ def build_rows(records: Sequence[dict[str, Any]], reference: dict[str, Any]) -> 
     rows = []
     for name in names:
         rec = mine.get(name)
-        ref = reference["results"].get(name)
+        ref = reference_for(reference, name, rec.get("cpu_class") if rec else None)
         value = float(rec["value"]) if rec else None
         unit = (rec or ref or {}).get("unit", "")
         kind = device_kind(rec.get("device") if rec else None)

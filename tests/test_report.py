@@ -95,3 +95,14 @@ def test_the_report_names_the_learners_cpu_class(tmp_path):
     assert rows[0].verdict == "in the expected range for an x86-avx2 CPU"
     text = report.to_markdown(rows, ref)
     assert "Your machine: CPU class x86-avx2" in text and "the reference is x86-avx512-vnni" in text
+
+
+def test_reference_figures_of_the_learners_class_are_preferred():
+    ref = {"machine": {"description": "ref", "cpu_class": "x86-avx512-vnni"},
+           "results": {"q.ratio": {"value": 0.3, "unit": "x"}},
+           "classes": {"x86-avx2": {"results": {"q.ratio": {"value": 2.5, "unit": "x"}}}},
+           "expected": {"q.ratio": {"cpu": [0.1, 5]}}}
+    avx2 = {"name": "q.ratio", "value": 2.0, "unit": "x", "mode": "full", "device": "cpu", "cpu_class": "x86-avx2"}
+    assert report.build_rows([avx2], ref)[0].reference == 2.5
+    assert report.build_rows([dict(avx2, cpu_class="x86-amx")], ref)[0].reference == 0.3
+    assert report.build_rows([], ref)[0].reference == 0.3
