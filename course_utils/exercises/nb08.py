@@ -181,7 +181,7 @@ def check_int8_linear(answer: Any) -> str:
         return "integer products with one float rescale per output: that is an int8 kernel."
     weight_only = x @ (w_q.float() * w_scale.reshape(-1, 1)).T
     if torch.allclose(out, weight_only, rtol=1e-4, atol=1e-5):
-        raise Wrong("you dequantized the weight and multiplied in float (the seed's approach). "
+        raise Wrong("you dequantized the weight and multiplied in float (what a first attempt often does). "
                     "Quantize x too, per row, and multiply the int8 values as int32.")
     if torch.allclose(out * w_scale.reshape(1, -1), expected, rtol=1e-4, atol=1e-5):
         raise Wrong("you forgot the weight scale: multiply the accumulator by w_scale too "
