@@ -181,6 +181,28 @@ def info() -> CpuInfo:
                    torch_capability=capability, profile=active_profile(), cpu_class=cls, int8_dot=dot)
 
 
+def onnxruntime_kernels(caps: Mapping[str, bool] | None = None, arch: str | None = None) -> str:
+    """Return which int8/float kernel family ONNX Runtime's MLAS picks on this CPU, read from its flags.
+
+    MLAS asks the CPU itself (CPUID), so CPU profiles do not change this; only emulation does.
+    """
+    caps = capabilities() if caps is None else caps
+    arch = (arch or platform.machine()).lower()
+    if arch in ("arm64", "aarch64"):
+        return "ARM NEON kernels" + (" with dot-product (SDOT/UDOT)" if caps.get("asimddp") else "")
+    if caps.get("amx_int8") or caps.get("amx_tile"):
+        return "AMX and AVX-512 VNNI kernels"
+    if caps.get("avx512_vnni"):
+        return "AVX-512 VNNI kernels"
+    if caps.get("avx_vnni"):
+        return "AVX-VNNI kernels"
+    if caps.get("avx512_f"):
+        return "AVX-512 kernels (int8 pairs summed in 16 bits)"
+    if caps.get("avx2"):
+        return "AVX2 kernels (int8 pairs summed in 16 bits, which can saturate)"
+    return "baseline SSE kernels"
+
+
 def cpu_class() -> str:
     """Return this machine's CPU class, as ``info().cpu_class``."""
     return info().cpu_class

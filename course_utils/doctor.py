@@ -164,7 +164,7 @@ def check_cpu(probe: bool = True) -> Check:
     if probe:
         onednn = cpu.onednn_report()
         detail += f"; oneDNN: {onednn['isa']}; torch._int_mm runs through {onednn['int_mm']}"
-    detail += "; ONNX Runtime chooses its kernels from the CPU itself"
+    detail += f"; ONNX Runtime (from the CPU's own flags, whatever the profile): {cpu.onnxruntime_kernels()}"
     return Check("cpu", True, detail)
 
 

@@ -121,6 +121,7 @@ def report(check_compiler: bool = True) -> dict[str, str]:
     rows["cpu instruction sets"] = ", ".join(facts.features) or "none tracked"
     rows["int8 dot product"] = facts.int8_dot or "none"
     rows["torch vector code"] = facts.torch_capability
+    rows["onnxruntime kernels"] = cpu.onnxruntime_kernels()
     rows["cores"] = str(os.cpu_count() or "unknown")
     rows["torch threads"] = str(torch.get_num_threads())
     rows["cuda"] = cuda_description()

@@ -108,3 +108,14 @@ def test_per_class_ranges_name_known_classes():
                 assert key[4:] in cpu.CLASSES, f"{name}: unknown CPU class in {key!r}"
                 lo, hi = entry[key]
                 assert lo <= hi, name
+
+
+@pytest.mark.parametrize(("caps", "arch", "word"), [
+    ({"avx2": True}, "x86_64", "AVX2 kernels"),
+    ({"avx2": True, "avx_vnni": True}, "x86_64", "AVX-VNNI"),
+    (AVX512_VNNI, "x86_64", "AVX-512 VNNI"),
+    ({"avx2": True, "avx512_f": True, "amx_tile": True}, "x86_64", "AMX"),
+    ({"asimddp": True}, "aarch64", "dot-product"),
+])
+def test_onnxruntime_kernel_family_follows_the_flags(caps, arch, word):
+    assert word in cpu.onnxruntime_kernels(caps, arch)
