@@ -113,6 +113,14 @@ def capabilities() -> dict[str, bool]:
     return _proc_cpuinfo_flags()
 
 
+def l2_cache_bytes() -> int:
+    """Return the size of one core's L2 cache in bytes as cpuinfo reports it (0 when unknown)."""
+    from . import compat
+
+    value = compat.cpu_capabilities().get("l2_cache_size", 0)
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def _proc_cpuinfo_flags() -> dict[str, bool]:
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:

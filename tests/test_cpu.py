@@ -119,3 +119,8 @@ def test_per_class_ranges_name_known_classes():
 ])
 def test_onnxruntime_kernel_family_follows_the_flags(caps, arch, word):
     assert word in cpu.onnxruntime_kernels(caps, arch)
+
+
+def test_l2_cache_size_is_plausible_where_known():
+    size = cpu.l2_cache_bytes()
+    assert size == 0 or 64 * 1024 <= size <= 64 * 2**20
