@@ -256,8 +256,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="results file (default: COURSE_RESULTS, or build/report/results.jsonl)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default build/report)")
     args = parser.parse_args(argv)
-    out = args.out or config.build_dir() / "report"
-    results = args.results or config.results_path() or out / "results.jsonl"
+    # Absolute paths: the notebooks' kernels run in another working directory.
+    out = (args.out or config.build_dir() / "report").resolve()
+    results = (args.results or config.results_path() or out / "results.jsonl").resolve()
     if args.run:
         results.unlink(missing_ok=True)
         runs = run_course(course_notebooks(), quick=False, results=results, out_dir=out / "executed")

@@ -106,3 +106,22 @@ def test_reference_figures_of_the_learners_class_are_preferred():
     assert report.build_rows([avx2], ref)[0].reference == 2.5
     assert report.build_rows([dict(avx2, cpu_class="x86-amx")], ref)[0].reference == 0.3
     assert report.build_rows([], ref)[0].reference == 0.3
+
+
+def test_relative_out_and_results_paths_are_made_absolute(tmp_path, monkeypatch):
+    """The kernels that write results run in notebooks/, so a relative path must not reach them."""
+    seen = {}
+
+    def fake_run_course(notebooks, quick, results, out_dir):
+        seen["results"], seen["out_dir"] = results, out_dir
+        return []
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("COURSE_RESULTS", raising=False)
+    import course_utils.runner as runner
+
+    monkeypatch.setattr(runner, "run_course", fake_run_course)
+    monkeypatch.setattr(runner, "write_summary", lambda runs, path: {"total_s": 0.0, "machine": "test"})
+    report.main(["--run", "--out", "rel-out"])
+    assert seen["results"].is_absolute() and seen["results"] == tmp_path / "rel-out" / "results.jsonl"
+    assert seen["out_dir"].is_absolute()
