@@ -1,22 +1,39 @@
 """Refuse network access from Python, except loopback: "nothing downloads at run time", enforced.
 
-The unit tests block the network through this module; ``make workshop-check`` runs every
-notebook with it switched on in the kernel (``COURSE_OFFLINE=1`` and
-``tools/offline/sitecustomize.py`` on ``PYTHONPATH``), so a cell that tries to download
-fails loudly instead of working only on a connected machine. Loopback stays open: the
-serving notebook talks to its own server on 127.0.0.1.
+The guard is a Python audit hook (PEP 578). CPython raises an audit event inside every socket
+operation that can reach another machine, whichever way it is called (``socket.socket``,
+``_socket.socket``, ``socket.create_connection``, asyncio, urllib, httpx ...), and the hook
+refuses the ones that leave loopback:
+
+- connections and datagrams: ``connect``, ``connect_ex``, ``sendto``, ``sendmsg``;
+- name lookups: ``getaddrinfo``, ``gethostbyname``, ``gethostbyname_ex``, ``gethostbyaddr``,
+  ``getnameinfo`` (loopback names and this machine's own name are allowed).
+
+Where it is on: every unit test (``tests/conftest.py``); and every Python process started with
+``child_env()`` in its environment, which ``tools/offline/sitecustomize.py`` reads at start-up.
+The root ``conftest.py`` sets it for everything ``make test`` starts (the notebook kernels too),
+and ``make workshop-check`` for its kernels.
+
+What it is not: a sandbox. Code that does not go through Python's socket module (a C library
+that opens its own sockets, a program that is not Python) is not stopped; on Linux
+``make workshop-check NETNS=1`` removes the network for real (``course_utils.netns``).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-_REAL = {"connect": socket.socket.connect, "connect_ex": socket.socket.connect_ex,
-         "getaddrinfo": socket.getaddrinfo}
+#: Folder with the sitecustomize.py that installs the guard when COURSE_OFFLINE=1.
+SITE_DIR = Path(__file__).resolve().parent.parent / "tools" / "offline"
+
+_state: dict[str, Any] = {"on": False, "hooked": False, "hostname": None}
 
 
 class NetworkBlocked(RuntimeError):
@@ -24,63 +41,92 @@ class NetworkBlocked(RuntimeError):
 
 
 def is_loopback(host: object) -> bool:
-    """True for localhost, an empty host and loopback IP addresses."""
+    """Return True for localhost, an empty host and loopback IP addresses (IPv4-mapped too)."""
+    if isinstance(host, bytes):
+        host = host.decode(errors="replace")
     if host in ("localhost", "", None):
         return True
     try:
-        return ipaddress.ip_address(str(host)).is_loopback
+        ip = ipaddress.ip_address(str(host).split("%")[0])
     except ValueError:
         return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return (mapped or ip).is_loopback
+
+
+def is_local_name(host: object) -> bool:
+    """Return True when looking ``host`` up stays on this machine: loopback or its own name."""
+    if isinstance(host, bytes):
+        host = host.decode(errors="replace")
+    own = _state["hostname"]
+    return is_loopback(host) or (isinstance(host, str) and own is not None and host.lower() == own)
 
 
 def check_address(address: object) -> None:
-    """Raise NetworkBlocked unless ``address`` is loopback or a local (AF_UNIX) socket path."""
+    """Return None when ``address`` is loopback or a local (AF_UNIX) path; else raise NetworkBlocked."""
     if isinstance(address, tuple) and address and is_loopback(address[0]):
         return
     if isinstance(address, (str, bytes)):
         return
-    raise NetworkBlocked(f"the course runs offline; something tried to connect to {address!r}")
+    raise NetworkBlocked(f"the course runs offline; something tried to reach {address!r}")
 
 
-def guarded_connect(self: socket.socket, address: Any) -> None:
-    """``socket.connect`` that refuses non-loopback addresses."""
-    check_address(address)
-    return _REAL["connect"](self, address)
-
-
-def guarded_connect_ex(self: socket.socket, address: Any) -> int:
-    """``socket.connect_ex`` that refuses non-loopback addresses."""
-    check_address(address)
-    return _REAL["connect_ex"](self, address)
-
-
-def guarded_getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> list:
-    """``socket.getaddrinfo`` that refuses to resolve anything but loopback names."""
-    if not is_loopback(host):
+def check_lookup(host: object) -> None:
+    """Return None when ``host`` is a local name; else raise NetworkBlocked."""
+    if not is_local_name(host):
         raise NetworkBlocked(f"the course runs offline; something tried to look up {host!r}")
-    return _REAL["getaddrinfo"](host, *args, **kwargs)
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    """The audit hook: check the socket events that can leave this machine, while switched on."""
+    if not _state["on"] or not event.startswith("socket."):
+        return
+    if event in ("socket.connect", "socket.sendto", "socket.sendmsg"):
+        if args[1] is not None:  # sendmsg on a connected socket has no address
+            check_address(args[1])
+    elif event in ("socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyaddr"):
+        check_lookup(args[0])
+    elif event == "socket.getnameinfo":
+        check_lookup(args[0][0] if isinstance(args[0], tuple) and args[0] else args[0])
 
 
 def install() -> None:
     """Block the network for the rest of this process (idempotent)."""
-    socket.socket.connect = guarded_connect  # type: ignore[method-assign]
-    socket.socket.connect_ex = guarded_connect_ex  # type: ignore[method-assign]
-    socket.getaddrinfo = guarded_getaddrinfo
+    if not _state["hooked"]:
+        _state["hostname"] = socket.gethostname().lower()
+        sys.addaudithook(_audit)  # audit hooks cannot be removed; uninstall() switches it off
+        _state["hooked"] = True
+    _state["on"] = True
 
 
 def uninstall() -> None:
-    """Restore the real socket functions."""
-    socket.socket.connect = _REAL["connect"]  # type: ignore[method-assign]
-    socket.socket.connect_ex = _REAL["connect_ex"]  # type: ignore[method-assign]
-    socket.getaddrinfo = _REAL["getaddrinfo"]
+    """Let network calls through again."""
+    _state["on"] = False
+
+
+def is_installed() -> bool:
+    """Return True while the guard refuses network access in this process."""
+    return bool(_state["on"])
 
 
 @contextmanager
 def blocked() -> Iterator[None]:
     """Block the network inside a ``with`` block, then put back whatever was there before."""
-    before = (socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo)
+    before = _state["on"]
     install()
     try:
         yield
     finally:
-        socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo = before  # type: ignore[method-assign]
+        _state["on"] = before
+
+
+def child_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Return the variables that start Python child processes (notebook kernels) with the guard on.
+
+    ``COURSE_OFFLINE=1``, and ``PYTHONPATH`` with ``tools/offline`` (its sitecustomize.py) and
+    the repository first, then whatever ``environ`` (default ``os.environ``) already had.
+    """
+    environ = os.environ if environ is None else environ
+    paths = [str(SITE_DIR), str(SITE_DIR.parent.parent)]
+    paths += [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in paths]
+    return {"COURSE_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(paths)}

@@ -18,9 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import config
-
-#: Folder with the sitecustomize.py that blocks the network when COURSE_OFFLINE=1.
-OFFLINE_SITE = config.REPO_ROOT / "tools" / "offline"
+from .offline import child_env
 
 
 @dataclass(frozen=True)
@@ -41,16 +39,14 @@ def course_notebooks(folder: Path | None = None) -> list[Path]:
 
 
 @contextmanager
-def _environment(quick: bool, offline: bool, results: Path | None) -> Iterator[None]:
+def _environment(quick: bool, blocked: bool, results: Path | None) -> Iterator[None]:
     """Set the variables the kernel inherits, and restore them afterwards."""
     changes = {"COURSE_QUICK": "1" if quick else "0", "MPLBACKEND": "Agg",
                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     if results is not None:
         changes["COURSE_RESULTS"] = str(results)
-    if offline:
-        changes["COURSE_OFFLINE"] = "1"
-        changes["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(OFFLINE_SITE), str(config.REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+    if blocked:
+        changes.update(child_env())
     saved = {k: os.environ.get(k) for k in changes}
     os.environ.update(changes)
     try:

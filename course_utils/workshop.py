@@ -4,23 +4,44 @@
 executes every notebook in quick mode in a fresh kernel with the network blocked (which
 also warms the compile caches for the class), prints one line per notebook, and ends
 with READY or NOT READY and what to fix.
+
+"Network blocked" means one of two things, and the output says which: with ``--netns``
+(``make workshop-check NETNS=1``) on Linux, the check runs in an empty network namespace, so
+nothing can reach another machine; otherwise (or where the OS refuses a namespace) the Python
+guard of ``course_utils.offline`` refuses connections and lookups beyond loopback in the
+kernels, which catches accidental downloads but is not a sandbox.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import config
+from . import config, netns
 from .runner import NotebookRun, course_notebooks, run_course, write_summary
 
 #: The whole course in quick mode should fit in this many seconds on a 2-core laptop.
 QUICK_BUDGET_S = 12 * 60
 
 
+#: What the two kinds of "offline" mean, for the output.
+NETWORK_REMOVED = "network removed: an empty network namespace, only loopback"
+GUARD_ONLY = ("Python guard only: kernels refuse connections and lookups beyond loopback, which "
+              "catches accidental downloads; it is not a sandbox (native code can still reach the "
+              "network). On Linux, `make workshop-check NETNS=1` removes the network for real")
+
+
+def network_line() -> str:
+    """Return how this process is kept offline: the network really removed, or the guard only."""
+    return NETWORK_REMOVED if netns.network_removed() else GUARD_ONLY
+
+
 def verdict(doctor_failures: Sequence[str], runs: Sequence[NotebookRun],
-            budget_s: float = QUICK_BUDGET_S) -> tuple[bool, list[str]]:
+            budget_s: float = QUICK_BUDGET_S,
+            network: str = "Python guard") -> tuple[bool, list[str]]:
     """Return (ready, lines to print): READY only when the doctor and every notebook pass."""
     fixes = list(doctor_failures)
     for run in runs:
@@ -36,7 +57,7 @@ def verdict(doctor_failures: Sequence[str], runs: Sequence[NotebookRun],
         lines += [f"  - {fix}" for fix in fixes]
     else:
         lines.append(f"READY: the doctor passed and all {len(runs)} notebooks ran offline "
-                     f"in quick mode in {total / 60:.1f} min.")
+                     f"({network}) in quick mode in {total / 60:.1f} min.")
     if runs and total > budget_s:
         lines.append(f"  note: {total / 60:.1f} min is over the {budget_s / 60:.0f}-minute budget "
                      "for a 2-core laptop; plan for slower machines or a second warm-up run.")
@@ -52,8 +73,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="notebooks to run (default: every course notebook)")
     parser.add_argument("--out", type=Path, default=None,
                         help="folder for the summary and executed copies (default build/workshop)")
+    parser.add_argument("--netns", action="store_true",
+                        help="run in an empty network namespace (Linux, unshare) so nothing can "
+                             "download; falls back to the Python guard, saying so, where the OS refuses")
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    if args.netns and not netns.network_removed():
+        prefix, how = netns.wrap()
+        if prefix is not None:
+            print(f"== network: running inside an empty network namespace ({how})", flush=True)
+            rest = [a for a in argv if a != "--netns"]
+            return subprocess.call([*prefix, sys.executable, "-m", "course_utils", "workshop-check", *rest])
+        print(f"== network: no network namespace: {how}. Falling back to the Python guard.", flush=True)
     out = args.out or config.build_dir() / "workshop"
+    network = network_line()
     from . import bench, doctor
 
     print("== doctor", flush=True)
@@ -61,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for check in checks:
         print(f"{'ok  ' if check.ok else 'FAIL'}  {check.name}: {check.detail}", flush=True)
     failures = [f"{c.name}: {c.fix}" for c in checks if not c.ok]
-    print("== notebooks (quick mode, network blocked)", flush=True)
+    print(f"== notebooks (quick mode; {network})", flush=True)
     paths = args.notebooks or course_notebooks()
     results = out / "results.jsonl"
     results.unlink(missing_ok=True)
@@ -73,7 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ["COURSE_QUICK"] = "1"
         bench.record("workshop.quick_total_s", summary["total_s"], "s",
                      notebooks=len(runs), machine=summary["machine"])
-    ready, lines = verdict(failures, runs)
+    ready, lines = verdict(failures, runs,
+                           network="network removed" if network == NETWORK_REMOVED else "Python guard only")
     print("\n".join(lines))
     print(f"(summary: {out / 'summary.json'})")
     return 0 if ready else 1

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 
 import pytest
@@ -15,14 +14,11 @@ NetworkBlocked = offline.NetworkBlocked
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 
-
 @pytest.fixture(autouse=True)
-def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Block every connection and name lookup except loopback for the test's duration."""
-    monkeypatch.setattr(socket.socket, "connect", offline.guarded_connect)
-    monkeypatch.setattr(socket.socket, "connect_ex", offline.guarded_connect_ex)
-    monkeypatch.setattr(socket, "getaddrinfo", offline.guarded_getaddrinfo)
-    yield
+def no_network() -> Iterator[None]:
+    """Block every connection, datagram and name lookup except loopback for the test's duration."""
+    with offline.blocked():
+        yield
 
 
 @pytest.fixture(autouse=True)

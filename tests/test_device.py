@@ -40,5 +40,14 @@ def test_guard_passes_with_cuda(monkeypatch, capsys):
     assert capsys.readouterr().out == ""
 
 
-def test_synchronize_on_cpu_is_a_no_op():
+def test_synchronize_waits_for_cuda_devices_only(monkeypatch):
+    """Timing on a GPU needs the wait; on the CPU there is nothing to wait for (and no CUDA call)."""
+    waited = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda dev=None: waited.append(dev))
     device.synchronize("cpu")
+    monkeypatch.setenv("COURSE_DEVICE", "cpu")
+    device.synchronize()  # the course's device, here the CPU
+    assert waited == []
+    device.synchronize("cuda:1")
+    device.synchronize(torch.device("cuda", 0))
+    assert waited == [torch.device("cuda:1"), torch.device("cuda:0")]

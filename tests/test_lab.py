@@ -7,10 +7,16 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
-from course_utils import config
+import pytest
+
+from course_utils import config, lab
 
 ROOT = config.REPO_ROOT
+NEWS_PLUGIN = "@jupyterlab/apputils-extension:notification"
+#: `make test-min`'s floor environment is for tests only (its recipe does not write lab settings).
+FLOOR_ENV = bool(os.environ.get("COURSE_CONSTRAINTS"))
 
 
 def free_port() -> int:
@@ -57,6 +63,9 @@ def test_jupyterlab_starts_headless_and_serves_the_course(tmp_path):
         assert "pytorch2-course" in specs, f"course kernel not registered: {sorted(specs)}"
         contents = get_json(f"{base}/api/contents?token={token}")["content"]
         assert "00_setup.ipynb" in {c["name"] for c in contents}
+        if not FLOOR_ENV:  # the course's override reaches the running JupyterLab: no news pop-up
+            plugin = get_json(f"{base}/lab/api/settings/{NEWS_PLUGIN}?token={token}")
+            assert plugin["schema"]["properties"]["fetchNews"]["default"] == "false"
     finally:
         proc.terminate()
         try:
@@ -65,3 +74,41 @@ def test_jupyterlab_starts_headless_and_serves_the_course(tmp_path):
             proc.kill()
         log.close()
     assert proc.returncode is not None
+
+
+def test_lab_override_names_a_real_setting_of_the_installed_jupyterlab():
+    schema = json.loads((Path(sys.prefix) / "share" / "jupyter" / "lab" / "schemas" / "@jupyterlab"
+                         / "apputils-extension" / "notification.json").read_text())
+    allowed = {choice["const"] for choice in schema["properties"]["fetchNews"]["oneOf"]}
+    assert lab.OVERRIDES == {NEWS_PLUGIN: {"fetchNews": "false"}} and "false" in allowed
+
+
+def test_write_overrides_merges_into_an_environment(tmp_path):
+    path = lab.overrides_path(tmp_path)
+    assert path == tmp_path / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
+    assert lab.write_overrides(tmp_path) == path
+    assert json.loads(path.read_text()) == {NEWS_PLUGIN: {"fetchNews": "false"}}
+    path.write_text(json.dumps({"@jupyterlab/apputils-extension:themes": {"theme": "JupyterLab Dark"},
+                                NEWS_PLUGIN: {"fetchNews": "true", "doNotDisturbMode": True}}))
+    lab.write_overrides(tmp_path)
+    lab.write_overrides(tmp_path)  # idempotent
+    assert json.loads(path.read_text()) == {
+        "@jupyterlab/apputils-extension:themes": {"theme": "JupyterLab Dark"},
+        NEWS_PLUGIN: {"fetchNews": "false", "doNotDisturbMode": True}}
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        lab.write_overrides(tmp_path)
+    assert path.read_text() == "{not json"
+
+
+@pytest.mark.skipif(FLOOR_ENV, reason="make test-min's environment is for tests; learners open JupyterLab from .venv")
+def test_this_environment_has_the_override():
+    """`make setup` writes it (python -m course_utils.lab) into the environment it builds."""
+    path = lab.overrides_path()
+    assert path.exists(), f"{path} is missing: run `make setup`"
+    assert json.loads(path.read_text())[NEWS_PLUGIN]["fetchNews"] == "false"
+
+
+def test_make_setup_writes_the_override():
+    out = subprocess.run(["make", "-n", "-B", "setup"], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert "-m course_utils.lab" in out.stdout

@@ -74,9 +74,27 @@ def test_gpt_stream_matches_generate_greedy():
 
 
 def test_gpt_stream_is_lazy():
+    """Each token costs one forward pass, run only when the caller asks for that token."""
     gpt = small_gpt()
+    forwards = []
+    gpt.register_forward_hook(lambda *_: forwards.append(1))
     it = gpt.stream(torch.tensor([1]), 1000)
-    assert isinstance(next(it), int)  # one token produced without generating the rest
+    assert forwards == []  # nothing runs before the first token is asked for
+    first = next(it)
+    assert isinstance(first, int) and len(forwards) == 1
+    next(it)
+    assert len(forwards) == 2
+
+
+def test_importing_the_models_does_not_import_transformers():
+    """transformers (slow to import, only for MiniLM) loads only when MiniLM is loaded."""
+    import subprocess
+    import sys
+
+    code = ("import sys, course_utils.models, course_utils.serving; "
+            "print(sorted(m for m in ('transformers', 'tokenizers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
 
 
 def test_gpt_sampling_is_reproducible_and_top_k_respected():

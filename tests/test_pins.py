@@ -2,11 +2,24 @@
 
 import os
 import re
-import tomllib
+import sys
+
+import pytest
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from course_utils import config, doctor
 
 ROOT = config.REPO_ROOT
+
+
+def pyproject() -> dict:
+    """Return pyproject.toml parsed (tomllib from Python 3.11; tomli, which pytest needs, on 3.10)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        tomllib = pytest.importorskip("tomli", reason="reading pyproject.toml on Python 3.10 needs tomli")
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
 def norm(name: str) -> str:
@@ -33,17 +46,37 @@ def conda_pins() -> dict[str, str]:
 
 
 def declared() -> list[str]:
-    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    meta = pyproject()["project"]
     # Core and dev are pinned; other extras (executorch) are optional and resolved at install time.
     deps = meta["dependencies"] + meta["optional-dependencies"]["dev"]
     return [norm(re.split(r"[<>=!~ ;\[]", d)[0]) for d in deps]
 
 
-def test_course_torch_set_is_pinned():
+def test_course_torch_set_is_pinned_and_agrees_everywhere():
+    """constraints.txt pins the torch set; the range, the README, the floor and torchvision agree."""
     pins = constraints()
-    assert pins["torch"] == "2.14.1"
-    assert pins["torchvision"] == "0.29.1"
-    assert pins["torchaudio"] == "2.11.1"
+    torch, vision, audio = (Version(pins[name]) for name in ("torch", "torchvision", "torchaudio"))
+    meta = pyproject()["project"]
+    declared_torch = next(d for d in meta["dependencies"] if re.match(r"torch\b(?![-_])", d))
+    assert torch in SpecifierSet(declared_torch[len("torch"):]), f"the pinned torch {torch} is outside {declared_torch}"
+    # torchvision 0.(N + 15) is built for torch 2.N
+    assert (vision.major, vision.minor) == (0, torch.minor + 15), f"torchvision {vision} does not match torch {torch}"
+    assert audio.major == 2, f"torchaudio {audio}"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    said = re.search(r"torch (\S+), torchvision (\S+), torchaudio (\S+?)[ ,]", readme)
+    assert said, "README.md no longer names the tested torch set ('torch X, torchvision Y, torchaudio Z')"
+    assert said.groups() == (pins["torch"], pins["torchvision"], pins["torchaudio"]), (
+        f"README.md names {said.groups()}, constraints.txt pins "
+        f"{(pins['torch'], pins['torchvision'], pins['torchaudio'])}")
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from min_constraints import FLOOR
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    floor = Version(FLOOR["torch"])
+    assert f"{floor.major}.{floor.minor}" == doctor.TORCH_MIN, "tools/min_constraints.py and the doctor disagree"
+    assert Version(FLOOR["torchvision"]).minor == floor.minor + 15
+    assert floor in SpecifierSet(declared_torch[len("torch"):]) and floor < torch
 
 
 def test_every_declared_dependency_is_pinned_in_both_files():
@@ -61,7 +94,7 @@ def test_conda_pins_equal_constraints():
 
 
 def test_metadata_uses_ranges_not_exact_pins():
-    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    meta = pyproject()["project"]
     assert not [d for d in meta["dependencies"] if "==" in d]
 
 
@@ -75,7 +108,7 @@ def test_installed_versions_are_the_pinned_ones():
 
 
 def test_doctor_minimums_match_metadata():
-    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    meta = pyproject()["project"]
     lower = {norm(re.split(r"[<>=!~ ;\[]", d)[0]): re.search(r">=([\d.]+)", d).group(1)
              for d in meta["dependencies"] if ">=" in d}
     for name, minimum in doctor.REQUIRED_PACKAGES:

@@ -1,5 +1,7 @@
 """The tiny GPT's key-value cache: cached greedy decoding equals the plain model, row by row."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -80,9 +82,57 @@ def test_cache_limits_are_enforced():
         prefill(gpt, torch.zeros(2, 2, dtype=torch.long), torch.tensor([2, 2]), cache)
 
 
-def test_bare_decode_rate_is_positive():
-    rate = bare_decode_tokens_per_s(small_gpt(), batch_size=4, prompt_len=4, new_tokens=8, repeats=1)
-    assert rate > 0
+def test_a_cached_step_does_the_same_work_at_every_length_and_far_less_than_recomputing():
+    """The point of the cache, counted (not timed): one decode step's matmul FLOPs do not grow
+    with the context, while the uncached step (the whole prefix again) grows with it."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    def flops(fn, *args) -> int:
+        with FlopCounterMode(display=False) as counter, torch.no_grad():
+            fn(*args)
+        return counter.get_total_flops()
+
+    gpt = small_gpt()
+    cached, uncached = {}, {}
+    for length in (8, 16, 32):
+        idx = torch.randint(0, 23, (1, length + 1))
+        cache = KVCache(gpt.config, capacity=1)
+        prefill(gpt, idx[:, :length], torch.tensor([length]), cache)
+        cached[length] = flops(decode_step, gpt, idx[:, length], cache)
+        uncached[length] = flops(gpt, idx)
+    assert max(cached.values()) < 1.25 * min(cached.values()), cached
+    assert uncached[32] > 3 * uncached[8], uncached
+    assert all(uncached[n] > n / 2 * cached[n] for n in cached), (cached, uncached)
+
+
+def test_bare_decode_counts_every_generated_token_once(monkeypatch):
+    """tokens/s = batch x new tokens / the median run: one prefill and new_tokens - 1 decode steps a
+    run (the prefill yields the first token), one warm-up run, threads restored (a fake clock)."""
+    import course_utils.serving.bare as bare
+
+    calls = {"prefill": 0, "decode": 0}
+    real_prefill, real_decode = bare.prefill, bare.decode_step
+
+    def counting_prefill(*args, **kwargs):
+        calls["prefill"] += 1
+        return real_prefill(*args, **kwargs)
+
+    def counting_decode(*args, **kwargs):
+        calls["decode"] += 1
+        return real_decode(*args, **kwargs)
+
+    ticks = iter(range(0, 1000, 2))  # every run takes 2 fake seconds
+    monkeypatch.setattr(bare, "prefill", counting_prefill)
+    monkeypatch.setattr(bare, "decode_step", counting_decode)
+    monkeypatch.setattr(bare, "time", SimpleNamespace(perf_counter=lambda: next(ticks)))
+    threads = torch.get_num_threads()
+    rate = bare_decode_tokens_per_s(small_gpt(), batch_size=4, prompt_len=4, new_tokens=8, repeats=3,
+                                    threads=1)
+    assert rate == 4 * 8 / 2
+    assert calls == {"prefill": 4, "decode": 4 * 7}
+    assert torch.get_num_threads() == threads
+    with pytest.raises(ValueError, match=">= 1"):
+        bare_decode_tokens_per_s(small_gpt(), batch_size=0)
 
 
 def test_compiled_decode_core_is_one_graph_without_breaks_and_matches_eager():

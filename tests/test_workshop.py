@@ -19,7 +19,7 @@ def _notebook(path, *sources):
 
 
 def test_offline_guard_blocks_and_restores():
-    real = socket.socket.connect
+    offline.uninstall()  # the autouse fixture has it on; check that blocked() puts back "off"
     with offline.blocked():
         with pytest.raises(offline.NetworkBlocked, match="offline"):
             socket.getaddrinfo("pypi.org", 443)
@@ -27,7 +27,8 @@ def test_offline_guard_blocks_and_restores():
         offline.check_address("/tmp/some.sock")
         with pytest.raises(offline.NetworkBlocked):
             offline.check_address(("93.184.216.34", 443))
-    assert socket.socket.connect is real
+    assert not offline.is_installed()
+    offline.install()
 
 
 @pytest.mark.parametrize("host, loop", [("localhost", True), ("127.0.0.1", True), ("::1", True),

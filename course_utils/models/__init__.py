@@ -7,4 +7,5 @@ from .minilm import MiniLM, MiniLMUnavailable, SentenceEncoder, load_minilm
 from .mlp import MLP
 from .transformer import TransformerBlock
 
-__all__ = ["GPTConfig", "MLP", "MiniLM", "MiniLMUnavailable", "SentenceEncoder", "load_minilm", "ResBlock", "SmallResNet", "TinyGPT", "TransformerBlock"]
+__all__ = ["GPTConfig", "MLP", "MiniLM", "MiniLMUnavailable", "SentenceEncoder", "load_minilm", "ResBlock",
+           "SmallResNet", "TinyGPT", "TransformerBlock"]

@@ -1,6 +1,7 @@
-"""Put this folder on PYTHONPATH with COURSE_OFFLINE=1 and Python blocks the network at start-up.
+"""With COURSE_OFFLINE=1 and this folder on PYTHONPATH, Python blocks the network at start-up.
 
-Used by `make workshop-check` (course_utils.runner) so notebook kernels cannot download.
+``course_utils.offline.child_env()`` sets both: the root conftest.py does it for everything
+``make test`` starts (nbval's notebook kernels included), ``make workshop-check`` for its kernels.
 """
 
 import os

@@ -1,0 +1,53 @@
+"""How JupyterLab greets the learner: no "get notified about official Jupyter news?" pop-up.
+
+JupyterLab reads setting overrides for every user of an environment from
+``<sys.prefix>/share/jupyter/lab/settings/overrides.json``. The course's setup (``make setup``)
+writes its settings there with ``python -m course_utils.lab``: news fetching off, so the first
+thing a learner sees is the course, and JupyterLab makes no request to the web on its own.
+Settings already in the file are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+#: The course's JupyterLab settings: plugin id -> {setting: value}. The plugin's schema is
+#: ``share/jupyter/lab/schemas/@jupyterlab/apputils-extension/notification.json``; its
+#: ``fetchNews`` is a string, "true" (always), "false" (never) or "none" (ask: the pop-up).
+OVERRIDES: dict[str, dict[str, object]] = {
+    "@jupyterlab/apputils-extension:notification": {"fetchNews": "false"},
+}
+
+
+def overrides_path(prefix: Path | str | None = None) -> Path:
+    """Return the overrides file JupyterLab reads in environment ``prefix`` (default: this one)."""
+    return Path(sys.prefix if prefix is None else prefix) / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
+
+
+def write_overrides(prefix: Path | str | None = None) -> Path:
+    """Return the overrides file of ``prefix`` after merging the course's settings into it.
+
+    Other plugins' settings and other keys of the same plugin are kept. Raises ValueError when
+    the existing file is not a JSON object (it is left as it is).
+    """
+    path = overrides_path(prefix)
+    current: object = {}
+    if path.exists():
+        try:
+            current = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path} is not valid JSON ({err}); fix or remove it, then run "
+                             "`make setup` again") from err
+        if not isinstance(current, dict):
+            raise ValueError(f"{path} should hold a JSON object of plugin settings")
+    for plugin, settings in OVERRIDES.items():
+        current.setdefault(plugin, {}).update(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(current, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+if __name__ == "__main__":
+    print(f"JupyterLab settings for the course: {write_overrides()}")
