@@ -250,7 +250,7 @@ def record(name: str, value: float, unit: str, **context: Any) -> dict[str, Any]
         "torch": torch.__version__,
         "device": str(get_device()),
         "cpu_class": cpu_class(),
-        "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "time": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "context": {k: v if isinstance(v, (int, float, str, bool, type(None))) else str(v)
                     for k, v in context.items()},
     }

@@ -118,7 +118,7 @@ def write_summary(runs: Sequence[NotebookRun], path: Path) -> dict:
     import torch
 
     summary = {
-        "date": _dt.datetime.now(_dt.timezone.utc).date().isoformat(),
+        "date": _dt.datetime.now(_dt.UTC).date().isoformat(),
         "torch": torch.__version__.split("+")[0],
         "python": sys.version.split()[0],
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",

@@ -211,7 +211,7 @@ def create_app(settings: ServeSettings | None = None, *, model: TinyGPT | None =
             return _unavailable(str(err))
         try:
             first = await asyncio.wait_for(req.events.get(), timeout=settings.queue_timeout_s)
-        except (TimeoutError, asyncio.TimeoutError):  # two classes on Python 3.10, one from 3.11
+        except TimeoutError:  # two classes on Python 3.10, one from 3.11
             req.cancel()
             return JSONResponse({"detail": f"timed out: no batch slot within {settings.queue_timeout_s} s"},
                                 status_code=504)
@@ -240,7 +240,7 @@ def create_app(settings: ServeSettings | None = None, *, model: TinyGPT | None =
             return _unavailable(f"the embedding queue is full ({embedder.queued_texts} texts waiting)")
         try:
             vectors = await asyncio.wait_for(job.future, timeout=settings.queue_timeout_s)
-        except (TimeoutError, asyncio.TimeoutError):  # two classes on Python 3.10, one from 3.11
+        except TimeoutError:  # two classes on Python 3.10, one from 3.11
             job.cancel()  # the worker skips it instead of computing it for nobody
             return JSONResponse({"detail": f"timed out after {settings.queue_timeout_s} s"}, status_code=504)
         except EmbedError as err:

@@ -199,7 +199,7 @@ async def run_load_async(url: str, *, concurrency: int, n_requests: int,
                     if leftover.strip():
                         raise MalformedStream(f"stream ended inside an event: {leftover[:80]!r}")
                 else:
-                    for kind, value in parser.feed(""):
+                    for kind, _value in parser.feed(""):
                         ended = ended or kind == "end"
         except (MalformedStream, json.JSONDecodeError) as err:
             counts["malformed"] += 1
