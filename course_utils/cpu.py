@@ -205,7 +205,7 @@ def onnxruntime_kernels(caps: Mapping[str, bool] | None = None, arch: str | None
     if caps.get("avx_vnni"):
         return "AVX-VNNI kernels"
     if caps.get("avx512_f"):
-        return "AVX-512 kernels (int8 pairs summed in 16 bits)"
+        return "AVX-512 kernels (int8 pairs summed in 16 bits, which can saturate)"
     if caps.get("avx2"):
         return "AVX2 kernels (int8 pairs summed in 16 bits, which can saturate)"
     return "baseline SSE kernels"
