@@ -1,26 +1,102 @@
-"""Every checker accepts its reference solution and rejects plausible wrong answers with a hint."""
+"""Every checker accepts its reference solution and gives each declared wrong answer its own hint.
+
+Checks run in strict mode: a bug in a checker's own code fails the test instead of becoming
+"[Not yet]" feedback. What the learner's code raises is feedback in both modes.
+"""
+
+import dataclasses
+import math
 
 import pytest
+import torch
+from torch.export import Dim
 
 from course_utils import exercises
+from course_utils.exercises import framework
 
 
 @pytest.mark.parametrize("name", exercises.names())
 def test_reference_solution_is_accepted(name):
-    fb = exercises.check(name, exercises.solution(name))
+    fb = exercises.check(name, exercises.solution(name), strict=True)
     assert fb.correct, fb.message
     assert bool(fb) and str(fb).startswith("[Correct]")
 
 
 @pytest.mark.parametrize("name", exercises.names())
-def test_wrong_answers_are_rejected_with_a_hint(name):
-    wrong = list(exercises.get(name).wrong_answers())
-    assert wrong, f"{name} has no wrong answers to test against"
-    for answer in wrong:
-        fb = exercises.check(name, answer)
-        assert not fb.correct, f"{name} accepted a wrong answer: {answer!r}"
-        assert len(fb.message) > 20, fb.message
-        assert "Traceback" not in fb.message
+def test_wrong_answers_get_their_hint(name):
+    wrong = exercises.get(name).wrong_answers()
+    assert len(wrong) >= 3, f"{name} declares too few wrong answers"
+    for answer, hint in wrong:
+        fb = exercises.check(name, answer, strict=True)
+        label = getattr(answer, "__name__", repr(answer))
+        assert not fb.correct, f"{name} accepted a wrong answer: {label}"
+        assert hint in fb.message, f"{name}, {label}: expected a hint containing {hint!r}, got {fb.message!r}"
+        assert "Traceback" not in fb.message and "\n" not in fb.message and len(fb.message) < 600, fb.message
+
+
+def _float_counter(x):
+    return torch.while_loop(lambda n, y: y.abs().max() > 1, lambda n, y: (n + 1, y / 2), (torch.zeros(()), x))[0]
+
+
+def _item_predicate(x):
+    peak = x.abs().max()
+    return torch.cond(peak.item() > 1.0, lambda x, p: x / p, lambda x, p: x.clone(), (x, peak))
+
+
+def _where_rescale(x):
+    peak = x.abs().max()
+    return torch.where(peak > 1, x / peak, x)
+
+
+def _topk_median(x):
+    return x.topk((x.shape[1] + 1) // 2, dim=1, largest=False).values[:, -1]
+
+
+#: Right answers other than the reference solution, written the way learners write them.
+OTHER_RIGHT_ANSWERS = [
+    ("04.halvings", _float_counter),
+    ("04.cond_export", _item_predicate),
+    ("06.cond_export", _where_rescale),
+    ("06.dynamic_batch", {"x": {0: Dim.AUTO(min=1, max=256)}}),
+    ("06.dynamic_batch", {"x": {0: Dim.DYNAMIC(max=256)}}),
+    ("06.dynamic_batch", ({0: Dim("b", max=256)},)),
+    ("07.median_rewrite", _topk_median),
+    ("07.dynamic_shapes", {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}),
+    ("07.dynamic_shapes", {"input_ids": {0: Dim.AUTO, 1: Dim.AUTO}, "attention_mask": {0: Dim.AUTO, 1: Dim.AUTO}}),
+    ("02.recompile", "B, C, D, F"),
+    ("02.count_breaks", 2.0),
+]
+
+
+@pytest.mark.parametrize("name, answer", OTHER_RIGHT_ANSWERS, ids=[n for n, _ in OTHER_RIGHT_ANSWERS])
+def test_other_right_answers_are_accepted(name, answer):
+    fb = exercises.check(name, answer, strict=True)
+    assert fb.correct, fb.message
+
+
+#: Hand-computed results the reference solutions must reproduce (the checkers compare with them).
+HAND_COMPUTED = [
+    ("00.break_even", (2.0, 0.5, 0.3), 9),            # (2.0 - 0.3) / (0.5 - 0.3) = 8.5 -> 9 calls
+    ("00.break_even", (10.0, 0.013, 0.004), 1111),
+    ("00.break_even", (0.001, 0.01, 0.005), 1),        # first call already cheaper than eager
+    ("00.break_even", (3.0, 0.2, 0.2), None),          # never faster: never pays
+    ("01.steady_speedup", ([5.0, 1.0, 1.0, 4.0], [20.0, 0.5, 0.5, 0.5]), 2.0),
+    ("01.steady_speedup", ([3.0, 2.0], [12.0, 4.0]), 0.5),
+    ("04.halvings", (torch.tensor([-1000.0, 7.0]),), 10),   # 1000 / 2**10 < 1 <= 1000 / 2**9
+    ("04.halvings", (torch.tensor([4.0]),), 2),             # 4 -> 2 -> 1: stops at exactly 1
+    ("10.p99", ([float(i) for i in range(200, 0, -1)],), 198.0),
+    ("10.p99", ([5.0] * 98 + [40.0, 900.0],), 40.0),
+    ("10.batch_size", ({1: 300.0, 8: 1600.0, 16: 2400.0, 32: 3200.0}, 10.0), 16),   # 32 rows: 10 ms
+    ("10.batch_size", ({1: 300.0, 8: 1600.0, 16: 2400.0, 32: 3200.0}, 2.0), None),
+    ("10.batch_size", ({4: 400.0, 1: 500.0, 2: 600.0}, 5.0), 2),
+]
+
+
+@pytest.mark.parametrize("name, args, expected", HAND_COMPUTED)
+def test_reference_solutions_match_hand_computed_results(name, args, expected):
+    got = exercises.solution(name)(*args)
+    got = got.item() if isinstance(got, torch.Tensor) else got
+    assert got == expected or (expected is not None and math.isclose(got, expected))
 
 
 @pytest.mark.parametrize("name", exercises.names())
@@ -43,8 +119,6 @@ def test_unknown_exercise_is_feedback_not_a_crash():
 
 
 def test_specific_hints_for_nb00():
-    import torch
-
     fb = exercises.check("00.rms_norm", torch.ones(2))
     assert "tensor" in fb.message and "function itself" in fb.message
     fb = exercises.check("00.break_even", lambda a, b, c: (a - c) / (b - c))
@@ -53,12 +127,35 @@ def test_specific_hints_for_nb00():
     assert "starts at 1" in fb.message
 
 
-def test_checker_crash_becomes_feedback():
+def test_learner_errors_are_feedback_even_in_strict_mode():
     def explodes(*_):
         raise RuntimeError("boom")
 
-    fb = exercises.check("00.break_even", explodes)
-    assert not fb.correct and "RuntimeError: boom" in fb.message
+    for strict in (False, True):
+        fb = exercises.check("00.break_even", explodes, strict=strict)
+        assert not fb.correct and "RuntimeError: boom" in fb.message
+
+
+def test_checker_bugs_raise_in_strict_mode_and_apologise_otherwise(monkeypatch):
+    def buggy_checker(answer):
+        return {}["a key the checker forgot"]
+
+    buggy = dataclasses.replace(exercises.get("00.break_even"), checker=buggy_checker)
+    monkeypatch.setitem(framework._REGISTRY, "00.break_even", buggy)
+    with pytest.raises(KeyError):
+        exercises.check("00.break_even", exercises.solution("00.break_even"), strict=True)
+    fb = exercises.check("00.break_even", exercises.solution("00.break_even"))
+    assert not fb.correct and "checker itself failed" in fb.message and "\n" not in fb.message
+
+
+def test_a_failing_compile_is_one_quiet_line(capfd):
+    def rms_norm(x):  # forgets keepdim=True: Dynamo fails while tracing and logs a traceback
+        return x * torch.rsqrt(x.pow(2).mean(dim=-1) + 1e-6)
+
+    fb = exercises.check("00.rms_norm", torch.compile(rms_norm), strict=True)
+    assert "keepdim=True" in fb.message and "\n" not in fb.message and len(fb.message) < 400
+    out, err = capfd.readouterr()
+    assert out == "" and err == "", (out + err)[:500]
 
 
 def test_duplicate_registration_is_refused():
@@ -72,7 +169,17 @@ def test_expect_function_names_the_expected_call():
     exercises.expect_function(len, "f(x)")  # a callable passes silently
     with pytest.raises(exercises.Wrong, match=r"expected a function halvings\(x\), got int\. try again"):
         exercises.expect_function(3, "halvings(x)", hint="try again")
-    import torch
-
     with pytest.raises(exercises.Wrong, match=r"passed a tensor .* pass the function itself, halvings\(x\)"):
         exercises.expect_function(torch.ones(2), "halvings(x)")
+
+
+def test_short_and_differs_describe_values_briefly():
+    assert framework.short(torch.zeros(100, 3)) == "a tensor of shape (100, 3)"
+    assert framework.short(list(range(10))) == "<10 values>"
+    assert framework.differs(torch.ones(2), torch.ones(2)) is None
+    assert framework.differs(torch.ones(2, 1), torch.ones(2)) == "shape (2, 1) instead of (2,)"
+    assert framework.differs(2.0, 2) == "2.0, not a whole number (an int)"
+    assert framework.differs(torch.ones(2, dtype=torch.float64), torch.ones(2)) is None
+    assert framework.differs(torch.ones(2), torch.ones(2, dtype=torch.int8)) == "dtype torch.float32 instead of torch.int8"
+    assert framework.differs(("a", {}), ("a", None)) == "{} instead of None in item 1"
+    assert framework.differs({"w": torch.ones(3)}, {"w": torch.ones(2, 3)}) == "shape (3,) instead of (2, 3) for 'w'"

@@ -4,11 +4,12 @@ In a notebook::
 
     from course_utils import exercises
     exercises.check("00.break_even", my_break_even)   # right: confirmed; wrong: a hint
-    print(exercises.solution("00.break_even"))         # reveal the reference solution
+    print(exercises.solution_source("00.break_even"))  # reveal the reference solution
 
-Each notebook's exercises live in a module ``nbNN.py`` here and register
-themselves with ``framework.exercise``; the test suite runs every checker
-against its reference solution and against plausible wrong answers.
+Each notebook's exercises live in a module ``nbNN.py`` here and register themselves, mostly
+through ``framework.function_exercise`` (cases, a reference, mistakes with their hints); the test
+suite runs every checker in strict mode against its reference solution and against every declared
+wrong answer, asserting the hint each one gets.
 """
 
 import importlib

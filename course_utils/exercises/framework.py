@@ -1,36 +1,44 @@
-"""The checker framework: a registry of exercises, and ``check`` that never crashes.
+"""The checker framework: a registry of exercises, table-driven checkers, and ``check`` that never crashes.
 
-A checker is a function ``answer -> str | None`` that returns a success message
-(or None) when the answer is right and raises ``Wrong("hint")`` when it is not.
-``check`` turns anything else a checker raises (say, the learner's function
-blowing up) into feedback too, so a wrong answer never shows a traceback.
+A checker takes the learner's answer and returns a success message, or raises ``Wrong("hint")``.
+Most checkers are built by ``function_exercise`` from a table: the cases to call the learner's
+function with, a reference to compare its results with, and the mistakes learners make, each with
+its hint. A wrong result equal to a mistake's result gets that mistake's hint. The mistakes are
+also the wrong answers the test suite feeds to the checker, so every hint is tested.
+
+What the learner's code raises becomes a hint too (``run``). Anything else a checker raises is a
+bug in the course: ``check(..., strict=True)`` (the test suite) lets it propagate, while a learner
+gets a one-line message instead of a traceback.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import inspect
+import io
+import logging
+import math
+import numbers
+import re
 import textwrap
-from collections.abc import Callable, Iterable
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 
 class Wrong(Exception):
     """Raised by a checker: the answer is wrong, and the message is the hint."""
 
 
-def expect_function(answer: Any, usage: str, hint: str = "") -> None:
-    """Return None when ``answer`` is callable; otherwise raise ``Wrong`` naming the expected ``usage``.
-
-    ``usage`` is how the learner's function is called, e.g. ``"halvings(x)"``. A tensor gets
-    its own hint: it is almost always the result of calling the function instead of passing it.
-    """
-    import torch
-
-    if isinstance(answer, torch.Tensor):
-        raise Wrong(f"you passed a tensor (the result of a call); pass the function itself, {usage}.")
-    if not callable(answer):
-        raise Wrong(f"expected a function {usage}, got {type(answer).__name__}.{' ' + hint if hint else ''}")
+#: A wrong answer (or a mistaken function) and text that the hint it gets must contain.
+Mistake = tuple[Any, str]
+#: An exception type, or a piece of an error message, and the hint for that failure.
+ErrorHint = tuple[Any, str]
 
 
 @dataclass(frozen=True)
@@ -53,27 +61,27 @@ class Feedback:
 
 @dataclass(frozen=True)
 class Exercise:
-    """One exercise: its checker, a reference solution, and wrong answers the checker must reject."""
+    """One exercise: its checker, a reference solution, and wrong answers with the hint each must get."""
 
     name: str
     prompt: str
-    checker: Callable[[Any], str | None]
+    checker: Callable[[Any], str]
     solution: Callable[[], Any]
-    wrong_answers: Callable[[], Iterable[Any]]
+    wrong_answers: Callable[[], list[Mistake]]
 
 
 _REGISTRY: dict[str, Exercise] = {}
 
 
 def exercise(name: str, prompt: str, solution: Callable[[], Any],
-             wrong_answers: Callable[[], Iterable[Any]]) -> Callable[[Callable[[Any], str | None]],
-                                                                     Callable[[Any], str | None]]:
+             wrong_answers: Callable[[], list[Mistake]]) -> Callable[[Callable[[Any], str]], Callable[[Any], str]]:
     """Return a decorator that registers a checker under ``name``.
 
-    ``solution`` returns a correct answer; ``wrong_answers`` returns plausible
-    wrong ones. Both are zero-argument callables so nothing is built at import.
+    ``solution`` returns a correct answer; ``wrong_answers`` returns (wrong answer, hint) pairs,
+    where the hint is text the checker's message must contain. Both take no arguments, so nothing
+    is built at import.
     """
-    def register(checker: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
+    def register(checker: Callable[[Any], str]) -> Callable[[Any], str]:
         if name in _REGISTRY:
             raise ValueError(f"exercise {name!r} is registered twice")
         _REGISTRY[name] = Exercise(name, prompt, checker, solution, wrong_answers)
@@ -95,23 +103,38 @@ def get(name: str) -> Exercise:
         raise KeyError(f"no exercise {name!r}; known: {', '.join(names())}") from None
 
 
-def check(name: str, answer: Any) -> Feedback:
-    """Return feedback on ``answer`` to exercise ``name``; never raises."""
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Keep torch's log records, warnings and printed output out of the learner's view while checking."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        with (warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()),
+              contextlib.redirect_stderr(io.StringIO())):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(previous)
+
+
+def check(name: str, answer: Any, *, strict: bool = False) -> Feedback:
+    """Return feedback on ``answer`` to exercise ``name``; only with ``strict`` may a bug in a checker raise."""
     try:
         ex = get(name)
     except KeyError as err:
         return Feedback(str(name), False, str(err.args[0]))
     try:
-        message = ex.checker(answer)
+        with quiet():
+            message = ex.checker(answer)
     except Wrong as hint:
         return Feedback(name, False, str(hint))
-    except Exception as err:  # the learner's code failed inside the checker
-        return Feedback(
-            name, False,
-            f"checking your answer raised {type(err).__name__}: {err}. "
-            f"The exercise asks: {ex.prompt}",
-        )
-    return Feedback(name, True, message or "well done.")
+    except Exception as err:  # the checker's own code failed, not the learner's
+        if strict:
+            raise
+        return Feedback(name, False, f"sorry, the checker itself failed ({summary(err)}): a bug in the "
+                                     "course, not a verdict on your answer. Compare with "
+                                     f"exercises.solution_source({name!r}).")
+    return Feedback(name, True, message)
 
 
 def solution(name: str) -> Any:
@@ -128,3 +151,222 @@ def solution_source(name: str) -> str:
         return textwrap.dedent(inspect.getsource(target))
     except (OSError, TypeError):
         return repr(answer)
+
+
+# --- Running the learner's code and describing what went wrong, in one line.
+
+def expect_function(answer: Any, usage: str, hint: str = "") -> None:
+    """Return None when ``answer`` is callable; otherwise raise ``Wrong`` naming the expected ``usage``.
+
+    ``usage`` is how the learner's function is called, e.g. ``"halvings(x)"``. A tensor gets
+    its own hint: it is almost always the result of calling the function instead of passing it.
+    """
+    if isinstance(answer, torch.Tensor):
+        raise Wrong(f"you passed a tensor (the result of a call); pass the function itself, {usage}.")
+    if not callable(answer):
+        raise Wrong(f"expected a function {usage}, got {type(answer).__name__}.{' ' + hint if hint else ''}")
+
+
+def summary(err: BaseException) -> str:
+    """Return ``err`` as one short line: its type and the most telling line of its message."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(err))
+    if "## Exception summary" in text:  # torch.onnx.export summarises the real error at the end
+        text = text.split("## Exception summary", 1)[1]
+    text = re.sub(r"<class '(?:\w+\.)*(\w+)'>", r"\1", text)  # <class 'torch.SymFloat'> -> SymFloat
+    quoted = re.search(r"got \w+\((['\"])(.*?)\1\)", text)  # Dynamo quotes the original error
+    lines = [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+    generic = ("This higher order operator doesn't work", "RuntimeError when making fake tensor call")
+    line = quoted.group(2).replace("\\n", " ") if quoted else next(
+        (ln for ln in lines if not ln.startswith(generic)), lines[0] if lines else "")
+    line = line if len(line) <= 200 else line[:197] + "..."
+    return f"{type(err).__name__}: {line}" if line else type(err).__name__
+
+
+def run(fn: Callable[..., Any], *args: Any, call: str, errors: Sequence[ErrorHint] = ()) -> Any:
+    """Return ``fn(*args)``; what the learner's code raises becomes ``Wrong``: a one-line summary and a hint.
+
+    ``errors`` pairs an exception type, or a piece of the error message, with the hint for it.
+    """
+    try:
+        return fn(*args)
+    except Wrong:
+        raise
+    except Exception as err:  # noqa: BLE001 - the learner's code failed: that is feedback
+        text = f"{type(err).__name__}: {err}"
+        hint = next((h for key, h in errors if (key in text if isinstance(key, str) else isinstance(err, key))), "")
+        raise Wrong(sentences(f"{call} raised {summary(err)}", hint)) from None
+
+
+def sentences(*parts: str) -> str:
+    """Return the non-empty ``parts`` joined with spaces, each ending in a full stop (or ? or !)."""
+    parts = tuple(p.strip().rstrip(":") for p in parts if p.strip())
+    return " ".join(p if p.endswith((".", "?", "!")) else p + "." for p in parts)
+
+
+def short(value: Any) -> str:
+    """Return a short description of ``value`` for a message: small values in full, big ones by size."""
+    if isinstance(value, torch.Tensor):
+        small = value.dim() <= 1 and value.numel() <= 6
+        return " ".join(repr(value).split()) if small else f"a tensor of shape {tuple(value.shape)}"
+    if isinstance(value, torch.nn.Module):
+        return f"<{type(value).__name__}>"
+    if isinstance(value, float):
+        return repr(value) if len(repr(value)) <= 8 else f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        if len(value) > 6:
+            return f"<{len(value)} values>"
+        inner = ", ".join(short(v) for v in value) + ("," if isinstance(value, tuple) and len(value) == 1 else "")
+        return f"[{inner}]" if isinstance(value, list) else f"({inner})"
+    if callable(value) and hasattr(value, "__name__"):
+        return value.__name__
+    if type(value).__repr__ is object.__repr__:
+        return f"<{type(value).__name__}>"
+    text = repr(value)
+    if isinstance(value, dict) and len(text) > 80:
+        return f"<dict with keys {list(value)[:4]}>"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def differs(got: Any, expected: Any, rtol: float = 1e-5, atol: float = 1e-6) -> str | None:
+    """Return None when ``got`` matches ``expected`` (tensors and floats within tolerance), else what is off."""
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(got, torch.Tensor):
+            return f"{short(got)}, not a tensor"
+        if got.shape != expected.shape:
+            return f"shape {tuple(got.shape)} instead of {tuple(expected.shape)}"
+        if got.dtype != expected.dtype and not (got.is_floating_point() and expected.is_floating_point()):
+            return f"dtype {got.dtype} instead of {expected.dtype}"  # float32 for float64 is fine; int8 is not
+        error = (got.detach().double() - expected.double()).abs()
+        ok = torch.allclose(got.detach().double(), expected.double(), rtol=rtol, atol=atol)
+        return None if ok else f"values off by up to {error.max().item():.3g}"
+    if isinstance(expected, dict):
+        if not isinstance(got, dict):
+            return f"{short(got)}, not a dict"
+        if set(got) != set(expected):
+            return f"keys {sorted(map(str, got))} instead of {sorted(map(str, expected))}"
+        return next((f"{p} for {k!r}" for k in expected if (p := differs(got[k], expected[k], rtol, atol))), None)
+    if isinstance(expected, (tuple, list)):
+        if not isinstance(got, (tuple, list)) or len(got) != len(expected):
+            return f"{short(got)}, not a {type(expected).__name__} of {len(expected)}"
+        return next((f"{p} in item {i}" for i, (g, e) in enumerate(zip(got, expected))
+                     if (p := differs(g, e, rtol, atol))), None)
+    if isinstance(expected, numbers.Real) and not isinstance(expected, bool):
+        whole = isinstance(expected, numbers.Integral)
+        if isinstance(got, bool) or not isinstance(got, numbers.Integral if whole else numbers.Real):
+            return f"{short(got)}, not {'a whole number (an int)' if whole else 'a number'}"
+        same = got == expected if whole else math.isclose(got, expected, rel_tol=rtol, abs_tol=atol)
+        return None if same else f"{short(got)} instead of {short(expected)}"
+    try:
+        same = got is expected or (type(got) is type(expected) and bool(got == expected))
+    except Exception:  # noqa: BLE001 - an object that cannot be compared is not the expected one
+        same = False
+    return None if same else f"{short(got)} instead of {short(expected)}"
+
+
+def _fresh(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Return copies of the mutable arguments (tensors, containers, modules), so no call sees another's changes."""
+    return tuple(copy.deepcopy(a) if isinstance(a, (torch.Tensor, torch.nn.Module, list, dict, tuple)) else a
+                 for a in args)
+
+
+# --- Checkers built from a table: cases, a reference, and mistakes with their hints.
+
+def function_exercise(name: str, prompt: str, *, usage: str, solution: Callable[..., Any],
+                      cases: Callable[[], Iterable[tuple[Any, ...]]], success: str,
+                      reference: Callable[..., Any] | None = None,
+                      mistakes: Callable[[], list[Mistake]] = list, wrong: Callable[[], list[Mistake]] = list,
+                      otherwise: str | Callable[[Any], str] = "", errors: Sequence[ErrorHint] = (),
+                      prepare: Callable[[Any], Callable[..., Any]] = lambda answer: answer,
+                      normalise: Callable[[Any], Any] = lambda result: result,
+                      after: Callable[[Any], None] = lambda answer: None,
+                      passed_as: Callable[[Callable[..., Any]], Any] = lambda fn: fn,
+                      tol: tuple[float, float] = (1e-5, 1e-6)) -> None:
+    """Register exercise ``name``: a function, called as ``usage``, that must match ``reference`` on every case.
+
+    - ``solution`` is the reference answer, a function as a learner would write it; the learner
+      passes ``passed_as(solution)`` (say, ``torch.compile(rms_norm)``).
+    - ``cases`` returns the argument tuples; ``reference`` (default: the solution) gives the expected
+      results, compared with ``tol`` = (rtol, atol) for tensors and floats.
+    - ``mistakes`` returns (mistaken function, hint) pairs: a wrong result equal to a mistake's result
+      gets its hint, any other wrong result ``otherwise`` (text, or a function of the answer).
+    - The tests feed the mistakes, ``wrong``'s (answer, hint) pairs, None, a string and a tensor to the checker.
+    - ``errors`` pairs what the learner's function may raise with hints (see ``run``).
+    - ``prepare`` turns an answer (or a mistake) into what is called and may raise ``Wrong``;
+      ``normalise`` maps every result before comparing; ``after`` checks how a right answer computes
+      (compiled, one graph, no loop, exportable) and raises ``Wrong`` if it does not.
+    """
+    func_name = usage.split("(")[0]
+
+    def gives(mistake: Callable[..., Any], args: tuple[Any, ...], got: Any) -> bool:
+        try:
+            return differs(got, normalise(prepare(mistake)(*_fresh(args))), *tol) is None
+        except Exception:  # noqa: BLE001 - a mistake that fails on this case is not the one made
+            return False
+
+    def checker(answer: Any) -> str:
+        expect_function(answer, usage)
+        fn, expected_fn = prepare(answer), reference or solution
+        for args in cases():
+            call = f"{func_name}({', '.join(short(a) for a in args)})"
+            mine = _fresh(args)
+            got = normalise(run(fn, *mine, call=call, errors=errors))
+            if any(isinstance(a, torch.Tensor) and not torch.equal(a, b) for a, b in zip(mine, args)):
+                raise Wrong(f"{call} changed its input in place; compute a new tensor instead.")
+            problem = differs(got, normalise(expected_fn(*_fresh(args))), *tol)
+            if problem:
+                hint = next((h for m, h in mistakes() if gives(m, args, got)), None)
+                hint = hint if hint is not None else otherwise(answer) if callable(otherwise) else otherwise
+                raise Wrong(sentences(f"{call} returned {problem}", hint))
+        after(answer)
+        return success
+
+    generic = [(None, "expected a function"), (func_name, "expected a function"), (torch.ones(3), "pass the function itself")]
+    exercise(name, prompt, lambda: passed_as(solution), lambda: [*mistakes(), *wrong(), *generic])(checker)
+
+
+def capture(fn: Callable[..., Any], *args: Any) -> list[torch.fx.GraphModule]:
+    """Return the graphs, sub-graphs included, that Dynamo captures from ``fn(*args)`` with fullgraph=True.
+
+    Raises what Dynamo raises when ``fn`` is not one graph; nothing is compiled to code.
+    """
+    graphs: list[torch.fx.GraphModule] = []
+
+    def keep(gm: torch.fx.GraphModule, example_inputs: Any) -> Callable[..., Any]:
+        graphs.append(gm)
+        return gm.forward
+
+    torch.compile(fn, backend=keep, fullgraph=True)(*args)
+    return [m for gm in graphs for m in gm.modules() if isinstance(m, torch.fx.GraphModule)]
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the ATen operations dispatched while it is active (in ``ops``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def nodes(graphs: list[torch.fx.GraphModule]) -> Iterator[torch.fx.Node]:
+    """Return an iterator over every node of ``graphs``."""
+    return (node for gm in graphs for node in gm.graph.nodes)
+
+
+def clean_dynamo(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Return ``fn`` wrapped so that each call starts and ends with a reset Dynamo.
+
+    For answers that compile the checker's functions themselves: no call reuses what an earlier one
+    compiled, and repeated checks never reach the recompile limit.
+    """
+    def call(*args: Any) -> Any:
+        torch._dynamo.reset()
+        try:
+            return fn(*args)
+        finally:
+            torch._dynamo.reset()
+
+    return call

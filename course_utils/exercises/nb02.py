@@ -13,11 +13,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from .framework import Wrong, exercise, expect_function
+from .framework import Mistake, Wrong, capture, exercise, function_exercise, nodes, run
 
-# ---------------------------------------------------------------------------
-# 02.count_breaks: how many graph breaks does `mystery` have?
-# ---------------------------------------------------------------------------
+# --- 02.count_breaks: how many graph breaks does `mystery` have?
 
 
 def mystery(x: torch.Tensor) -> torch.Tensor:
@@ -45,18 +43,18 @@ def _mystery_breaks() -> int:
     "02.count_breaks",
     prompt="give the number of graph breaks torch.compile hits in `mystery` (an int).",
     solution=_mystery_breaks,
-    wrong_answers=lambda: [_mystery_breaks() + 1, _mystery_breaks() - 1, 0,
-                           str(_mystery_breaks()), None, float(_mystery_breaks()) + 0.5],
+    wrong_answers=lambda: [(_mystery_breaks() + 1, "one too many"), (_mystery_breaks() + 2, "too many"),
+                           (_mystery_breaks() - 1, "too few"), (0, "too few"),
+                           (str(_mystery_breaks()), "expected a whole number"), (None, "expected a whole number"),
+                           (_mystery_breaks() + 0.5, "not a whole number")],
 )
 def check_count_breaks(answer: Any) -> str:
-    """Accept the number of graph breaks measured by torch._dynamo.explain on this torch."""
+    """Return the success message for the number of graph breaks torch._dynamo.explain measures here."""
     truth = _mystery_breaks()
     if isinstance(answer, bool) or not isinstance(answer, (int, float)):
         raise Wrong(f"expected a whole number such as 5, got {type(answer).__name__} {answer!r}.")
-    if isinstance(answer, float):
-        if not answer.is_integer():
-            raise Wrong(f"{answer} is not a whole number: a break either happens or it does not.")
-        answer = int(answer)
+    if not float(answer).is_integer():
+        raise Wrong(f"{answer} is not a whole number: a break either happens or it does not.")
     if answer == truth:
         return (f"{truth} breaks: the .item() call and the `if` on tensor data. NumPy calls and "
                 "dict lookups are traced into the graph.")
@@ -70,9 +68,7 @@ def check_count_breaks(answer: Any) -> str:
                 "value: a Python number, or a Python `if` decision.")
 
 
-# ---------------------------------------------------------------------------
-# 02.fullgraph: rewrite a function so that torch.compile(fn, fullgraph=True) accepts it.
-# ---------------------------------------------------------------------------
+# --- 02.fullgraph: rewrite a function so that torch.compile(fn, fullgraph=True) accepts it.
 
 
 def soft_clip(x: torch.Tensor) -> torch.Tensor:
@@ -83,66 +79,58 @@ def soft_clip(x: torch.Tensor) -> torch.Tensor:
     return torch.tanh(x) * 2
 
 
-def _soft_clip_solution() -> Callable[[torch.Tensor], torch.Tensor]:
-    def soft_clip_fixed(x: torch.Tensor) -> torch.Tensor:
-        # Stay with tensors: never ask for a Python number, never branch in Python.
-        peak = x.abs().max()
-        x = torch.where(peak > 1.0, x / peak, x)
-        return torch.tanh(x) * 2
-
-    return soft_clip_fixed
+def soft_clip_fixed(x: torch.Tensor) -> torch.Tensor:
+    """Return soft_clip(x), computed without leaving tensors (no .item(), no Python if)."""
+    # Stay with tensors: never ask for a Python number, never branch in Python.
+    peak = x.abs().max()
+    x = torch.where(peak > 1.0, x / peak, x)
+    return torch.tanh(x) * 2
 
 
-def _soft_clip_wrong() -> list[Any]:
-    def always_divides(x: torch.Tensor) -> torch.Tensor:  # compiles, wrong when peak <= 1
-        return torch.tanh(x / x.abs().max()) * 2
-
-    def forgets_the_scale(x: torch.Tensor) -> torch.Tensor:  # compiles, drops the * 2
-        peak = x.abs().max()
-        return torch.tanh(torch.where(peak > 1.0, x / peak, x))
-
-    return [soft_clip, always_divides, forgets_the_scale, torch.ones(3), "soft_clip"]
+_STAY_IN_TENSORS = "Keep the peak as a tensor (no .item()) and replace the Python `if` with torch.where."
 
 
-@exercise(
+def _soft_clip_mistakes() -> list[Mistake]:
+    def keeps_item(x: torch.Tensor) -> torch.Tensor:  # compiles on current torch, but still a Python float
+        peak = x.abs().max().item()
+        return torch.tanh(x / max(peak, 1.0)) * 2
+
+    return [(soft_clip, "fullgraph=True still refuses it"),
+            (lambda x: torch.tanh(x / x.abs().max()) * 2, "Divide only when the peak is above 1: a quieter input stays "
+                                                          "as it is."),
+            (lambda x: torch.tanh(torch.where(x.abs().max() > 1.0, x / x.abs().max(), x)), "Keep the * 2 after the tanh."),
+            (keeps_item, "still calls .item()")]
+
+
+def _no_python_numbers(answer: Any) -> None:
+    plain = getattr(answer, "_torchdynamo_orig_callable", answer)
+    graphs = run(capture, plain, torch.full((4, 3), 3.0), call="torch.compile(soft_clip_fixed, fullgraph=True)")
+    if any(n.op == "call_method" and n.target in ("item", "tolist") for n in nodes(graphs)):
+        raise Wrong("it compiles and the values are right, but your function still calls .item(): the peak "
+                    "becomes a Python number, which costs a device-to-host copy and a guard on its value. "
+                    + _STAY_IN_TENSORS)
+
+
+function_exercise(
     "02.fullgraph",
-    prompt="write soft_clip_fixed(x), equal to soft_clip(x), that torch.compile(..., "
-           "fullgraph=True) compiles without a graph break; pass the plain function.",
-    solution=_soft_clip_solution,
-    wrong_answers=_soft_clip_wrong,
+    "write soft_clip_fixed(x), equal to soft_clip(x), that torch.compile(..., fullgraph=True) compiles "
+    "without a graph break; pass the plain function.",
+    usage="soft_clip_fixed(x)",
+    solution=soft_clip_fixed,
+    reference=soft_clip,
+    cases=lambda: [(torch.randn(32, 8, generator=torch.Generator().manual_seed(0)) * 3,),     # peak above 1
+                   (torch.rand(32, 8, generator=torch.Generator().manual_seed(1)) * 0.8 - 0.4,)],  # below 1
+    mistakes=_soft_clip_mistakes,
+    prepare=lambda answer: torch.compile(getattr(answer, "_torchdynamo_orig_callable", answer),
+                                         fullgraph=True, backend="eager"),
+    errors=[(kind, "fullgraph=True still refuses it. " + _STAY_IN_TENSORS) for kind in ("Unsupported: ", "UserError: ")],
+    otherwise="It compiles, but the values differ from soft_clip: divide only when the peak is above 1, "
+              "and keep the * 2.",
+    after=_no_python_numbers,
+    success="compiles as one graph with fullgraph=True and matches soft_clip on both branches.",
 )
-def check_fullgraph(answer: Any) -> str:
-    """Accept a function equal to soft_clip that compiles with fullgraph=True."""
-    expect_function(answer, "soft_clip_fixed(x)", hint="Pass the function itself (not a call, not a string).")
-    plain = getattr(answer, "_torchdynamo_orig_callable", answer)  # accept a compiled one too
-    gen = torch.Generator().manual_seed(0)
-    cases = {"peak above 1": torch.randn(32, 8, generator=gen) * 3,
-             "peak below 1": torch.rand(32, 8, generator=gen) * 0.8 - 0.4}
-    compiled = torch.compile(plain, fullgraph=True, backend="eager")
-    for label, x in cases.items():
-        try:
-            got = compiled(x.clone())
-        except torch._dynamo.exc.TorchDynamoException as err:
-            # Unsupported for a graph break; UserError when a Python `if` meets a captured scalar.
-            first = str(err).strip().splitlines()[0][:160]
-            raise Wrong(f"fullgraph=True still refuses it ({type(err).__name__}: {first}). Keep the "
-                        "peak as a tensor (no .item()) and replace the Python `if` with "
-                        "torch.where.") from None
-        expected = soft_clip(x.clone())
-        if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
-            raise Wrong(f"with a {label}, your function returned {type(got).__name__} "
-                        f"{tuple(getattr(got, 'shape', ()))}; expected a tensor of shape "
-                        f"{tuple(expected.shape)}.")
-        if not torch.allclose(got, expected, rtol=1e-5, atol=1e-6):
-            err = (got - expected).abs().max().item()
-            raise Wrong(f"it compiles, but with a {label} the values differ from soft_clip by up "
-                        f"to {err:.3g}. Divide only when the peak is above 1, and keep the * 2.")
-    return "compiles as one graph with fullgraph=True and matches soft_clip on both branches."
 
-
-# ---------------------------------------------------------------------------
-# 02.recompile: which second call recompiles?
-# ---------------------------------------------------------------------------
+# --- 02.recompile: which second call recompiles?
 
 STEP_SOURCE = '''\
 def step(x, lr):
@@ -225,11 +213,14 @@ def _recompile_solution() -> set[str]:
     prompt="after step(torch.randn(32, 10), 0.1), which of the second calls A-F makes "
            "torch.compile recompile? Answer a set of letters.",
     solution=_recompile_solution,
-    wrong_answers=lambda: [{"B", "C"}, set(RECOMPILE_OPTIONS), set(_recompile_truth()) - {"F"},
-                           set(_recompile_truth()) | {"E"}, set(), 3],
+    wrong_answers=lambda: [({"B", "C"}, "you missed"), (set(RECOMPILE_OPTIONS), "do(es) not recompile"),
+                           (set(_recompile_truth()) - {"F"}, "you missed 1"),
+                           (set(_recompile_truth()) | {"E"}, "E do(es) not recompile"),
+                           (set(), f"you missed {len(_recompile_truth())}"), (3, "expected letters"),
+                           ("BZ", "'Z' is not one of")],
 )
 def check_recompile(answer: Any) -> str:
-    """Accept exactly the set of options that recompile on this torch (measured)."""
+    """Return the success message for exactly the set of options that recompile on this torch (measured)."""
     letters = _as_letters(answer)
     truth = _recompile_truth()
     extra, missing = sorted(letters - truth), sorted(truth - letters)

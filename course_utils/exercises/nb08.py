@@ -1,14 +1,11 @@
-"""Exercises of notebook 08: symmetric int8 weights per output channel, an integer matmul,
-and scaling a tensor into FP8."""
+"""Exercises of notebook 08: symmetric int8 weights per output channel, and an integer matmul."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
 
 import torch
 
-from .framework import Wrong, exercise, expect_function
+from .framework import Mistake, function_exercise
 
 
 def _weights(seed: int, rows: int = 24, cols: int = 40) -> torch.Tensor:
@@ -18,174 +15,112 @@ def _weights(seed: int, rows: int = 24, cols: int = 40) -> torch.Tensor:
     return torch.randn(rows, cols, generator=gen) * row_scale
 
 
-def _reference_per_channel(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _quantize(w: torch.Tensor, amax: torch.Tensor, top: int = 127, clamp: bool = True,
+              dtype: torch.dtype | None = torch.int8) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return (q, scale) for symmetric quantization with scale = amax / top (variants make the mistakes)."""
+    scale = amax.clamp(min=1e-12) / top
+    q = torch.round(w / scale)
+    q = q.clamp(-127, 127) if clamp else q
+    return (q.to(dtype) if dtype else q), scale
+
+
+# --- 08.per_channel: symmetric int8 quantization with one scale per output channel (row).
+
+
+def quantize_per_channel(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return (q, scale): int8 weights and one float scale per output channel (row)."""
+    # One scale per row, so that row's largest |w| lands on 127.
     scale = w.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 127
-    return torch.round(w / scale).clamp(-127, 127).to(torch.int8), scale
-
-
-def _as_pair(out: Any, call: str) -> tuple[torch.Tensor, torch.Tensor]:
-    if not isinstance(out, tuple) or len(out) != 2:
-        raise Wrong(f"{call} returned {type(out).__name__}; return a pair (q, scale).")
-    q, scale = out
-    if not isinstance(q, torch.Tensor) or not isinstance(scale, torch.Tensor):
-        raise Wrong(f"{call} must return two tensors (q, scale), got "
-                    f"({type(q).__name__}, {type(scale).__name__}).")
+    q = torch.round(w / scale).clamp(-127, 127).to(torch.int8)
     return q, scale
 
 
-# ---------------------------------------------------------------------------
-# 08.per_channel: symmetric int8 quantization with one scale per output channel (row).
-# ---------------------------------------------------------------------------
-
-
-def _per_channel_solution() -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
-    def quantize_per_channel(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # One scale per row, so that row's largest |w| lands on 127.
-        scale = w.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 127
-        q = torch.round(w / scale).clamp(-127, 127).to(torch.int8)
-        return q, scale
-
-    return quantize_per_channel
-
-
-def _per_channel_wrong() -> list[Any]:
-    def per_tensor(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        scale = w.abs().amax() / 127
-        return torch.round(w / scale).clamp(-127, 127).to(torch.int8), scale
-
-    def per_column(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        scale = w.abs().amax(dim=0, keepdim=True) / 127
-        return torch.round(w / scale).clamp(-127, 127).to(torch.int8), scale
-
-    def wraps_around(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # 128 overflows int8
-        scale = w.abs().amax(dim=1, keepdim=True) / 128
-        return torch.round(w / scale).to(torch.int8), scale
-
-    def stays_float(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _per_channel_mistakes() -> list[Mistake]:
+    def in_place(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         scale = w.abs().amax(dim=1, keepdim=True) / 127
-        return torch.round(w / scale), scale
+        return w.div_(scale).round_().to(torch.int8), scale
 
-    return [per_tensor, per_column, wraps_around, stays_float, torch.ones(3), None]
+    return [(lambda w: _quantize(w, w.abs().amax()), "You used one scale for the whole tensor (per tensor). Take "
+             "the maximum of |w| over each row instead: w.abs().amax(dim=1, keepdim=True)."),
+            (lambda w: _quantize(w, w.abs().amax(dim=0, keepdim=True)), "Use one scale per output channel, i.e. per "
+             "ROW of the (out, in) weight: w.abs().amax(dim=1, keepdim=True), shape (rows, 1)."),
+            (lambda w: _quantize(w, w.abs().amax(dim=1, keepdim=True), top=128, clamp=False), "Symmetric int8 "
+             "uses 127 as the largest magnitude: divide by 127 and clamp to [-127, 127] (128 wraps around)."),
+            (lambda w: _quantize(w, w.abs().amax(dim=1, keepdim=True), dtype=None), "Store q as torch.int8 "
+             "(that is where the 4x saving comes from): .to(torch.int8) after rounding and clamping."),
+            (in_place, "changed its input in place")]
 
 
-@exercise(
+function_exercise(
     "08.per_channel",
-    prompt="write quantize_per_channel(w) returning (q, scale): q int8 with values in [-127, 127], "
-           "scale float of shape (rows, 1), one per output channel (row), such that q * scale ≈ w.",
-    solution=_per_channel_solution,
-    wrong_answers=_per_channel_wrong,
+    "write quantize_per_channel(w) returning (q, scale): q int8 with values in [-127, 127], scale float of "
+    "shape (rows, 1), one per output channel (row), such that q * scale ≈ w.",
+    usage="quantize_per_channel(w)",
+    solution=quantize_per_channel,
+    cases=lambda: [(_weights(0),)],
+    mistakes=_per_channel_mistakes,
+    otherwise="Each row's scale is max(|row|) / 127, shape (rows, 1); q = round(w / scale) clamped to "
+              "[-127, 127], stored as torch.int8.",
+    success="one scale per output channel; every weight is within half a step of its int8 value.",
 )
-def check_per_channel(answer: Any) -> str:
-    """Accept a symmetric per-row int8 quantizer."""
-    expect_function(answer, "quantize_per_channel(w)")
-    w = _weights(0)
-    w_before = w.clone()
-    q, scale = _as_pair(answer(w), "quantize_per_channel(w)")
-    if not torch.equal(w, w_before):
-        raise Wrong("your function changed w in place; leave the float weight untouched.")
-    if q.dtype != torch.int8:
-        raise Wrong(f"q has dtype {q.dtype}; store it as torch.int8 (that is where the 4x saving "
-                    "comes from): .to(torch.int8) after rounding and clamping.")
-    if q.shape != w.shape:
-        raise Wrong(f"q has shape {tuple(q.shape)}, expected {tuple(w.shape)}.")
-    if scale.numel() == 1:
-        raise Wrong("you used one scale for the whole tensor (per tensor). Take the maximum "
-                    "of |w| over each row instead: w.abs().amax(dim=1, keepdim=True).")
-    if scale.numel() != w.shape[0]:
-        raise Wrong(f"scale has {scale.numel()} values; a Linear weight (out, in) needs one per "
-                    f"output channel, i.e. per row: {w.shape[0]} values, shape ({w.shape[0]}, 1).")
-    scale = scale.reshape(-1, 1).float()
-    if q.min().item() < -127 or q.max().item() > 127:
-        raise Wrong("q goes outside [-127, 127]; symmetric int8 uses 127 as the largest "
-                    "magnitude (clamp after rounding).")
-    ref_q, ref_scale = _reference_per_channel(w)
-    if not torch.allclose(scale, ref_scale, rtol=1e-5, atol=0):
-        raise Wrong("the scales are off: each row's scale should be max(|row|) / 127, so the "
-                    "largest weight of the row becomes ±127.")
-    if (q.int() - ref_q.int()).abs().max().item() > 1:
-        raise Wrong("q does not match round(w / scale): check that you divide by the row's "
-                    "scale (broadcast a (rows, 1) scale) and round to the nearest integer.")
-    err = ((q.float() * scale - w).abs() / scale).max().item()
-    if err > 0.5 + 1e-3:
-        raise Wrong(f"q * scale misses w by up to {err:.2f} steps; rounding should keep it "
-                    "within half a step.")
-    return "one scale per output channel; every weight is within half a step of its int8 value."
+
+# --- 08.int8_linear: what a real int8 kernel computes (integer products, then one rescale).
 
 
-# ---------------------------------------------------------------------------
-# 08.int8_linear: what a real int8 kernel computes (integer products, then one rescale).
-# ---------------------------------------------------------------------------
-
-
-def _int8_linear_reference(x: torch.Tensor, w_q: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
+def int8_linear(x: torch.Tensor, w_q: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
+    """Return x @ w.T computed with int8 operands, int32 accumulation and one float rescale."""
+    # 1. Quantize the activations on the fly, one scale per row (per token).
     x_scale = x.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 127
     x_q = torch.round(x / x_scale).clamp(-127, 127).to(torch.int8)
+    # 2. Multiply integers, accumulating in int32 (what VNNI/AMX instructions do).
     acc = x_q.to(torch.int32) @ w_q.to(torch.int32).T
+    # 3. One float rescale per output element: (x_scale of the row) * (w_scale of the column).
     return acc.float() * x_scale * w_scale.reshape(1, -1)
 
 
-def _int8_linear_solution() -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
-    def int8_linear(x: torch.Tensor, w_q: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
-        # 1. Quantize the activations on the fly, one scale per row (per token).
-        x_scale = x.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 127
-        x_q = torch.round(x / x_scale).clamp(-127, 127).to(torch.int8)
-        # 2. Multiply integers, accumulating in int32 (what VNNI/AMX instructions do).
-        acc = x_q.to(torch.int32) @ w_q.to(torch.int32).T
-        # 3. One float rescale per output element: (x_scale of the row) * (w_scale of the column).
+def _int8_case() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    w_q, w_scale = quantize_per_channel(_weights(1, rows=16, cols=48))
+    x = torch.randn(6, 48, generator=torch.Generator().manual_seed(2)) * torch.logspace(-1, 1, 6).unsqueeze(1)
+    return x, w_q, w_scale
+
+
+def _int8_linear_mistakes() -> list[Mistake]:
+    def accumulate(x: torch.Tensor, w_q: torch.Tensor, x_amax: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x_q, x_scale = _quantize(x, x_amax, dtype=torch.int32)
+        return x_q @ w_q.to(torch.int32).T, x_scale
+
+    def per_tensor_x(x: torch.Tensor, w_q: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
+        acc, x_scale = accumulate(x, w_q, x.abs().amax())
         return acc.float() * x_scale * w_scale.reshape(1, -1)
 
-    return int8_linear
+    def forgets_w_scale(x: torch.Tensor, w_q: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
+        acc, x_scale = accumulate(x, w_q, x.abs().amax(dim=1, keepdim=True))
+        return acc.float() * x_scale
 
+    def stays_int(x: torch.Tensor, w_q: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
+        return accumulate(x, w_q, x.abs().amax(dim=1, keepdim=True))[0]
 
-def _int8_linear_wrong() -> list[Any]:
     def dequant_weight(x: torch.Tensor, w_q: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
         return x @ (w_q.float() * w_scale.reshape(-1, 1)).T
 
-    def per_tensor_x(x: torch.Tensor, w_q: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
-        s = x.abs().amax() / 127
-        x_q = torch.round(x / s).clamp(-127, 127).to(torch.int32)
-        return (x_q @ w_q.to(torch.int32).T).float() * s * w_scale.reshape(1, -1)
-
-    def forgets_w_scale(x: torch.Tensor, w_q: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
-        s = x.abs().amax(dim=1, keepdim=True) / 127
-        x_q = torch.round(x / s).clamp(-127, 127).to(torch.int32)
-        return (x_q @ w_q.to(torch.int32).T).float() * s
-
-    return [dequant_weight, per_tensor_x, forgets_w_scale, "int8_linear", None]
+    return [(dequant_weight, "You dequantized the weight and multiplied in float (what a first attempt often "
+                             "does). Quantize x too, per row, and multiply the int8 values as int32."),
+            (stays_int, "Rescale the int32 accumulator to float: acc.float() * x_scale * w_scale."),
+            (forgets_w_scale, "You forgot the weight scale: multiply the accumulator by w_scale too (one value "
+                              "per output column)."),
+            (per_tensor_x, "Use one scale per ROW of x (amax over dim=1), not one for the whole tensor.")]
 
 
-@exercise(
+function_exercise(
     "08.int8_linear",
-    prompt="write int8_linear(x, w_q, w_scale): quantize x per row (symmetric, scale = "
-           "max|row| / 127), multiply the int8 values as int32, then rescale by x_scale * w_scale.",
-    solution=_int8_linear_solution,
-    wrong_answers=_int8_linear_wrong,
+    "write int8_linear(x, w_q, w_scale): quantize x per row (symmetric, scale = max|row| / 127), multiply "
+    "the int8 values as int32, then rescale by x_scale * w_scale.",
+    usage="int8_linear(x, w_q, w_scale)",
+    solution=int8_linear,
+    cases=lambda: [_int8_case()],
+    mistakes=_int8_linear_mistakes,
+    otherwise="Use one scale per ROW of x (amax over dim=1), round and clamp to [-127, 127], accumulate in "
+              "int32, and rescale by x_scale (rows) * w_scale (columns).",
+    tol=(1e-4, 1e-5),
+    success="integer products with one float rescale per output: that is an int8 kernel.",
 )
-def check_int8_linear(answer: Any) -> str:
-    """Accept a dynamically quantized int8 x int8 -> int32 linear with per-row/per-channel scales."""
-    expect_function(answer, "int8_linear(x, w_q, w_scale)")
-    w_q, w_scale = _reference_per_channel(_weights(1, rows=16, cols=48))
-    gen = torch.Generator().manual_seed(2)
-    x = torch.randn(6, 48, generator=gen) * torch.logspace(-1, 1, 6).unsqueeze(1)
-    out = answer(x, w_q, w_scale)
-    if not isinstance(out, torch.Tensor):
-        raise Wrong(f"int8_linear returned {type(out).__name__}; return a float tensor.")
-    if out.shape != (6, 16):
-        raise Wrong(f"the output has shape {tuple(out.shape)}, expected (6, 16) = (batch, out "
-                    "features): multiply by w_q transposed.")
-    if not out.is_floating_point():
-        raise Wrong(f"the output is {out.dtype}; rescale the int32 accumulator to float "
-                    "(acc.float() * x_scale * w_scale).")
-    expected = _int8_linear_reference(x, w_q, w_scale)
-    if torch.allclose(out, expected, rtol=1e-4, atol=1e-5):
-        return "integer products with one float rescale per output: that is an int8 kernel."
-    weight_only = x @ (w_q.float() * w_scale.reshape(-1, 1)).T
-    if torch.allclose(out, weight_only, rtol=1e-4, atol=1e-5):
-        raise Wrong("you dequantized the weight and multiplied in float (what a first attempt often does). "
-                    "Quantize x too, per row, and multiply the int8 values as int32.")
-    if torch.allclose(out * w_scale.reshape(1, -1), expected, rtol=1e-4, atol=1e-5):
-        raise Wrong("you forgot the weight scale: multiply the accumulator by w_scale too "
-                    "(one value per output column).")
-    raise Wrong("the values differ from the integer reference. Use one scale per ROW of x "
-                "(amax over dim=1), round and clamp to [-127, 127], accumulate in int32, and "
-                "rescale by x_scale (rows) * w_scale (columns).")

@@ -4,197 +4,134 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from .framework import Wrong, exercise, expect_function
+from .framework import Mistake, function_exercise
 
-# ---------------------------------------------------------------------------
-# 10.p99: the 99th percentile of request latencies (nearest-rank definition).
-# ---------------------------------------------------------------------------
-
-P99_CASES: tuple[tuple[list[float], float], ...] = (
-    ([float(i) for i in range(1, 101)], 99.0),           # 1..100 ms: the 99th value
-    ([5.0] * 98 + [40.0, 900.0], 40.0),                   # one slow outlier is not the p99
-    ([3.0, 1.0, 2.0], 3.0),                               # unsorted, tiny sample: the maximum
-    ([12.5], 12.5),
-    ([float(i) for i in range(200, 0, -1)], 198.0),       # descending 200..1: rank ceil(0.99*200) = 198
-)
+# --- 10.p99: the 99th percentile of request latencies (nearest-rank definition).
 
 
-def _nearest_rank(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(1, math.ceil(q / 100 * len(ordered))) - 1]
+def p99(latencies_ms: Sequence[float]) -> float:
+    """Return the 99th percentile of the latencies by the nearest-rank rule."""
+    ordered = sorted(latencies_ms)
+    rank = math.ceil(0.99 * len(ordered))  # 1-based rank of the nearest-rank percentile
+    return ordered[max(rank, 1) - 1]
 
 
-def _p99_solution() -> Callable[[Sequence[float]], float]:
-    def p99(latencies_ms: Sequence[float]) -> float:
-        ordered = sorted(latencies_ms)
-        rank = math.ceil(0.99 * len(ordered))  # 1-based rank of the nearest-rank percentile
-        return ordered[max(rank, 1) - 1]
-
-    return p99
-
-
-def _p99_wrong() -> list[Any]:
-    def unsorted(latencies_ms: Sequence[float]) -> float:
-        return list(latencies_ms)[math.ceil(0.99 * len(latencies_ms)) - 1]
-
-    def maximum(latencies_ms: Sequence[float]) -> float:
-        return max(latencies_ms)
-
-    def mean(latencies_ms: Sequence[float]) -> float:
-        return sum(latencies_ms) / len(latencies_ms)
-
-    def floor_rank(latencies_ms: Sequence[float]) -> float:
-        ordered = sorted(latencies_ms)
-        return ordered[int(0.99 * len(ordered))]  # off by one: the value above the rank
-
-    return [unsorted, maximum, mean, floor_rank, 99.0, None]
+def _p99_mistakes() -> list[Mistake]:
+    return [(lambda lat: list(lat)[math.ceil(0.99 * len(lat)) - 1], "Sort the latencies first."),
+            (lambda lat: sorted(lat)[int(0.99 * len(lat))], "As an index, int(0.99 * n) is one past the rank: "
+                                                             "index with ceil(0.99 * n) - 1."),
+            (max, "That is the maximum: the p99 is the value at rank ceil(0.99 * n) of the sorted latencies, "
+                  "below the maximum once there are more than 100.")]
 
 
-@exercise(
+function_exercise(
     "10.p99",
-    prompt="write p99(latencies_ms) returning the 99th percentile by the nearest-rank rule: sort, "
-           "then take the value at 1-based rank ceil(0.99 * n).",
-    solution=_p99_solution,
-    wrong_answers=_p99_wrong,
+    "write p99(latencies_ms) returning the 99th percentile by the nearest-rank rule: sort, then take the value "
+    "at 1-based rank ceil(0.99 * n).",
+    usage="p99(latencies_ms)",
+    solution=p99,
+    cases=lambda: [([float(i) for i in range(200, 0, -1)],),      # descending 200..1: rank 198
+                   ([float(i) for i in range(1, 101)],),          # 1..100: the 99th value
+                   ([5.0] * 98 + [40.0, 900.0],),                 # one slow outlier is not the p99
+                   ([3.0, 1.0, 2.0],), ([12.5],)],                # tiny samples: the maximum
+    mistakes=_p99_mistakes,
+    wrong=lambda: [(lambda lat: sum(lat) / len(lat), "use the nearest rank")],
+    errors=[(IndexError, "Sort a copy, then index with rank - 1 where rank = ceil(0.99 * n).")],
+    otherwise="Sort, then use the nearest rank ceil(0.99 * n), 1-based.",
+    success="your p99 matches the nearest-rank definition on every case.",
 )
-def check_p99(answer: Any) -> str:
-    """Accept a nearest-rank 99th percentile function."""
-    expect_function(answer, "p99(latencies_ms)")
-    for values, expected in P99_CASES:
-        shown = f"p99(<{len(values)} latencies>)" if len(values) > 4 else f"p99({values})"
-        try:
-            got = answer(list(values))
-        except (IndexError, ValueError, TypeError, ZeroDivisionError) as err:
-            raise Wrong(f"{shown} raised {type(err).__name__}: {err}. Sort a copy, then index "
-                        "with rank - 1 where rank = ceil(0.99 * n).") from None
-        if isinstance(got, bool) or not isinstance(got, (int, float)):
-            raise Wrong(f"{shown} returned {got!r}; return one latency (a number).")
-        if got != expected:
-            hint = "sort the latencies first" if values != sorted(values) and got == values[
-                max(1, math.ceil(0.99 * len(values))) - 1] else (
-                "that is the maximum: with 100 values the p99 is the 99th smallest, not the 100th"
-                if got == max(values) else "use the nearest rank ceil(0.99 * n), 1-based")
-            raise Wrong(f"{shown} returned {got}, expected {expected}: {hint}.")
-    return "your p99 matches the nearest-rank definition on every case."
 
+# --- 10.parse_sse: turn a server-sent-event stream into (text, end info).
 
-# ---------------------------------------------------------------------------
-# 10.parse_sse: turn a server-sent-event stream into (text, end info).
-# ---------------------------------------------------------------------------
 
 def _sse(data: dict[str, Any], event: str | None = None) -> str:
     return (f"event: {event}\n" if event else "") + f"data: {json.dumps(data)}\n\n"
 
 
-def _stream(tokens: Sequence[str], end: dict[str, Any] | None = None) -> str:
+def _stream(tokens: Sequence[str], end: dict[str, Any] | None = None, error: bool = False) -> str:
     body = "".join(_sse({"token": t, "index": i}) for i, t in enumerate(tokens))
-    return body + (_sse(end, "end") if end is not None else "")
+    failure = _sse({"detail": "server is stopping", "status": 503}, "error") if error else ""
+    return body + failure + (_sse(end, "end") if end is not None else "")
 
 
-SSE_CASES: tuple[tuple[str, tuple[str, dict[str, Any] | None]], ...] = (
-    (_stream(["He", "l", "lo"], {"reason": "length", "tokens": 3}),
-     ("Hello", {"reason": "length", "tokens": 3})),
-    (_stream([" ", "\n", "data: x"], {"reason": "length", "tokens": 3}),  # tokens that look like syntax
-     (" \ndata: x", {"reason": "length", "tokens": 3})),
-    (_stream(["a", "b"]), ("ab", None)),                                  # cut off: no end event
-    (_stream([], {"reason": "length", "tokens": 0}), ("", {"reason": "length", "tokens": 0})),
-)
+def _sse_cases() -> list[tuple[str]]:
+    end = {"reason": "length", "tokens": 3}
+    return [(_stream(["He", "l", "lo"], end),), (_stream([" ", "\n", "data: x"], end),),  # tokens that look like syntax
+            (_stream(["a", "b"]),), (_stream([], {"reason": "length", "tokens": 0}),),    # cut off; empty
+            (_stream(["a", "b"], error=True),)]                                             # failed mid-stream
 
 
-def _parse_sse_solution() -> Callable[[str], tuple[str, dict[str, Any] | None]]:
-    def parse_sse(stream: str) -> tuple[str, dict[str, Any] | None]:
-        text, end = [], None
-        for block in stream.split("\n\n"):
-            event, data = "message", None
-            for line in block.split("\n"):
-                if line.startswith("event:"):
-                    event = line[len("event:"):].strip()
-                elif line.startswith("data:"):
-                    data = json.loads(line[len("data:"):].strip())
-            if data is None:
-                continue
-            if event == "end":
-                end = data
-            elif event == "message":
-                text.append(data["token"])
-        return "".join(text), end
-
-    return parse_sse
+def parse_sse(stream: str) -> tuple[str, dict[str, Any] | None]:
+    """Return (text, end): the joined tokens, and the data of the end event or None."""
+    text, end = [], None
+    for block in stream.split("\n\n"):
+        event, data = "message", None
+        for line in block.split("\n"):
+            if line.startswith("event:"):
+                event = line[len("event:"):].strip()
+            elif line.startswith("data:"):
+                data = json.loads(line[len("data:"):].strip())
+        if data is None:
+            continue
+        if event == "end":
+            end = data
+        elif event == "message":
+            text.append(data["token"])
+    return "".join(text), end
 
 
-def _parse_sse_wrong() -> list[Any]:
-    def raw_lines(stream: str) -> tuple[str, dict[str, Any] | None]:
-        text = "".join(line[6:] for line in stream.splitlines() if line.startswith("data: "))
-        return text, None  # keeps the JSON and the end event's data in the text
+def _parse_sse_mistakes() -> list[Mistake]:
+    def data_lines(stream: str) -> list[dict[str, Any]]:
+        return [json.loads(line[5:]) for line in stream.splitlines() if line.startswith("data:")]
 
-    def ignores_end(stream: str) -> tuple[str, dict[str, Any] | None]:
-        tokens = [json.loads(line[5:]) for line in stream.splitlines() if line.startswith("data:")]
-        return "".join(t.get("token", "") for t in tokens), None
+    def ignores_events(stream: str) -> tuple[str, dict[str, Any] | None]:  # data without a token = the end
+        datas = data_lines(stream)
+        return "".join(d["token"] for d in datas if "token" in d), ([None] + [d for d in datas if "token" not in d])[-1]
 
     def strips_tokens(stream: str) -> tuple[str, dict[str, Any] | None]:
-        text, end = _parse_sse_solution()(stream)
+        text, end = parse_sse(stream)
         return text.strip(), end
 
-    return [raw_lines, ignores_end, strips_tokens, ("Hello", None), None]
+    return [(lambda s: ("".join(ln[6:] for ln in s.splitlines() if ln.startswith("data: ")), None),
+             "Decode each data line with json.loads and join the 'token' fields."),
+            (lambda s: ("".join(d.get("token", "") for d in data_lines(s)), None),
+             "An event whose 'event:' line says 'end' carries the summary; with no such event return None."),
+            (strips_tokens, "Keep spaces and newlines in the tokens as they are."),
+            (ignores_events, "Read each block's 'event:' line: only 'event: end' carries the summary; an 'event: "
+                             "error' (the server failed mid-stream) is neither text nor the end.")]
 
 
-@exercise(
+function_exercise(
     "10.parse_sse",
-    prompt="write parse_sse(stream) -> (text, end): join the 'token' of every data event, and return "
-           "the data of the 'event: end' event as a dict (None if the stream has no end event).",
-    solution=_parse_sse_solution,
-    wrong_answers=_parse_sse_wrong,
-)
-def check_parse_sse(answer: Any) -> str:
-    """Accept a parser that rebuilds the text and finds the end event."""
-    expect_function(answer, "parse_sse(stream)")
-    for stream, (text, end) in SSE_CASES:
-        try:
-            got = answer(stream)
-        except (ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
-            raise Wrong(f"parsing {stream[:60]!r}... raised {type(err).__name__}: {err}. Events are "
-                        "separated by a blank line; each data line holds JSON after 'data:'.") from None
-        if not (isinstance(got, tuple) and len(got) == 2):
-            raise Wrong(f"return a pair (text, end), got {got!r}.")
-        if got[0] != text:
-            raise Wrong(f"the text should be {text!r}, got {got[0]!r}: decode each data line with "
-                        "json.loads and join the 'token' fields, keeping spaces and newlines as they are.")
-        if got[1] != end:
-            raise Wrong(f"the end event should give {end!r}, got {got[1]!r}: an event whose 'event:' "
-                        "line says 'end' carries the summary; with no such event return None.")
-    return "your parser rebuilds every stream, and tells a finished stream from a cut-off one."
-
-
-# ---------------------------------------------------------------------------
-# 10.batch_size: the largest batch whose per-token latency fits a budget.
-# ---------------------------------------------------------------------------
-
-#: (tokens/s of the bare model at each batch size, per-token budget in ms) -> expected batch size
-BATCH_CASES: tuple[tuple[dict[int, float], float, int | None], ...] = (
-    ({1: 300.0, 8: 1600.0, 16: 2400.0, 32: 3200.0}, 10.0, 16),   # 32 rows: 10 ms/step
-    ({1: 300.0, 8: 1600.0, 16: 2400.0, 32: 3200.0}, 10.0001, 32),
-    ({1: 300.0, 8: 1600.0, 16: 2400.0, 32: 3200.0}, 2.0, None),  # even one row is too slow
-    ({4: 400.0, 1: 500.0, 2: 600.0}, 5.0, 2),                   # unsorted keys; 4 rows: 10 ms
+    "write parse_sse(stream) -> (text, end): join the 'token' of every data event, and return the data of the "
+    "'event: end' event as a dict (None if the stream has no end event).",
+    usage="parse_sse(stream)",
+    solution=parse_sse,
+    cases=_sse_cases,
+    mistakes=_parse_sse_mistakes,
+    wrong=lambda: [(("Hello", None), "expected a function")],
+    errors=[((ValueError, KeyError, TypeError, IndexError, AttributeError),
+             "Events are separated by a blank line; each data line holds JSON after 'data:', and the 'event:' "
+             "line before it says what kind of event it is.")],
+    otherwise="Join the 'token' fields of the message events; the data of 'event: end' is the end, else None.",
+    success="your parser rebuilds every stream, and tells a finished stream from a cut-off one.",
 )
 
-
-def _batch_solution() -> Callable[[dict[int, float], float], int | None]:
-    def choose_batch_size(tokens_per_s: dict[int, float], budget_ms: float) -> int | None:
-        # With b rows, one decoding step makes b tokens and takes b / tokens_per_s[b] seconds;
-        # every client waits that long for its next token.
-        fits = [b for b, rate in tokens_per_s.items() if 1e3 * b / rate < budget_ms]
-        return max(fits) if fits else None
-
-    return choose_batch_size
+# --- 10.batch_size: the largest batch whose per-token latency fits a budget.
 
 
-def _batch_wrong() -> list[Any]:
-    def fastest(tokens_per_s: dict[int, float], budget_ms: float) -> int | None:
-        return max(tokens_per_s, key=tokens_per_s.get)  # ignores the latency budget
+def choose_batch_size(tokens_per_s: dict[int, float], budget_ms: float) -> int | None:
+    """Return the largest batch size whose decoding step is under budget_ms, or None."""
+    # With b rows, one decoding step makes b tokens and takes b / tokens_per_s[b] seconds;
+    # every client waits that long for its next token.
+    fits = [b for b, rate in tokens_per_s.items() if 1e3 * b / rate < budget_ms]
+    return max(fits) if fits else None
 
+
+def _batch_mistakes() -> list[Mistake]:
     def per_token_of_batch(tokens_per_s: dict[int, float], budget_ms: float) -> int | None:
         fits = [b for b, rate in tokens_per_s.items() if 1e3 / rate < budget_ms]  # forgets b
         return max(fits) if fits else None
@@ -203,28 +140,25 @@ def _batch_wrong() -> list[Any]:
         fits = [b for b, rate in tokens_per_s.items() if 1e3 * b / rate < budget_ms]
         return min(fits) if fits else None
 
-    return [fastest, per_token_of_batch, smallest, 16, None]
+    return [(lambda tokens_per_s, budget_ms: max(tokens_per_s, key=tokens_per_s.get),
+             "The highest throughput ignores the budget: each client waits a whole step for its next token."),
+            (per_token_of_batch, "One step of a batch of b makes b tokens, so it takes 1000 * b / tokens_per_s[b] "
+                                 "ms, not 1000 / tokens_per_s[b]."),
+            (smallest, "Return the LARGEST batch size that fits: it gives the most tokens per second.")]
 
 
-@exercise(
+function_exercise(
     "10.batch_size",
-    prompt="write choose_batch_size(tokens_per_s, budget_ms): tokens_per_s maps a batch size b to the "
-           "bare model's tokens/s at that size; return the largest b whose decoding step (the time "
-           "each client waits for its next token) is under budget_ms, or None.",
-    solution=_batch_solution,
-    wrong_answers=_batch_wrong,
+    "write choose_batch_size(tokens_per_s, budget_ms): tokens_per_s maps a batch size b to the bare model's "
+    "tokens/s at that size; return the largest b whose decoding step (the time each client waits for its next "
+    "token) is under budget_ms, or None.",
+    usage="choose_batch_size(tokens_per_s, budget_ms)",
+    solution=choose_batch_size,
+    cases=lambda: [({4: 400.0, 1: 500.0, 2: 600.0}, 5.0)]     # unsorted keys; 4 rows: 10 ms
+    + [({1: 300.0, 8: 1600.0, 16: 2400.0, 32: 3200.0}, budget) for budget in (10.0, 10.0001, 2.0)],
+    mistakes=_batch_mistakes,
+    errors=[((ValueError, TypeError, ZeroDivisionError, KeyError), "Loop over tokens_per_s.items().")],
+    otherwise="One step of a batch of b makes b tokens, so it takes 1000 * b / tokens_per_s[b] ms; keep the "
+              "sizes under the budget and return the largest (None if none fits).",
+    success="you pick the largest batch that keeps every client's next token within the budget.",
 )
-def check_batch_size(answer: Any) -> str:
-    """Accept a function choosing the largest batch within a per-token latency budget."""
-    expect_function(answer, "choose_batch_size(tokens_per_s, budget_ms)")
-    for rates, budget, expected in BATCH_CASES:
-        call = f"choose_batch_size({rates}, {budget})"
-        try:
-            got = answer(dict(rates), budget)
-        except (ValueError, TypeError, ZeroDivisionError, KeyError) as err:
-            raise Wrong(f"{call} raised {type(err).__name__}: {err}") from None
-        if got != expected:
-            hint = ("one step of a batch of b makes b tokens, so it takes 1000 * b / tokens_per_s[b] ms; "
-                    "keep the sizes under the budget and return the largest (None if none fits)")
-            raise Wrong(f"{call} returned {got!r}, expected {expected!r}. Hint: {hint}.")
-    return "you pick the largest batch that keeps every client's next token within the budget."
