@@ -147,7 +147,7 @@ def _range(rng: tuple[float, float] | None) -> str:
 
 def _header(reference: dict[str, Any], rows: Sequence[Row] = ()) -> list[str]:
     m = reference["machine"]
-    ref_class = m.get("cpu_class", "unknown CPU class")
+    ref_class = m.get("cpu_class", "unknown")
     lines = [f"Reference machine: {m.get('description', '?')}, CPU class {ref_class}; torch {m.get('torch', '?')}, "
              f"Python {m.get('python', '?')}; measured {m.get('date', '?')} ({m.get('mode', 'full')} mode)."]
     mine = sorted({r.cpu_class for r in rows if r.cpu_class})
