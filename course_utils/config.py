@@ -8,7 +8,9 @@ and few iterations. ``COURSE_RESULTS`` names a JSON-lines file that
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -84,3 +86,18 @@ def results_path() -> Path | None:
     """Return the results file named by ``COURSE_RESULTS``, or None when unset."""
     raw = os.environ.get("COURSE_RESULTS", "").strip()
     return Path(raw).expanduser().resolve() if raw else None
+
+
+@contextlib.contextmanager
+def environment(**values: str) -> Iterator[None]:
+    """Set environment variables inside a with-block and put the previous values back afterwards."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

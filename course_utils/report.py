@@ -266,10 +266,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not all(r.ok for r in runs):
             print("some notebooks failed; the report shows what was recorded before the failure")
         else:
-            os.environ["COURSE_RESULTS"] = str(results)
-            os.environ["COURSE_QUICK"] = "0"
-            bench.record("workshop.full_total_s", summary["total_s"], "s",
-                         notebooks=len(runs), machine=summary["machine"])
+            with config.environment(COURSE_RESULTS=str(results), COURSE_QUICK="0"):  # this run's file, full mode
+                bench.record("workshop.full_total_s", summary["total_s"], "s",
+                             notebooks=len(runs), machine=summary["machine"])
     records = bench.read_results(results)
     if not records:
         print(f"no results in {results}: run notebooks with COURSE_RESULTS={results}, "

@@ -102,10 +102,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                       out_dir=out / "executed")
     summary = write_summary(runs, out / "summary.json")
     if runs and all(r.ok for r in runs) and not args.notebooks:
-        os.environ["COURSE_RESULTS"] = os.environ.get("COURSE_RESULTS") or str(results)
-        os.environ["COURSE_QUICK"] = "1"
-        bench.record("workshop.quick_total_s", summary["total_s"], "s",
-                     notebooks=len(runs), machine=summary["machine"])
+        with config.environment(COURSE_RESULTS=os.environ.get("COURSE_RESULTS") or str(results), COURSE_QUICK="1"):
+            bench.record("workshop.quick_total_s", summary["total_s"], "s",
+                         notebooks=len(runs), machine=summary["machine"])
     ready, lines = verdict(failures, runs,
                            network="network removed" if network == NETWORK_REMOVED else "Python guard only")
     print("\n".join(lines))

@@ -1,5 +1,7 @@
 from pathlib import Path
 
+import os
+
 import pytest
 
 from course_utils import config
@@ -70,3 +72,11 @@ def test_package_exports_every_submodule_lazily():
     assert set(course_utils.__all__) - {"__version__"} == course_utils._SUBMODULES
     for name in course_utils._SUBMODULES:
         assert getattr(course_utils, name) is importlib.import_module(f"course_utils.{name}")
+
+
+def test_environment_puts_values_back(monkeypatch):
+    monkeypatch.setenv("COURSE_QUICK", "1")
+    monkeypatch.delenv("COURSE_RESULTS", raising=False)
+    with config.environment(COURSE_QUICK="0", COURSE_RESULTS="/tmp/x.jsonl"):
+        assert config.is_quick() is False and os.environ["COURSE_RESULTS"] == "/tmp/x.jsonl"
+    assert config.is_quick() is True and "COURSE_RESULTS" not in os.environ

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from course_utils import bench, report
@@ -118,6 +120,7 @@ def test_relative_out_and_results_paths_are_made_absolute(tmp_path, monkeypatch)
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("COURSE_RESULTS", raising=False)
+    monkeypatch.setenv("COURSE_QUICK", "1")
     import course_utils.runner as runner
 
     monkeypatch.setattr(runner, "run_course", fake_run_course)
@@ -125,3 +128,5 @@ def test_relative_out_and_results_paths_are_made_absolute(tmp_path, monkeypatch)
     report.main(["--run", "--out", "rel-out"])
     assert seen["results"].is_absolute() and seen["results"] == tmp_path / "rel-out" / "results.jsonl"
     assert seen["out_dir"].is_absolute()
+    # main() must not leave its full-mode switch behind: later notebooks in this process would run in full mode
+    assert os.environ["COURSE_QUICK"] == "1" and "COURSE_RESULTS" not in os.environ
