@@ -15,7 +15,6 @@ import base64
 import html
 import io
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
