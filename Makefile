@@ -32,7 +32,7 @@ help:
 	@echo "make stamp     write measured times and 'last passed' into README's notebook table"
 	@echo "make test-min  the whole suite on the oldest supported torch (2.11), in $(MIN_VENV)"
 	@echo "make test-avx2 the whole suite as if the CPU had AVX2 only (torch, Inductor, FBGEMM capped)"
-	@echo "make test-haswell  notebook 08 and the CPUID checks on qemu's emulated AVX2 CPU (slow; needs qemu-user)"
+	@echo "make test-haswell  notebook 08 and the CPUID checks on qemu's emulated AVX2 CPU (about an hour; needs qemu-user)"
 	@echo "make gpu-check GPU cells + the course in quick mode on a CUDA machine, with a log"
 	@echo "make clean     remove .venv, caches and build outputs"
 
@@ -107,7 +107,7 @@ test-avx2: setup
 
 test-haswell: setup
 	$(BIN)/python -m course_utils cpu --profile haswell -- env COURSE_QUICK=1 $(BIN)/python -m pytest \
-	    tests/test_cpu_emulated.py notebooks/08_quantization.ipynb $(PYTEST_ARGS)
+	    --nbval-cell-timeout=3600 tests/test_cpu_emulated.py notebooks/08_quantization.ipynb $(PYTEST_ARGS)
 
 gpu-check: setup
 	bash tools/gpu_check.sh
