@@ -47,16 +47,8 @@ def _environment(quick: bool, blocked: bool, results: Path | None) -> Iterator[N
         changes["COURSE_RESULTS"] = str(results)
     if blocked:
         changes.update(child_env())
-    saved = {k: os.environ.get(k) for k in changes}
-    os.environ.update(changes)
-    try:
+    with config.environment(**changes):
         yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def _first_error(exc: BaseException) -> str:

@@ -109,14 +109,9 @@ def launch_demo(base_url: str, port: int | None = None) -> tuple[gr.Blocks, str]
 @contextlib.contextmanager
 def _no_proxy_for_loopback() -> Iterator[None]:
     """Within the block, proxy settings from the environment skip loopback addresses."""
-    saved = {name: os.environ.get(name) for name in ("NO_PROXY", "no_proxy")}
-    for name, value in saved.items():
-        os.environ[name] = ",".join(filter(None, [value, "localhost,127.0.0.1,::1"]))
-    try:
+    from .. import config
+
+    loopback = "localhost,127.0.0.1,::1"
+    with config.environment(**{name: ",".join(filter(None, [os.environ.get(name), loopback]))
+                               for name in ("NO_PROXY", "no_proxy")}):
         yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
