@@ -11,16 +11,24 @@ process. With ``max_batch_size > 1`` it collects up to that many requests, waiti
 This is *static* batching: a request that arrives while a batch decodes waits for the next one.
 
 The route is ``POST /predict`` with the same JSON body as our server's ``/generate``
-(``{"prompt": str, "max_new_tokens": int, "temperature": 0.0}``; greedy decoding only), and the
-stream carries the same server-sent events: ``data: {"token": ..., "index": i}`` per token, then
+(``{"prompt": str, "max_new_tokens": int, "temperature": 0.0, "seed": null}``), and the stream
+carries the same server-sent events: ``data: {"token": ..., "index": i}`` per token, then
 ``event: end`` with ``{"reason": "length", "tokens": n}``. So the course's load generator and its
 stream checks drive both servers unchanged. (LitServe sends the chunks with its default media
 type rather than ``text/event-stream``; the bytes are the same.) ``GET /health`` answers ``ok``
 once the worker has loaded the model.
+
+The HTTP front has our server's guards, from the same code and the same ``ServeSettings``:
+the request model of ``/generate`` (``app.generate_request_model``: prompt length and vocabulary,
+``max_new_tokens``, ``temperature`` 0 or in [0.01, 2], ``seed``, no NaN or Infinity, no unknown
+fields), its 422 answer that names the field and the rule but never echoes the value
+(``app.validation_error``; LitServe's FastAPI default echoes it, and answers 500 when the value
+is NaN or a lone surrogate), the body cap (``guards.BodyLimit``: 413 over ``max_body_bytes``)
+and the ``Host`` check (``guards.HostCheck``: 400 unless loopback or an allowed name). All of it
+runs in LitServe's HTTP process, before a request reaches (or can fail) a batch in the worker.
 """
 
 import argparse
-import functools
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -29,16 +37,20 @@ from typing import Any
 
 import litserve as ls
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel
 
-from ..models.gpt import TinyGPT, greedy_steps, pad_prompts
-from .settings import default_threads
+from ..data.text import CharTokenizer
+from ..models.gpt import KVCache, TinyGPT, decode_step, pad_prompts, prefill
+from .app import generate_request_model, validation_error
+from .engine import sample_token
+from .guards import BodyLimit, HostCheck
+from .settings import ServeSettings, default_threads
 
 #: LitServe's route; ours is /generate.
 ROUTE = "/predict"
-#: The same request limits as our server's defaults (``ServeSettings``).
-MAX_PROMPT_CHARS = 256
-MAX_NEW_TOKENS = 256
+#: A request as the model worker gets it: prompt ids, max_new_tokens, temperature, sampling generator.
+Decoded = tuple[list[int], int, float, torch.Generator | None]
 
 
 def load_model(path: str | None = None) -> tuple[torch.nn.Module, Any]:
@@ -52,16 +64,54 @@ def load_model(path: str | None = None) -> tuple[torch.nn.Module, Any]:
     return model.eval(), tok
 
 
+def pick_tokens(logits: torch.Tensor, temperatures: Sequence[float],
+                generators: Sequence[torch.Generator | None]) -> torch.Tensor:
+    """Return the next token of every row: the argmax where the temperature is 0, else a draw
+    from the row's own generator (``sample_token``, exactly as our server's engine does it)."""
+    nxt = logits.argmax(dim=-1)
+    for row, (temperature, generator) in enumerate(zip(temperatures, generators)):
+        if temperature > 0:
+            nxt[row] = sample_token(logits[row], temperature, generator)
+    return nxt
+
+
+def decode_rows(model: TinyGPT, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int],
+                temperatures: Sequence[float] | None = None,
+                generators: Sequence[torch.Generator | None] | None = None) -> Iterator[list[int | None]]:
+    """Yield, step by step, one new token id per row (``None`` once a row has all its tokens).
+
+    A static batch over the model's key-value cache (``prefill`` and ``decode_step``, the kernels
+    our server's engine uses): it runs until its longest request is done. Rows are greedy unless
+    ``temperatures`` gives them a temperature above 0; then they sample with ``generators``.
+    """
+    temperatures = list(temperatures) if temperatures is not None else [0.0] * len(prompts)
+    generators = list(generators) if generators is not None else [None] * len(prompts)
+    idx, lengths = pad_prompts(prompts)
+    steps = max(max_new_tokens)
+    cache = KVCache(model.config, len(prompts), max_len=min(model.config.block_size, idx.shape[1] + steps),
+                    device=idx.device, dtype=model.tok_emb.weight.dtype)
+    logits = prefill(model, idx, lengths, cache)
+    for step in range(steps):
+        nxt = pick_tokens(logits, temperatures, generators)
+        yield [t if step < n else None for t, n in zip(nxt.tolist(), max_new_tokens)]
+        if step + 1 < steps:
+            logits = decode_step(model, nxt, cache)
+
+
 def greedy_rows(model: TinyGPT, prompts: Sequence[Sequence[int]],
                 max_new_tokens: Sequence[int]) -> Iterator[list[int | None]]:
-    """Yield, step by step, one new greedy token id per row (``None`` once a row has all its tokens).
+    """``decode_rows`` with every row greedy."""
+    return decode_rows(model, prompts, max_new_tokens)
 
-    A static batch over the model's key-value cache (``greedy_steps``, the same kernels our
-    server's engine uses): it runs until its longest request is done.
-    """
-    idx, lengths = pad_prompts(prompts)
-    for step, nxt in enumerate(greedy_steps(model, idx, lengths, max(max_new_tokens))):
-        yield [t if step < n else None for t, n in zip(nxt.tolist(), max_new_tokens)]
+
+def row_generator(temperature: float, seed: int | None) -> torch.Generator | None:
+    """Return the sampling generator of a request (None when greedy), seeded as our server's engine
+    seeds it: with ``seed``, or at random when there is none."""
+    if temperature <= 0:
+        return None
+    generator = torch.Generator()
+    generator.manual_seed(seed if seed is not None else int(torch.seed() % (2**63)))
+    return generator
 
 
 def sse(data: dict[str, Any], event: str | None = None) -> str:
@@ -70,51 +120,71 @@ def sse(data: dict[str, Any], event: str | None = None) -> str:
     return f"{head}data: {json.dumps(data)}\n\n"
 
 
-@functools.cache
-def _vocabulary() -> frozenset[str]:
-    return frozenset(load_model()[1].chars)
+class QueuedAsDict:
+    """Mixin for the request model: it pickles as the plain dict of its validated fields.
 
-
-class GenerateRequest(BaseModel):
-    """The body of ``POST /predict``: the same fields and limits as our server's ``/generate``.
-
-    FastAPI validates it in LitServe's HTTP process, so a bad request gets a 422 there and never
-    reaches (or fails) a batch in the model worker. Unknown fields are rejected, as on our server.
+    LitServe pickles the validated request to hand it to the model worker (another process,
+    started with "spawn"). The request model is made at run time by ``generate_request_model``
+    (its limits come from the settings), so the worker could not import its class; a dict it
+    can always read, and it holds nothing the model did not validate.
     """
 
-    model_config = ConfigDict(extra="forbid")
-    prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
-    max_new_tokens: int = Field(64, ge=1, le=MAX_NEW_TOKENS)
-    temperature: float = Field(0.0, ge=0.0, le=0.0, description="greedy decoding only")
+    def __reduce__(self) -> tuple[type, tuple[dict[str, Any]]]:
+        return dict, (self.model_dump(),)  # type: ignore[attr-defined]
 
-    @field_validator("prompt")
-    @classmethod
-    def _known_characters(cls, prompt: str) -> str:
-        unknown = sorted(set(prompt) - _vocabulary())
-        if unknown:
-            raise ValueError(f"characters not in the vocabulary: {', '.join(map(repr, unknown[:10]))}")
-        return prompt
+
+def request_model(settings: ServeSettings | None = None,
+                  tokenizer: CharTokenizer | None = None) -> type[BaseModel]:
+    """Return the model of a ``POST /predict`` body: our server's ``/generate`` model, with the limits
+    of ``settings`` (default: ``ServeSettings()``) and ``tokenizer``'s vocabulary (default: the
+    served checkpoint's), made picklable for LitServe's worker (``QueuedAsDict``)."""
+    settings = settings or ServeSettings()
+    if tokenizer is None:
+        tokenizer = load_model()[1]
+    base = generate_request_model(settings, tokenizer)
+    return type(base.__name__, (QueuedAsDict, base), {"__module__": __name__, "__doc__": base.__doc__})
 
 
 class TinyGPTLitAPI(ls.LitAPI):
-    """LitServe API: decode a batch of prompts greedily, streaming each step's tokens."""
+    """LitServe API: decode a batch of prompts (greedy or sampled per request), streaming each step's tokens."""
 
     def setup(self, device: str) -> None:
         # Same thread count as our server's model worker (one on a small machine).
         torch.set_num_threads(int(os.environ.get("COURSE_SERVE_THREADS") or default_threads()))
         self.model, self.tok = load_model()
 
-    def decode_request(self, request: GenerateRequest) -> tuple[list[int], int]:
-        return self.tok.encode(request.prompt), request.max_new_tokens
+    def declare_request_type(self, request_type: type[BaseModel]) -> None:
+        """Make ``request_type`` the body model of the route.
 
-    def batch(self, inputs: list[tuple[list[int], int]]) -> list[tuple[list[int], int]]:
+        LitServe takes it from the annotation of ``decode_request`` when ``LitServer`` is built, so
+        this shadows the method with an annotated copy on this instance. The copy stays in this
+        (the HTTP) process: ``__getstate__`` leaves it out when LitServe pickles the API for its
+        worker, which decodes with the plain method (and could not unpickle the run-time class).
+        """
+        def decode_request(request: request_type) -> Decoded:  # type: ignore[valid-type]
+            return TinyGPTLitAPI.decode_request(self, request)
+
+        self.decode_request = decode_request  # type: ignore[method-assign]
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("decode_request", None)  # see declare_request_type
+        return state
+
+    def decode_request(self, request: Any) -> Decoded:
+        """Return what ``predict`` needs of one validated request (a dict in the worker, see ``QueuedAsDict``)."""
+        fields = request if isinstance(request, dict) else request.model_dump()
+        temperature = float(fields["temperature"])
+        return (self.tok.encode(fields["prompt"]), int(fields["max_new_tokens"]), temperature,
+                row_generator(temperature, fields.get("seed")))
+
+    def batch(self, inputs: list[Decoded]) -> list[Decoded]:
         return list(inputs)
 
-    def predict(self, batch: list[tuple[list[int], int]]) -> Iterator[list[str]]:
-        prompts = [ids for ids, _ in batch]
-        limits = [n for _, n in batch]
+    def predict(self, batch: list[Decoded]) -> Iterator[list[str]]:
+        prompts, limits, temperatures, generators = (list(column) for column in zip(*batch))
         with torch.inference_mode():
-            for step, tokens in enumerate(greedy_rows(self.model, prompts, limits)):
+            for step, tokens in enumerate(decode_rows(self.model, prompts, limits, temperatures, generators)):
                 chunks = []
                 for row, tok_id in enumerate(tokens):
                     if tok_id is None:
@@ -133,11 +203,36 @@ class TinyGPTLitAPI(ls.LitAPI):
         yield from output
 
 
-def build_server(max_batch_size: int = 32, batch_timeout: float = 0.005) -> Any:
-    """Return a ``litserve.LitServer`` for TinyGPT on the CPU, batching and streaming."""
+def check_limits(settings: ServeSettings, model: TinyGPT) -> None:
+    """Raise ``ValueError`` when the longest allowed prompt plus its tokens does not fit the model
+    (our server's engine refuses to start the same way)."""
+    longest = settings.max_prompt_chars + settings.max_new_tokens_limit
+    if longest > model.config.block_size:
+        raise ValueError(f"max_prompt_chars + max_new_tokens_limit = {longest} exceeds the model's "
+                         f"block_size {model.config.block_size}")
+
+
+def build_server(max_batch_size: int = 32, batch_timeout: float = 0.005,
+                 settings: ServeSettings | None = None) -> Any:
+    """Return a ``litserve.LitServer`` for TinyGPT on the CPU, batching and streaming.
+
+    ``settings`` (default ``ServeSettings()``) gives the request limits, ``max_body_bytes`` and
+    ``allow_hosts``, exactly as for our server; its other fields do not apply to LitServe.
+    """
+    settings = settings or ServeSettings()
+    model, tok = load_model()
+    check_limits(settings, model)
     api = TinyGPTLitAPI(max_batch_size=max_batch_size, batch_timeout=batch_timeout, stream=True,
                         api_path=ROUTE)
-    return ls.LitServer(api, accelerator="cpu", devices=1, workers_per_device=1, timeout=60)
+    api.declare_request_type(request_model(settings, tok))
+    # Our BodyLimit, not LitServe's ``max_payload_size``: that one only counts while the route
+    # reads (no Content-Length check first) and answers in its own words. HostCheck is added
+    # last, so it runs first, as on our server.
+    guards = [(BodyLimit, {"max_bytes": settings.max_body_bytes}), (HostCheck, {"allowed": settings.allow_hosts})]
+    server = ls.LitServer(api, accelerator="cpu", devices=1, workers_per_device=1, timeout=60,
+                          middlewares=guards)
+    server.app.add_exception_handler(RequestValidationError, validation_error)
+    return server
 
 
 def command(port: int, max_batch_size: int = 32, batch_timeout: float = 0.005,
@@ -169,9 +264,9 @@ def litserve_process(max_batch_size: int = 32, batch_timeout: float = 0.005, mod
                          startup_timeout_s=startup_timeout_s, env=env, url=url, cwd=root)
 
 
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """Parse the command line and run the server until interrupted."""
+def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, ServeSettings]:
+    """Parse the command line; return the arguments and the ``ServeSettings`` they give."""
+    defaults = ServeSettings()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8001)
@@ -179,15 +274,31 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--batch-timeout", type=float, default=0.005, help="seconds")
     parser.add_argument("--model", default=None, help="checkpoint path (default: data/tiny_gpt.pt)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads of the model worker")
+    parser.add_argument("--max-body-bytes", type=int, default=defaults.max_body_bytes,
+                        help="larger request bodies get 413")
+    parser.add_argument("--allow-host", dest="allow_hosts", action="append", default=None, metavar="NAME",
+                        help="accept this Host header name besides loopback ones (repeatable); others get 400")
     args = parser.parse_args(argv)
+    try:
+        settings = defaults.replace(max_body_bytes=args.max_body_bytes, allow_hosts=tuple(args.allow_hosts or ()))
+    except ValueError as err:
+        parser.error(str(err))
+    return args, settings
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Parse the command line and run the server until interrupted."""
+    args, settings = parse_args(argv)
     # LitServe runs the model in a spawned worker process: hand it these through the environment.
     if args.model:
         os.environ["COURSE_SERVE_MODEL"] = args.model
     if args.threads:
         os.environ["COURSE_SERVE_THREADS"] = str(args.threads)
-    server = build_server(args.max_batch_size, args.batch_timeout)
+    server = build_server(args.max_batch_size, args.batch_timeout, settings)
+    # uvicorn's limits as on our server (LitServe hands these keywords to uvicorn.Config).
     server.run(host=args.host, port=args.port, num_api_servers=1, log_level="warning",
-               generate_client_file=False)
+               generate_client_file=False, limit_concurrency=settings.limit_concurrency,
+               timeout_keep_alive=settings.keep_alive_s, h11_max_incomplete_event_size=settings.max_header_bytes)
 
 
 if __name__ == "__main__":
