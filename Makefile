@@ -4,8 +4,8 @@
 PYTHON      ?= python3
 VENV        ?= .venv
 BIN         := $(VENV)/bin
+KERNEL_NAME := pytorch2-course# the kernel `python -m course_utils.lab` installs (lab.KERNEL_NAME)
 STAMP       := $(VENV)/.course-installed
-KERNEL_NAME := pytorch2-course
 LAB_ARGS    ?=
 PYTEST_ARGS ?=
 
@@ -18,7 +18,7 @@ MIN_VENV    ?= .venv-min
 MIN_STAMP   := $(MIN_VENV)/.course-installed
 
 .PHONY: help setup lab test test-nb test-unit doctor kernel clean constraints execute \
-        workshop-check report stamp test-min gpu-check test-avx2 test-haswell
+        workshop-check report report-cold stamp test-min gpu-check test-avx2 test-haswell
 
 help:
 	@echo "make lab       set up .venv if needed, then open JupyterLab on notebooks/"
@@ -29,7 +29,8 @@ help:
 	@echo "make execute NB=notebooks/00_setup.ipynb   re-run a notebook in full mode and store its outputs"
 	@echo "make workshop-check   doctor + every notebook in quick mode, offline: READY or NOT READY"
 	@echo "make report    run the course in full mode, then build/report/report.{md,html}"
-	@echo "make stamp     write measured times and 'last passed' into README's notebook table"
+	@echo "make report-cold  the course in full mode with empty caches (a first run's times)"
+	@echo "make stamp     write measured times and 'last passed' into README's table and each notebook"
 	@echo "make test-min  the whole suite on the oldest supported torch (2.11), in $(MIN_VENV)"
 	@echo "make test-avx2 the whole suite as if the CPU had AVX2 only (torch, Inductor, FBGEMM capped)"
 	@echo "make test-haswell  notebook 08 and the CPUID checks on qemu's emulated AVX2 CPU (about an hour; needs qemu-user)"
@@ -42,8 +43,6 @@ $(BIN)/python:
 $(STAMP): pyproject.toml constraints.txt | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
-	$(BIN)/python -m ipykernel install --user --name $(KERNEL_NAME) \
-	    --display-name "PyTorch 2 course (.venv)" >/dev/null
 	$(BIN)/python -m course_utils.lab
 	@touch $(STAMP)
 	@echo "Course environment ready in $(VENV)."
@@ -51,9 +50,7 @@ $(STAMP): pyproject.toml constraints.txt | $(BIN)/python
 setup: $(STAMP)
 
 kernel: setup
-	@$(BIN)/python -m ipykernel install --user --name $(KERNEL_NAME) \
-	    --display-name "PyTorch 2 course (.venv)" >/dev/null
-	@echo "Kernel $(KERNEL_NAME) -> $(CURDIR)/$(BIN)/python"
+	@$(BIN)/python -m course_utils.lab
 
 # `kernel` first: the course kernel must point at THIS checkout's .venv (another clone may
 # have registered it last).
@@ -86,6 +83,10 @@ workshop-check: setup
 
 report: setup
 	$(BIN)/python -m course_utils report --run
+
+# The whole course in full mode with every cache empty: what a learner's first run costs.
+report-cold: setup
+	$(BIN)/python -m course_utils report --run --cold
 
 stamp: setup
 	$(BIN)/python -m course_utils stamp

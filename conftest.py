@@ -30,6 +30,18 @@ def _kernels_on_the_emulated_cpu() -> None:
 _kernels_on_the_emulated_cpu()
 
 
+def _thread_policy() -> None:
+    """Give this process and every kernel it starts the course's thread policy (idle OpenMP threads
+    sleep; see ``course_utils.threads``). Set before torch is imported; an explicit value wins."""
+    from course_utils.threads import KERNEL_ENV
+
+    for key, value in KERNEL_ENV.items():
+        os.environ.setdefault(key, value)
+
+
+_thread_policy()
+
+
 # ---- offline guard for everything the tests start (issue 15) ------------------------------------
 def pytest_configure(config) -> None:
     """Give every Python child process (nbval's notebook kernels, servers, tools) the offline guard.

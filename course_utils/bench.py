@@ -26,6 +26,8 @@ from torch.utils import benchmark
 from . import config
 from .device import synchronize
 
+#: A row whose IQR exceeds this share of its median makes a table print a "timings are rough" note.
+NOISY_SPREAD = 0.2
 _NAME_RE = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)*$")
 
 
@@ -129,6 +131,19 @@ class Comparison:
     baseline: str
     rows: list[Row] = field(default_factory=list)
 
+    @classmethod
+    def from_samples(cls, samples: Mapping[str, list[float]], baseline: str | None = None) -> Comparison:
+        """Return a comparison of timings measured elsewhere (seconds per sample, for example one
+        per training epoch), so they get the same noise-aware ``verdict`` as ``compare``'s."""
+        if not samples or any(not times for times in samples.values()):
+            raise ValueError("from_samples() needs at least one timing for every variant")
+        baseline = baseline or next(iter(samples))
+        if baseline not in samples:
+            raise KeyError(f"baseline {baseline!r} is not one of {list(samples)}")
+        stats = {name: _quantiles(list(times)) for name, times in samples.items()}
+        base = stats[baseline][0]
+        return cls(baseline, [Row(name, med, iqr, base / med) for name, (med, iqr) in stats.items()])
+
     def row(self, label: str) -> Row:
         """Return the row called ``label``; KeyError names the labels that exist."""
         for r in self.rows:
@@ -162,7 +177,7 @@ class Comparison:
         return "no clear difference"
 
     def describe(self, label: str, against: str | None = None) -> str:
-        """Return a phrase such as "2.31x faster than fp32 eager" or "no clear difference from ...".
+        """Return a phrase such as "2.31x faster than fp32 eager" or "not clearly different from ...".
 
         Uses ``verdict`` (so a difference inside the timing spread is never called a speed-up).
         """
@@ -173,7 +188,7 @@ class Comparison:
             return f"{ratio:.2f}x faster than {other}"
         if word == "slower":
             return f"{1 / ratio:.2f}x slower than {other} (it takes {1 / ratio:.2f}x the time)"
-        return f"no clear difference from {other} ({ratio:.2f}x, inside the timing spread)"
+        return f"not clearly different from {other} ({ratio:.2f}x, inside the timing spread)"
 
     def to_markdown(self) -> str:
         """Return the comparison as a Markdown table."""
@@ -183,12 +198,23 @@ class Comparison:
                   for r in self.rows]
         return "\n".join(lines)
 
+    def spread_note(self, limit: float = NOISY_SPREAD) -> str:
+        """Return one line warning that the timings are rough when a row's IQR exceeds ``limit``
+        (20%) of its median, as on a busy machine; "" otherwise."""
+        worst = max(self.rows, key=lambda r: r.iqr_s / r.median_s if r.median_s else 0.0, default=None)
+        if worst is None or not worst.median_s or worst.iqr_s / worst.median_s <= limit:
+            return ""
+        return (f"note: the spread is large (IQR {worst.iqr_s / worst.median_s:.0%} of the median "
+                f"for {worst.label!r}): something else was using the CPU, so treat these timings "
+                "as rough and rerun the cell when the machine is quiet")
+
     def __str__(self) -> str:
         width = max(len(r.label) for r in self.rows) if self.rows else 7
         head = f"{'variant':<{width}}  {'median ms':>10}  {'IQR ms':>8}  {'vs ' + self.baseline:>12}"
         body = [f"{r.label:<{width}}  {r.median_s * 1e3:>10.3f}  {r.iqr_s * 1e3:>8.3f}  {r.speedup:>11.2f}x"
                 for r in self.rows]
-        return "\n".join([head, *body])
+        note = self.spread_note()
+        return "\n".join([head, *body, *([note] if note else [])])
 
 
 def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, baseline: str | None = None,
@@ -220,10 +246,7 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, baseline: st
     for _ in range(rounds):
         for name, timer in timers.items():
             samples[name] += list(timer.blocked_autorange(min_run_time=run_time).times)
-    stats = {name: _quantiles(times) for name, times in samples.items()}
-    base = stats[baseline][0]
-    rows = [Row(name, med, iqr, base / med) for name, (med, iqr) in stats.items()]
-    return Comparison(baseline, rows)
+    return Comparison.from_samples(samples, baseline)
 
 
 def record(name: str, value: float, unit: str, **context: Any) -> dict[str, Any]:

@@ -1,4 +1,10 @@
-"""How JupyterLab greets the learner: no "get notified about official Jupyter news?" pop-up.
+"""How JupyterLab starts for a learner: the course kernel, and no "get notified about official
+Jupyter news?" pop-up.
+
+The course kernel (``pytorch2-course``) runs this environment's Python with the course's thread
+policy in its environment (``course_utils.threads.KERNEL_ENV``: idle OpenMP threads sleep, so a
+busy laptop stays usable); ``python -m course_utils.lab`` (run by ``make setup`` and
+``make kernel``) installs it for the current user.
 
 JupyterLab reads setting overrides for every user of an environment from
 ``<sys.prefix>/share/jupyter/lab/settings/overrides.json``. The course's setup (``make setup``)
@@ -49,5 +55,21 @@ def write_overrides(prefix: Path | str | None = None) -> Path:
     return path
 
 
+KERNEL_NAME = "pytorch2-course"
+KERNEL_DISPLAY_NAME = "PyTorch 2 course (.venv)"
+
+
+def install_kernel(prefix: str | None = None) -> Path:
+    """Install the course kernel (this Python, with the thread policy's variables) and return its
+    folder: for the current user, or under ``prefix`` when given (tests)."""
+    from ipykernel.kernelspec import install
+
+    from .threads import KERNEL_ENV
+
+    return Path(install(user=prefix is None, prefix=prefix, kernel_name=KERNEL_NAME,
+                        display_name=KERNEL_DISPLAY_NAME, env=dict(KERNEL_ENV)))
+
+
 if __name__ == "__main__":
     print(f"JupyterLab settings for the course: {write_overrides()}")
+    print(f"Kernel {KERNEL_NAME} -> {sys.executable} (in {install_kernel()})")

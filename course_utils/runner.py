@@ -11,6 +11,7 @@ import datetime as _dt
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from . import config
 from .offline import child_env
+from .threads import KERNEL_ENV
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,7 @@ def _environment(quick: bool, blocked: bool, results: Path | None) -> Iterator[N
     """Set the variables the kernel inherits, and restore them afterwards."""
     changes = {"COURSE_QUICK": "1" if quick else "0", "MPLBACKEND": "Agg",
                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    changes.update({k: os.environ.get(k, v) for k, v in KERNEL_ENV.items()})  # thread policy
     if results is not None:
         changes["COURSE_RESULTS"] = str(results)
     if blocked:
@@ -88,32 +91,62 @@ def run_notebook(path: Path, *, quick: bool = True, offline: bool = False,
                        mode=mode, error=error)
 
 
+#: Where compiled code, exported models and derived data are kept between runs; ``cold=True``
+#: points each at an empty folder.
+CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "COURSE_CACHE_DIR", "COURSE_BUILD_DIR")
+
+
+@contextmanager
+def _empty_caches(cold: bool) -> Iterator[None]:
+    """With ``cold``, give the kernels empty cache and build folders (removed afterwards)."""
+    if not cold:
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="course-cold-") as tmp:
+        folders = {var: str(Path(tmp) / var.lower()) for var in CACHE_VARIABLES}
+        for folder in folders.values():
+            Path(folder).mkdir()
+        with config.environment(**folders):
+            yield
+
+
 def run_course(paths: Sequence[Path], *, quick: bool = True, offline: bool = False,
                results: Path | None = None, out_dir: Path | None = None,
-               echo: bool = True) -> list[NotebookRun]:
-    """Run every notebook in ``paths`` in order, printing one line each as it finishes."""
+               echo: bool = True, cold: bool = False) -> list[NotebookRun]:
+    """Run every notebook in ``paths`` in order, printing one line each as it finishes.
+
+    ``cold=True`` runs them as on a machine that never ran the course: Inductor's and the course's
+    caches and build folder start empty (and are thrown away afterwards), so the times include
+    every first compile and export.
+    """
     runs = []
-    for path in paths:
-        run = run_notebook(path, quick=quick, offline=offline, results=results, out_dir=out_dir)
-        runs.append(run)
-        if echo:
-            status = "passed" if run.ok else "FAILED"
-            tail = f"  {run.error}" if run.error else ""
-            print(f"{run.notebook:<28} {status:<7} {run.seconds:7.1f} s{tail}", flush=True)
+    with _empty_caches(cold):
+        for path in paths:
+            run = run_notebook(path, quick=quick, offline=offline, results=results, out_dir=out_dir)
+            runs.append(run)
+            if echo:
+                status = "passed" if run.ok else "FAILED"
+                tail = f"  {run.error}" if run.error else ""
+                print(f"{run.notebook:<28} {status:<7} {run.seconds:7.1f} s{tail}", flush=True)
     return runs
 
 
-def write_summary(runs: Sequence[NotebookRun], path: Path) -> dict:
-    """Write the runs plus torch version, Python, date and machine to ``path`` (JSON); return it."""
+def write_summary(runs: Sequence[NotebookRun], path: Path, *, cold: bool = False) -> dict:
+    """Write the runs plus torch version, Python, date, machine, CPU class and whether the caches
+    started empty to ``path`` (JSON); return it."""
     import platform
 
     import torch
+
+    from .cpu import cpu_class
 
     summary = {
         "date": _dt.datetime.now(_dt.UTC).date().isoformat(),
         "torch": torch.__version__.split("+")[0],
         "python": sys.version.split()[0],
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "cpu_class": cpu_class(),
+        "cold": cold,
         "runs": [asdict(r) for r in runs],
         "total_s": round(sum(r.seconds for r in runs), 1),
     }

@@ -6,15 +6,18 @@ import random
 
 import torch
 
+from . import threads
 from .env import summary
 
 
 def start(seed: int = 0) -> str:
-    """Return the one-line environment summary after seeding and resetting compiler state.
+    """Return the one-line environment summary after seeding, resetting compiler state and
+    applying the course's thread policy.
 
-    Seeds Python's ``random``, NumPy and torch with ``seed``, and calls
-    ``torch._dynamo.reset()`` so a notebook never inherits compiled code from
-    cells run earlier in the same kernel.
+    Seeds Python's ``random``, NumPy and torch with ``seed``; calls ``torch._dynamo.reset()``
+    so a notebook never inherits compiled code from cells run earlier in the same kernel;
+    applies ``COURSE_THREADS`` and says whether idle threads sleep and whether the machine
+    is busy (see ``course_utils.threads`` for the policy and why).
     """
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
@@ -27,4 +30,6 @@ def start(seed: int = 0) -> str:
         pass
     torch.manual_seed(seed)
     torch._dynamo.reset()
-    return summary()
+    policy = threads.apply().line()
+    line = summary()
+    return f"{line} | {policy}" if policy else line

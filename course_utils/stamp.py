@@ -1,9 +1,16 @@
-"""Write the measured times and the "last passed" stamp into README's notebook table.
+"""Write the measured times and the "last passed" stamp into README's table and each notebook.
 
-Reads the summaries that ``make workshop-check`` (quick mode) and ``make report``
-(full mode) write, and rewrites, for each notebook that passed, its minutes column
-("full / quick") and its last column ("torch 2.14.1, 2026-11-30"). Nothing in those
-columns is typed by hand; ``make stamp`` regenerates them from the latest runs.
+Reads the summaries of three runs of the whole course on one machine:
+
+- ``make report-cold`` (full mode, every cache empty: what a learner's very first run costs),
+- ``make report`` (full mode, compile caches warm),
+- ``make workshop-check`` (quick mode),
+
+and rewrites, for each notebook that passed, README's minutes column ("first run / full / quick"),
+its "last passed" column ("torch 2.14.1, 2026-11-30"), and the notebook's own time line: the text
+between ``<!-- stamp:time -->`` and ``<!-- /stamp:time -->`` in its introduction. Nothing in
+those places is typed by hand, so README and notebook never disagree; ``make stamp`` regenerates
+them from the latest runs.
 """
 
 from __future__ import annotations
@@ -18,6 +25,9 @@ from . import config
 
 NOTEBOOK_RE = re.compile(r"(\d\d_[A-Za-z0-9_]+\.ipynb)")
 STAMP_HEADER = "last passed (torch, date)"
+MINUTES_HEADER = "minutes on the reference machine (first run / full / quick)"
+TIME_OPEN, TIME_CLOSE = "<!-- stamp:time -->", "<!-- /stamp:time -->"
+TIME_RE = re.compile(re.escape(TIME_OPEN) + r".*?" + re.escape(TIME_CLOSE), re.S)
 
 
 def _minutes(seconds: float | None) -> str:
@@ -39,14 +49,65 @@ def _passed(summary: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     return {r["notebook"]: r for r in summary["runs"] if r["ok"]}
 
 
-def stamp_table(readme: str, quick: dict[str, Any] | None, full: dict[str, Any] | None) -> tuple[str, int]:
+def _machine(summary: dict[str, Any]) -> str:
+    cores = summary.get("machine", "?").split(", ")[-1]
+    cpu = summary.get("cpu_class")
+    return f"{cores}, {cpu}" if cpu else cores
+
+
+def time_line(name: str, cold: dict[str, Any] | None, full: dict[str, Any] | None,
+              quick: dict[str, Any] | None) -> str | None:
+    """Return the notebook's stamped time sentence, or None when no run of it passed."""
+    parts, src = [], None
+    for summary, words in ((cold, "the first time (every cache empty)"),
+                           (full, "after that (compile cache warm)"),
+                           (quick, "in quick mode")):
+        run = _passed(summary).get(name)
+        if run:
+            parts.append(f"{_minutes(run['seconds'])} min {words}")
+            src = src or summary
+    if not parts:
+        return None
+    return (f"{TIME_OPEN}{', '.join(parts)}; measured by `make stamp` on the reference machine "
+            f"({_machine(src)}, torch {src['torch']}, {src['date']}). A slower or busy laptop takes "
+            f"longer.{TIME_CLOSE}")
+
+
+def time_cell(nb: dict[str, Any]) -> dict[str, Any] | None:
+    """Return the Markdown cell of notebook ``nb`` (parsed JSON) that holds the time line."""
+    return next((c for c in nb["cells"]
+                 if c["cell_type"] == "markdown" and TIME_RE.search("".join(c["source"]))), None)
+
+
+def stamp_notebook(path: Path, cold: dict[str, Any] | None, full: dict[str, Any] | None,
+                   quick: dict[str, Any] | None) -> bool:
+    """Rewrite the time line of notebook ``path`` in place; return whether it was stamped.
+
+    ValueError when no Markdown cell of the notebook has the ``<!-- stamp:time -->`` markers.
+    """
+    line = time_line(path.name, cold, full, quick)
+    if line is None:
+        return False
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    cell = time_cell(nb)
+    if cell is None:
+        raise ValueError(f"{path.name}: no Markdown cell has the {TIME_OPEN}...{TIME_CLOSE} "
+                         "markers to stamp the time line into")
+    cell["source"] = TIME_RE.sub(lambda _: line, "".join(cell["source"])).splitlines(keepends=True)
+    path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return True
+
+
+def stamp_table(readme: str, quick: dict[str, Any] | None, full: dict[str, Any] | None,
+                cold: dict[str, Any] | None = None) -> tuple[str, int]:
     """Return README text with the notebook table stamped, and how many rows were stamped."""
-    quick_ok, full_ok = _passed(quick), _passed(full)
+    runs = {"first run": _passed(cold), "full": _passed(full), "quick": _passed(quick)}
     out, stamped, in_table = [], 0, False
     for line in readme.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
         if cells and cells[0] == "notebook":
             in_table = True
+            cells[2] = MINUTES_HEADER
             if cells[-1] != STAMP_HEADER:
                 cells.append(STAMP_HEADER)
             line = "| " + " | ".join(cells) + " |"
@@ -56,15 +117,16 @@ def stamp_table(readme: str, quick: dict[str, Any] | None, full: dict[str, Any] 
             match = NOTEBOOK_RE.search(cells[0])
             if len(cells) == 4:
                 cells.append("")
-            if match and (match.group(1) in quick_ok or match.group(1) in full_ok):
-                name = match.group(1)
-                q, f = quick_ok.get(name), full_ok.get(name)
-                old_full, old_quick = (cells[2].split("/") + ["", ""])[:2]
-                cells[2] = (f"{_minutes(f['seconds']) if f else old_full.strip() or '?'} / "
-                            f"{_minutes(q['seconds']) if q else old_quick.strip() or '?'}")
-                src = quick if q else full
-                modes = "+".join(m for m, r in (("quick", q), ("full", f)) if r)
-                cells[-1] = f"torch {src['torch']}, {src['date']} ({modes})"  # type: ignore[index]
+            name = match.group(1) if match else None
+            if name and any(name in r for r in runs.values()):
+                old = [v.strip() for v in cells[2].split("/")]
+                old = ["?"] * (3 - len(old)) + old if len(old) < 3 else old[:3]  # "full / quick" rows
+                cells[2] = " / ".join(_minutes(r[name]["seconds"]) if name in r else previous
+                                      for r, previous in zip(runs.values(), old, strict=True))
+                summary = next(s for s, r in ((cold, runs["first run"]), (full, runs["full"]),
+                                              (quick, runs["quick"])) if name in r)
+                modes = "+".join(m for m, r in runs.items() if name in r)
+                cells[-1] = f"torch {summary['torch']}, {summary['date']} ({modes})"  # type: ignore[index]
                 stamped += 1
             line = "| " + " | ".join(cells) + " |"
         elif in_table and not cells:
@@ -74,21 +136,26 @@ def stamp_table(readme: str, quick: dict[str, Any] | None, full: dict[str, Any] 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m course_utils stamp [--quick FILE] [--full FILE]``."""
+    """``python -m course_utils stamp [--quick FILE] [--full FILE] [--cold FILE]``."""
     import argparse
 
     build = config.build_dir(create=False)
     parser = argparse.ArgumentParser(prog="python -m course_utils stamp")
     parser.add_argument("--quick", type=Path, default=build / "workshop" / "summary.json")
     parser.add_argument("--full", type=Path, default=build / "report" / "summary.json")
+    parser.add_argument("--cold", type=Path, default=build / "report-cold" / "summary.json")
     parser.add_argument("--readme", type=Path, default=config.REPO_ROOT / "README.md")
+    parser.add_argument("--notebooks", type=Path, default=config.REPO_ROOT / "notebooks")
     args = parser.parse_args(argv)
-    quick, full = load_summary(args.quick), load_summary(args.full)
-    if quick is None and full is None:
-        print(f"no run summaries ({args.quick}, {args.full}): run `make workshop-check` "
-              "and/or `make report` first")
+    quick, full, cold = load_summary(args.quick), load_summary(args.full), load_summary(args.cold)
+    if quick is None and full is None and cold is None:
+        print(f"no run summaries ({args.cold}, {args.full}, {args.quick}): run `make report-cold`, "
+              "`make report` and/or `make workshop-check` first")
         return 1
-    text, n = stamp_table(args.readme.read_text(encoding="utf-8"), quick, full)
+    text, n = stamp_table(args.readme.read_text(encoding="utf-8"), quick, full, cold)
     args.readme.write_text(text, encoding="utf-8")
     print(f"stamped {n} notebook rows in {args.readme}")
+    done = [p.name for p in sorted(args.notebooks.glob("[0-9][0-9]_*.ipynb"))
+            if stamp_notebook(p, cold, full, quick)]
+    print(f"stamped the time line of {len(done)} notebooks in {args.notebooks}")
     return 0

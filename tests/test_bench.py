@@ -141,4 +141,26 @@ def test_verdict_needs_a_gap_beyond_the_spread():
 def test_describe_words_follow_the_verdict():
     assert _two(1.0, 0.1, 2.0, 0.1).describe("a") == "2.00x faster than b"
     assert _two(4.0, 0.1, 1.0, 0.1).describe("a").startswith("4.00x slower than b")
-    assert _two(1.0, 0.8, 1.3, 0.8).describe("a").startswith("no clear difference from b (1.30x")
+    assert _two(1.0, 0.8, 1.3, 0.8).describe("a").startswith("not clearly different from b (1.30x")
+
+
+def test_a_noisy_table_says_so_in_one_line():
+    quiet = _two(1.0, 0.1, 2.0, 0.2)  # IQRs at 10% of the medians
+    assert quiet.spread_note() == "" and "spread is large" not in str(quiet)
+    noisy = _two(1.0, 0.1, 2.0, 0.9)  # b's IQR is 45% of its median
+    note = noisy.spread_note()
+    assert "45%" in note and "'b'" in note and "rough" in note
+    assert str(noisy).splitlines()[-1] == note
+    assert bench.Comparison("b", []).spread_note() == ""
+
+
+def test_from_samples_gives_timings_measured_elsewhere_the_same_verdict():
+    table = bench.Comparison.from_samples({"eager": [1.0, 1.1, 0.9, 1.0], "compiled": [0.5, 0.55, 0.45, 0.5]})
+    assert table.baseline == "eager" and table.speedup("compiled") == 2.0
+    assert table.verdict("compiled") == "faster"
+    tie = bench.Comparison.from_samples({"a": [1.0, 1.5, 0.6], "b": [1.1, 0.7, 1.4]}, baseline="b")
+    assert tie.verdict("a") == "no clear difference"
+    with pytest.raises(ValueError, match="at least one timing"):
+        bench.Comparison.from_samples({"a": [1.0], "b": []})
+    with pytest.raises(KeyError, match="baseline 'c'"):
+        bench.Comparison.from_samples({"a": [1.0]}, baseline="c")

@@ -112,3 +112,19 @@ def test_this_environment_has_the_override():
 def test_make_setup_writes_the_override():
     out = subprocess.run(["make", "-n", "-B", "setup"], cwd=ROOT, capture_output=True, text=True, check=True)
     assert "-m course_utils.lab" in out.stdout
+
+
+def test_course_kernel_carries_the_thread_policy(tmp_path):
+    """The installed kernel runs this Python with the policy's variables (idle threads sleep)."""
+    from course_utils.threads import KERNEL_ENV
+
+    folder = lab.install_kernel(prefix=str(tmp_path))
+    spec = json.loads((folder / "kernel.json").read_text())
+    assert folder.name == lab.KERNEL_NAME
+    assert spec["argv"][0] == sys.executable
+    assert spec["env"] == KERNEL_ENV and KERNEL_ENV["OMP_WAIT_POLICY"] == "PASSIVE"
+
+
+def test_makefile_names_the_same_kernel():
+    text = (ROOT / "Makefile").read_text()
+    assert f"KERNEL_NAME := {lab.KERNEL_NAME}#" in text

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 
 import nbformat
 import pytest
 
-from course_utils import offline, runner, stamp, workshop
+from course_utils import config, offline, runner, stamp, workshop
+
+ROOT = config.REPO_ROOT
 
 
 def _notebook(path, *sources):
@@ -90,17 +93,78 @@ after
 """
 
 
-def test_stamp_writes_measured_minutes_and_version():
-    quick = {"torch": "2.14.1", "date": "2026-11-30",
+def _summaries():
+    quick = {"torch": "2.14.1", "date": "2026-11-30", "machine": "x86_64, 2 cores", "cpu_class": "x86-avx2",
              "runs": [{"notebook": "00_setup.ipynb", "ok": True, "seconds": 30.0},
                       {"notebook": "01_torch_compile.ipynb", "ok": False, "seconds": 9.0}]}
-    full = {"torch": "2.14.1", "date": "2026-11-30",
-            "runs": [{"notebook": "00_setup.ipynb", "ok": True, "seconds": 90.0}]}
-    text, n = stamp.stamp_table(README, quick, full)
+    full = {**quick, "runs": [{"notebook": "00_setup.ipynb", "ok": True, "seconds": 90.0}]}
+    cold = {**quick, "runs": [{"notebook": "00_setup.ipynb", "ok": True, "seconds": 300.0}]}
+    return quick, full, cold
+
+
+def test_stamp_writes_measured_minutes_and_version():
+    quick, full, cold = _summaries()
+    text, n = stamp.stamp_table(README, quick, full, cold)
     assert n == 1
     lines = text.splitlines()
-    assert lines[2].endswith(f"| {stamp.STAMP_HEADER} |") and lines[3] == "|---|---|---|---|---|"
-    assert "| 1.5 / 0.5 | nothing | torch 2.14.1, 2026-11-30 (quick+full) |" in lines[4]
+    assert lines[2].endswith(f"| {stamp.MINUTES_HEADER} | needs a GPU for | {stamp.STAMP_HEADER} |")
+    assert lines[3] == "|---|---|---|---|---|"
+    assert "| 5.0 / 1.5 / 0.5 | nothing | torch 2.14.1, 2026-11-30 (first run+full+quick) |" in lines[4]
     assert lines[5].endswith("| 2 / 1 | graphs |  |")  # failed: not stamped
-    again, _ = stamp.stamp_table(text, quick, full)
+    again, _ = stamp.stamp_table(text, quick, full, cold)
     assert again == text  # idempotent
+    only_quick, _ = stamp.stamp_table(text, quick, None, None)
+    assert "| 5.0 / 1.5 / 0.5 |" in only_quick.splitlines()[4]  # figures of runs not given are kept
+
+
+def test_stamp_writes_each_notebooks_own_time_line(tmp_path):
+    quick, full, cold = _summaries()
+    nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": [
+        "# 00\n", "**Time on a laptop CPU:** <!-- stamp:time -->old<!-- /stamp:time --> Mostly compiling.\n"]}],
+        "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "00_setup.ipynb"
+    path.write_text(json.dumps(nb))
+    assert stamp.stamp_notebook(path, cold, full, quick)
+    text = "".join(json.loads(path.read_text())["cells"][0]["source"])
+    assert ("<!-- stamp:time -->5.0 min the first time (every cache empty), 1.5 min after that (compile cache "
+            "warm), 0.5 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-avx2, "
+            "torch 2.14.1, 2026-11-30). A slower or busy laptop takes longer.<!-- /stamp:time --> Mostly compiling."
+            in text)
+    assert not stamp.stamp_notebook(tmp_path / "01_torch_compile.ipynb", cold, full, quick)  # it failed
+    nb["cells"][0]["source"] = ["# 00\n", "no markers\n"]
+    path.write_text(json.dumps(nb))
+    with pytest.raises(ValueError, match="no Markdown cell has the <!-- stamp:time -->"):
+        stamp.stamp_notebook(path, cold, full, quick)
+
+
+def test_readme_and_notebooks_state_the_same_times():
+    """Both come from the same runs: each notebook's time line repeats its README row."""
+    readme = (ROOT / "README.md").read_text()
+    rows = {m.group(1): line for line in readme.splitlines()
+            if line.startswith("| [`") and (m := stamp.NOTEBOOK_RE.search(line))}
+    assert len(rows) == len(runner.course_notebooks()) >= 11
+    for path in runner.course_notebooks():
+        cell = stamp.time_cell(json.loads(path.read_text()))
+        assert cell, f"{path.name}: no stamped time line"
+        found = stamp.TIME_RE.search("".join(cell["source"]))
+        figures = rows[path.name].split("|")[3].strip()
+        if "min" in found.group(0):
+            first, full, quick = figures.split(" / ")
+            assert (f"{first} min the first time" in found.group(0) and f"{full} min after that" in found.group(0)
+                    and f"{quick} min in quick mode" in found.group(0)), (path.name, figures, found.group(0))
+
+
+def test_cold_runs_start_with_empty_caches_and_leave_none_behind(monkeypatch):
+    for var in runner.CACHE_VARIABLES:
+        monkeypatch.setenv(var, "/somewhere/warm")
+    seen = {}
+    with runner._empty_caches(True):
+        for var in runner.CACHE_VARIABLES:
+            folder = os.environ[var]
+            seen[var] = folder
+            assert folder != "/somewhere/warm" and os.path.isdir(folder) and not os.listdir(folder)
+    assert len(set(seen.values())) == len(runner.CACHE_VARIABLES)
+    assert all(os.environ[var] == "/somewhere/warm" for var in runner.CACHE_VARIABLES)
+    assert not any(os.path.exists(folder) for folder in seen.values())
+    with runner._empty_caches(False):
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/somewhere/warm"
