@@ -135,3 +135,47 @@ def test_embed_queue_is_capped_in_texts_with_503_and_retry_after():
         encoder.gate.set()
         assert running.result().status_code == 200 and waiting.result().status_code == 200
         assert worker.queued_texts == 0
+
+
+class Fatal(BaseException):
+    """Not an Exception: nothing in the worker may swallow it, so the embedding thread dies."""
+
+
+class DyingEncoder(GatedEncoder):
+    """A ``GatedEncoder`` whose forward pass, once the gate opens, kills the worker thread."""
+
+    def model(self, texts: list[str], mask: None) -> torch.Tensor:
+        super().model(texts, mask)
+        raise Fatal("the embedding thread is gone")
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_dead_embedding_worker_makes_embed_and_health_503_with_the_reason_not_a_hang():
+    model, tok = load_tiny_gpt()
+    encoder = DyingEncoder()
+    # queue_timeout_s is far longer than the clients wait: a request nobody answers is a hang
+    settings = ServeSettings(embed=True, threads=1, max_wait_ms=0, queue_timeout_s=120)
+    with ThreadedServer(settings, model=model, tokenizer=tok, mini=encoder) as srv, \
+            ThreadPoolExecutor(2) as pool, httpx.Client(timeout=10, trust_env=False) as client:
+        worker = srv.app.state.serving["embedder"]
+        running = pool.submit(client.post, srv.url + "/embed", json={"texts": ["running"]})
+        assert encoder.entered.wait(10)  # the worker is inside the forward pass
+        waiting = pool.submit(client.post, srv.url + "/embed", json={"texts": ["queued"]})
+        deadline = time.monotonic() + 10
+        while worker.queued_texts < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert worker.queued_texts == 1
+        encoder.gate.set()  # the forward pass raises Fatal: the worker thread dies
+        later = []
+        for resp in [running.result(), waiting.result()]:  # (httpx.ReadTimeout here: they hung)
+            assert resp.status_code == 503 and resp.headers["retry-after"] == "1", resp.text
+            assert "Fatal" in resp.json()["detail"], resp.text
+        later.append(client.post(srv.url + "/embed", json={"texts": ["after"]}))
+        health = client.get(srv.url + "/health")
+        generated = client.post(srv.url + "/generate", json={"prompt": "The ", "max_new_tokens": 3})
+    assert later[0].status_code == 503 and "embedding worker stopped: Fatal" in later[0].json()["detail"]
+    assert health.status_code == 503 and health.json()["status"] == "error"
+    assert "embedding worker stopped: Fatal: the embedding thread is gone" in health.json()["reason"]
+    assert generated.status_code == 200 and "event: end" in generated.text  # generation is unaffected
+    assert encoder.calls == [["running"]]  # the queued text was answered, not computed
+    assert worker.queued_texts == 0

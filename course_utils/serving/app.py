@@ -12,7 +12,8 @@ API (all JSON unless said otherwise):
   ``queue_timeout_s`` (the request is dropped from the queue); 500 when generating failed.
 - ``POST /embed`` ``{"texts": [...]}`` (1..64 texts of 1..1000 characters) →
   ``{"model": "all-MiniLM-L6-v2", "embeddings": [[384 floats], ...]}``; 404 when disabled;
-  503 + ``Retry-After`` when ``embed_queue_texts`` texts already wait; 504 after ``queue_timeout_s``.
+  503 + ``Retry-After`` when ``embed_queue_texts`` texts already wait, or when the embedding
+  worker is stopping or died (the detail says why); 504 after ``queue_timeout_s``.
 - ``GET /health`` → ``{"status": "ok", ...}``; 503 with ``"stopping"`` during shutdown, or with
   ``"error"`` and a ``"reason"`` when a worker thread died and the server cannot serve.
 - ``GET /metrics`` → Prometheus text format.
@@ -38,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 
 from ..data.text import CharTokenizer
 from ..models.gpt import TinyGPT
-from .embed import MODEL_NAME, EmbedError, EmbedWorker
+from .embed import MODEL_NAME, EmbedError, EmbedUnavailable, EmbedWorker
 from .engine import MAX_TEMPERATURE, MIN_TEMPERATURE, GenerationEngine, GenRequest, QueueFull, ShuttingDown
 from .guards import BodyLimit, HostCheck
 from .metrics import ServingMetrics
@@ -238,6 +239,8 @@ def create_app(settings: ServeSettings | None = None, *, model: TinyGPT | None =
         except queue.Full:
             metrics.embed_requests.labels("rejected").inc()
             return _unavailable(f"the embedding queue is full ({embedder.queued_texts} texts waiting)")
+        except EmbedUnavailable as err:  # the worker died (its reason) or is stopping
+            return _unavailable(str(err))
         try:
             vectors = await asyncio.wait_for(job.future, timeout=settings.queue_timeout_s)
         except TimeoutError:  # two classes on Python 3.10, one from 3.11

@@ -3,6 +3,11 @@
 At most ``settings.embed_queue_texts`` texts wait at a time (``submit`` raises ``queue.Full``
 beyond, HTTP 503). Work nobody waits for any more (the route timed out or the client went
 away) is dropped before it is computed and counted as "abandoned", not "ok".
+
+A failing forward pass fails only its batch (``EmbedError``, HTTP 500). Only if the worker thread
+itself dies (an error that is not an ``Exception``) does the worker stop, as the generation
+worker does: ``failure`` then says why (``/health`` reports it), the batch it was computing and
+every queued request fail with ``EmbedUnavailable`` (HTTP 503) and ``submit`` refuses new ones.
 """
 
 from __future__ import annotations
@@ -25,6 +30,10 @@ log = logging.getLogger(__name__)
 
 class EmbedError(RuntimeError):
     """Computing the embeddings failed (HTTP 500); the server log has the details."""
+
+
+class EmbedUnavailable(RuntimeError):
+    """The worker is stopping or has died and takes no work (HTTP 503); the message says which."""
 
 
 @dataclass(eq=False)
@@ -54,6 +63,8 @@ class EmbedWorker:
         self.queued_texts = 0  # texts in ``queue``, at most settings.embed_queue_texts
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self._failure: str | None = None
+        self._batch: list[EmbedJob] = []  # the jobs being collected or computed (failed if the thread dies)
         self._thread = threading.Thread(target=self._run, name="course-serving-embed", daemon=True)
 
     def start(self) -> None:
@@ -63,16 +74,20 @@ class EmbedWorker:
     @property
     def failure(self) -> str | None:
         """Return why the worker cannot serve (its thread died), or None while it can."""
-        if self._thread.ident is not None and not self._thread.is_alive() and not self._stopping.is_set():
+        if self._failure is None and self._thread.ident is not None and not self._thread.is_alive() \
+                and not self._stopping.is_set():
             return "the embedding worker is not running"
-        return None
+        return self._failure
 
     def submit(self, texts: list[str]) -> EmbedJob:
         """Queue texts and return their job (``job.future`` gives the embeddings); raises ``queue.Full``
-        when ``queue_size`` requests or ``embed_queue_texts`` texts already wait."""
+        when ``queue_size`` requests or ``embed_queue_texts`` texts already wait, ``EmbedUnavailable``
+        when the worker is stopping or died."""
         loop = asyncio.get_running_loop()
         job = EmbedJob(list(texts), loop.create_future(), loop)
-        with self._lock:
+        with self._lock:  # (the worker sets _stopping under this lock: no job slips in after its last drain)
+            if self._stopping.is_set():
+                raise EmbedUnavailable(self._failure or "server shutting down")
             if self.queued_texts + len(job.texts) > self.settings.embed_queue_texts:
                 raise queue.Full
             self.queue.put_nowait(job)
@@ -88,11 +103,28 @@ class EmbedWorker:
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the worker; pending requests fail with a shutdown error."""
-        self._stopping.set()
+        with self._lock:
+            self._stopping.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        except BaseException as err:  # the worker dies: say so loudly, keep clients informed
+            detail = f"embedding worker stopped: {type(err).__name__}: {err}"
+            log.critical("%s", detail, exc_info=err)
+            with self._lock:
+                self._failure = detail
+                self._stopping.set()
+            for job in self._batch:
+                self._call(job, None, EmbedUnavailable(detail))
+            self._fail_queued(detail)
+            raise
+        self._fail_queued("server shutting down")
+
+    def _serve(self) -> None:
+        """Collect and embed batches until ``stop``."""
         torch.set_num_threads(self.settings.torch_threads)
         with torch.inference_mode():
             while not self._stopping.is_set():
@@ -100,7 +132,7 @@ class EmbedWorker:
                     first = self._get(0.05)
                 except queue.Empty:
                     continue
-                jobs = [first]
+                self._batch = jobs = [first]
                 count = len(first.texts)
                 deadline = time.perf_counter() + self.settings.max_wait_ms / 1000
                 while count < self.settings.max_batch_size:
@@ -112,12 +144,16 @@ class EmbedWorker:
                     jobs.append(job)
                     count += len(job.texts)
                 self._embed(jobs)
+                self._batch = []
+
+    def _fail_queued(self, detail: str) -> None:
+        """Answer every queued job with ``EmbedUnavailable(detail)`` (HTTP 503)."""
         while True:
             try:
                 job = self._get(0)
             except queue.Empty:
                 break
-            self._call(job, None, RuntimeError("server shutting down"))
+            self._call(job, None, EmbedUnavailable(detail))
 
     def _call(self, job: EmbedJob, result: list[list[float]] | None, error: BaseException | None) -> None:
         try:
