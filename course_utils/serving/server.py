@@ -5,7 +5,8 @@ keep a stopping server alive. ``CourseServer`` tells the engine to end every req
 ``error`` event) as soon as the exit signal arrives; the connections then close by themselves.
 
 uvicorn's limits come from the settings: ``limit_concurrency`` (connections and requests at
-once; 503 beyond), ``timeout_keep_alive`` and the h11 request head size. The server has no
+once; 503 beyond), ``timeout_keep_alive``, and the request head's size and arrival time
+(``http_head``: 431 and 408). The server has no
 authentication: ``serve`` warns when it binds anything but loopback.
 """
 
@@ -24,6 +25,16 @@ from fastapi import FastAPI
 from .settings import ServeSettings
 
 
+def http_protocol(settings: ServeSettings) -> type | str:
+    """Return uvicorn's HTTP protocol with the settings' head limits (``http_head``); uvicorn's
+    h11 protocol (size limit only) where httptools is not installed."""
+    try:
+        from .http_head import protocol_class
+    except ImportError:  # no httptools
+        return "h11"
+    return protocol_class(settings.head_timeout_s, settings.max_header_bytes)
+
+
 class CourseServer(uvicorn.Server):
     """A uvicorn server that starts the app's shutdown (ending in-flight streams) on exit."""
 
@@ -32,7 +43,8 @@ class CourseServer(uvicorn.Server):
                                 lifespan="on", timeout_graceful_shutdown=int(max(1, settings.graceful_timeout_s)),
                                 access_log=False, limit_concurrency=settings.limit_concurrency,
                                 timeout_keep_alive=settings.keep_alive_s,  # type: ignore[arg-type]
-                                h11_max_incomplete_event_size=settings.max_header_bytes)
+                                h11_max_incomplete_event_size=settings.max_header_bytes,
+                                http=http_protocol(settings))
         super().__init__(config)
         self.app = app
 

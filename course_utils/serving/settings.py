@@ -41,8 +41,8 @@ class ServeSettings:
     ``embed_queue_texts`` (texts waiting for ``/embed`` at most; 503 beyond),
     ``limit_concurrency`` (open connections and requests at most; uvicorn answers 503 beyond),
     ``keep_alive_s`` (idle keep-alive connections close after this), ``max_header_bytes``
-    (request head size limit; uvicorn applies it only with its h11 protocol, not with httptools,
-    which it prefers when installed),
+    (larger request heads get 431) and ``head_timeout_s`` (a request head must arrive within
+    this, else 408; see ``http_head``),
     ``allow_hosts``: ``Host`` header names accepted besides loopback ones (localhost,
     127.0.0.1, [::1]); anything else gets 400, which stops DNS-rebinding pages in a browser
     from reaching a server meant for this machine only.
@@ -69,6 +69,7 @@ class ServeSettings:
     limit_concurrency: int = 512
     keep_alive_s: float = 5.0
     max_header_bytes: int = 16_384
+    head_timeout_s: float = 10.0
     allow_hosts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -91,6 +92,7 @@ class ServeSettings:
             "limit_concurrency": self.limit_concurrency >= 1,
             "keep_alive_s": self.keep_alive_s > 0,
             "max_header_bytes": self.max_header_bytes >= 1024,
+            "head_timeout_s": self.head_timeout_s > 0,
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
@@ -164,7 +166,9 @@ def add_cli_arguments(parser: Any) -> None:
     parser.add_argument("--keep-alive-s", type=float, default=d.keep_alive_s,
                         help="close idle keep-alive connections after this many seconds")
     parser.add_argument("--max-header-bytes", type=int, default=d.max_header_bytes,
-                        help="request head size limit (uvicorn's h11 protocol)")
+                        help="larger request heads get 431")
+    parser.add_argument("--head-timeout-s", type=float, default=d.head_timeout_s,
+                        help="a request head must arrive within this many seconds (else 408)")
     parser.add_argument("--allow-host", dest="allow_hosts", action="append", default=None, metavar="NAME",
                         help="accept this Host header name besides loopback ones (repeatable); "
                              "others get 400")
