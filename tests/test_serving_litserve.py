@@ -277,3 +277,18 @@ def test_the_command_line_sets_the_body_cap_and_allowed_hosts(capsys):
 def test_a_model_too_short_for_the_limits_is_refused_at_build_time():
     with pytest.raises(ValueError, match="exceeds the model's block_size 512"):
         build_server(settings=ServeSettings(max_prompt_chars=300, max_new_tokens_limit=300))
+
+
+def test_a_request_head_over_the_limit_gets_431(server):
+    """The LitServe front has our server's request-head limits too (course_utils.serving.http_head)."""
+    import socket
+
+    limit = ServeSettings().max_header_bytes
+    port = int(server.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * (2 * limit))
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 431"), reply[:200]
+    assert str(limit).encode() in reply

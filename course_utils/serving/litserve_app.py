@@ -45,6 +45,7 @@ from ..models.gpt import KVCache, TinyGPT, decode_step, pad_prompts, prefill
 from .app import generate_request_model, validation_error
 from .engine import sample_token
 from .guards import BodyLimit, HostCheck
+from .server import http_protocol
 from .settings import ServeSettings, default_threads
 
 #: LitServe's route; ours is /generate.
@@ -298,7 +299,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     # uvicorn's limits as on our server (LitServe hands these keywords to uvicorn.Config).
     server.run(host=args.host, port=args.port, num_api_servers=1, log_level="warning",
                generate_client_file=False, limit_concurrency=settings.limit_concurrency,
-               timeout_keep_alive=settings.keep_alive_s, h11_max_incomplete_event_size=settings.max_header_bytes)
+               timeout_keep_alive=settings.keep_alive_s, h11_max_incomplete_event_size=settings.max_header_bytes,
+               http=http_protocol(settings))  # request-head time and size limits (408, 431)
 
 
 if __name__ == "__main__":
