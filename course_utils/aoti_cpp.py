@@ -21,6 +21,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,20 +200,23 @@ def run_loader(binary: str | Path, package: str | Path, x: torch.Tensor, *,
                timeout_s: float = 120) -> torch.Tensor:
     """Return the output tensor of the C++ loader run on ``package`` with input ``x``.
 
-    ``x`` goes through a file in ``work_dir`` (default: next to the binary); ``env`` adds
+    ``x`` and the output go through files in a private folder made for this call inside
+    ``work_dir`` (default: next to the binary) and removed afterwards, also when the program
+    fails or times out; so calls may share ``work_dir``, even at the same time. ``env`` adds
     environment variables (e.g. ``{"AOTI_RUNTIME_CHECK_INPUTS": "1"}``). Raises LoaderFailed
-    with the program's message when it exits with an error.
+    with the program's message when it exits with an error, and subprocess.TimeoutExpired
+    after ``timeout_s`` seconds.
     """
     binary = Path(binary)
     work = Path(work_dir) if work_dir is not None else binary.parent
     work.mkdir(parents=True, exist_ok=True)
-    in_path = write_tensor(work / "input.bin", x)
-    out_path = work / "output.bin"
-    out_path.unlink(missing_ok=True)
-    proc = subprocess.run([str(binary), str(package), str(in_path), str(out_path)],
-                          capture_output=True, text=True, env=loader_env(env), timeout=timeout_s)
-    if proc.returncode != 0:
-        lines = (proc.stderr or proc.stdout).strip().splitlines()
-        raise LoaderFailed(f"{binary.name} exited with {proc.returncode}: "
-                           f"{lines[0] if lines else '(no message)'}")
-    return read_tensor(out_path)
+    with tempfile.TemporaryDirectory(dir=work, prefix="run-") as private:
+        in_path = write_tensor(Path(private) / "input.bin", x)
+        out_path = Path(private) / "output.bin"
+        proc = subprocess.run([str(binary), str(package), str(in_path), str(out_path)],
+                              capture_output=True, text=True, env=loader_env(env), timeout=timeout_s)
+        if proc.returncode != 0:
+            lines = (proc.stderr or proc.stdout).strip().splitlines()
+            raise LoaderFailed(f"{binary.name} exited with {proc.returncode}: "
+                               f"{lines[0] if lines else '(no message)'}")
+        return read_tensor(out_path)

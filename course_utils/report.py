@@ -6,7 +6,13 @@ each name into one page, Markdown and a self-contained HTML file with a plot, an
 each figure beside the one measured on the reference machine described in
 ``data/reference_results.json``, with a line saying whether yours is in the expected
 range for a CPU or a GPU machine. ``make report`` first runs the whole course in full
-mode (``--run``), then builds the page.
+mode (``--run``, offline like the tests), then builds the page.
+
+A results file may be edited by hand or written by another tool, so every record is
+checked: one without a usable name is skipped, one whose value is not a finite number is
+shown as "invalid value", and a non-string device, unit, mode or CPU class counts as
+missing; each problem is printed as a warning naming the record. Names, units and notes
+are shown literally: escaped in Markdown and HTML, and not parsed as mathtext in the plot.
 """
 
 from __future__ import annotations
@@ -15,7 +21,10 @@ import base64
 import html
 import io
 import json
-from collections.abc import Sequence
+import math
+import re
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +33,13 @@ from . import config
 
 REFERENCE_FILE = "reference_results.json"
 RANGES_FILE = "expected_ranges.json"
+#: Verdicts of rows whose recorded value is not a finite number start with this.
+INVALID = "invalid value"
+#: The optional text fields of a record; any other type counts as missing.
+_TEXT_FIELDS = ("unit", "mode", "device", "cpu_class")
+
+#: Receives one line per problem found in the records (default: printed to stderr).
+Warn = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -41,36 +57,120 @@ class Row:
     cpu_class: str | None = None
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _restore_hint(path: Path) -> str:
+    return f"restore it with `git checkout -- data/{path.name}`"
+
+
+def _read_json(path: Path, sections: Sequence[str]) -> dict[str, Any]:
+    """Return the JSON object in ``path`` after checking it has a dict in each of ``sections``."""
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing; restore it with `git checkout -- data/{path.name}`")
-    return json.loads(path.read_text(encoding="utf-8"))
+        raise FileNotFoundError(f"{path} is missing; {_restore_hint(path)}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path} is not valid JSON ({err}); {_restore_hint(path)}") from err
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} should hold a JSON object, not {type(data).__name__}; {_restore_hint(path)}")
+    for key in sections:
+        if not isinstance(data.get(key), dict):
+            raise ValueError(f"{path} has no {key!r} section; {_restore_hint(path)}")
+    return data
 
 
 def load_reference(path: Path | None = None, ranges: Path | None = None) -> dict[str, Any]:
     """Load the reference machine and its figures (``data/reference_results.json``, written by
     ``tools/make_reference.py`` from a real run) and the expected ranges
-    (``data/expected_ranges.json``, set by hand from the issues' targets)."""
-    ref = _read_json(path or config.data_dir() / REFERENCE_FILE)
-    ref["expected"] = _read_json(ranges or config.data_dir() / RANGES_FILE).get("expected")
-    for key in ("machine", "results", "expected"):
-        if key not in ref:
-            raise ValueError(f"{path} has no {key!r} section")
+    (``data/expected_ranges.json``, set by hand from the issues' targets).
+
+    Raises FileNotFoundError or ValueError naming the file and how to restore it when one
+    is missing, not JSON, or lacks a section.
+    """
+    ref = _read_json(path or config.data_dir() / REFERENCE_FILE, ("machine", "results"))
+    ref["expected"] = _read_json(ranges or config.data_dir() / RANGES_FILE, ("expected",))["expected"]
     return ref
 
 
 def latest(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Return the last record of each name (a later run replaces an earlier one)."""
+    """Return the last record of each name (a later run replaces an earlier one).
+
+    Records that are not dicts, or lack a non-empty string name or a value, are left out.
+    """
     out: dict[str, dict[str, Any]] = {}
     for rec in records:
-        if isinstance(rec, dict) and "name" in rec and "value" in rec:
+        if record_problem(rec) is None:
             out[rec["name"]] = rec
     return out
 
 
+def _short(rec: Any, limit: int = 120) -> str:
+    text = repr(rec)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def record_problem(rec: Any) -> str | None:
+    """Return why ``rec`` cannot be a row of the report (no usable name or no value), or None."""
+    if not isinstance(rec, dict):
+        return f"is not a JSON object ({type(rec).__name__})"
+    name = rec.get("name")
+    if not isinstance(name, str) or not name.strip():
+        return f"has no usable name (name {name!r})"
+    if "value" not in rec:
+        return "has no value"
+    return None
+
+
+def value_problem(value: Any) -> str | None:
+    """Return why ``value`` is not a finite number (bools and numeric strings are not), or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{_short(value, 40)} is not a number"
+    if not math.isfinite(value):
+        return f"{value!r} is not a finite number"
+    return None
+
+
+def _print_warning(line: str) -> None:
+    print(f"report: warning: {line}", file=sys.stderr)
+
+
+def clean_record(rec: dict[str, Any], where: str, warn: Warn = _print_warning) -> dict[str, Any]:
+    """Return a copy of ``rec`` whose unit, mode, device and CPU class are strings or None.
+
+    A field of another type is replaced by None and reported through ``warn``, with
+    ``where`` (such as "record 3") naming the record.
+    """
+    out = dict(rec)
+    for key in _TEXT_FIELDS:
+        value = rec.get(key)
+        if value is not None and not isinstance(value, str):
+            warn(f"{where} ({rec['name']!r}): {key} {_short(value, 40)} is not a string; treated as unknown")
+            out[key] = None
+    return out
+
+
+def latest_valid(records: Sequence[Any], warn: Warn = _print_warning) -> dict[str, dict[str, Any]]:
+    """Return the last usable record of each name, cleaned by ``clean_record``.
+
+    Unusable records (see ``record_problem``) are skipped, and records whose value is not
+    a finite number kept (the report shows them as invalid); both are reported through
+    ``warn``, naming the record by its position (1-based) and content.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for n, rec in enumerate(records, 1):
+        where = f"record {n}"
+        problem = record_problem(rec)
+        if problem is not None:
+            warn(f"skipped {where} {_short(rec)}: it {problem}")
+            continue
+        bad_value = value_problem(rec["value"])
+        if bad_value is not None:
+            warn(f"{where} ({rec['name']!r}): invalid value: {bad_value}")
+        out[rec["name"]] = clean_record(rec, where, warn)
+    return out
+
+
 def device_kind(device: str | None) -> str:
-    """'gpu' for CUDA devices, else 'cpu'."""
-    return "gpu" if device and device.startswith("cuda") else "cpu"
+    """'gpu' for CUDA devices, else 'cpu' (also for a missing or non-string device)."""
+    return "gpu" if isinstance(device, str) and device.startswith("cuda") else "cpu"
 
 
 def expected_range(expected: dict[str, Any] | None, kind: str,
@@ -112,24 +212,31 @@ def reference_for(reference: dict[str, Any], name: str, cpu_class: str | None) -
     return by_class.get(name) or reference["results"].get(name)
 
 
-def build_rows(records: Sequence[dict[str, Any]], reference: dict[str, Any]) -> list[Row]:
-    """Combine the learner's records with the reference: one row per known or recorded name."""
-    mine = latest(records)
+def _row(name: str, rec: dict[str, Any] | None, reference: dict[str, Any]) -> Row:
+    """One row: the learner's cleaned record of ``name`` (or None) beside the reference."""
+    rec = rec or {}
+    cpu_class = rec.get("cpu_class")
+    ref = reference_for(reference, name, cpu_class)
+    bad_value = value_problem(rec["value"]) if "value" in rec else None
+    value = float(rec["value"]) if "value" in rec and bad_value is None else None
+    unit = rec.get("unit") if rec else (ref or {}).get("unit")
+    rng, verdict = judge(value, reference["expected"].get(name), device_kind(rec.get("device")), cpu_class)
+    if bad_value is not None:
+        verdict = f"{INVALID}: {bad_value}; re-run the notebook that records it"
+    return Row(name=name, value=value, unit=unit if isinstance(unit, str) else "", mode=rec.get("mode"),
+               device=rec.get("device"), reference=float(ref["value"]) if ref else None, expected=rng,
+               verdict=verdict, cpu_class=cpu_class)
+
+
+def build_rows(records: Sequence[dict[str, Any]], reference: dict[str, Any],
+               warn: Warn = _print_warning) -> list[Row]:
+    """Combine the learner's records with the reference: one row per known or recorded name.
+
+    Problems in the records are reported through ``warn`` (see ``latest_valid``), never raised.
+    """
+    mine = latest_valid(records, warn)
     names = sorted(set(reference["expected"]) | set(reference["results"]) | set(mine))
-    rows = []
-    for name in names:
-        rec = mine.get(name)
-        ref = reference_for(reference, name, rec.get("cpu_class") if rec else None)
-        value = float(rec["value"]) if rec else None
-        unit = (rec or ref or {}).get("unit", "")
-        kind = device_kind(rec.get("device") if rec else None)
-        rng, verdict = judge(value, reference["expected"].get(name), kind,
-                             rec.get("cpu_class") if rec else None)
-        rows.append(Row(name=name, value=value, unit=unit, mode=rec.get("mode") if rec else None,
-                        device=rec.get("device") if rec else None,
-                        reference=float(ref["value"]) if ref else None, expected=rng,
-                        verdict=verdict, cpu_class=rec.get("cpu_class") if rec else None))
-    return rows
+    return [_row(name, mine.get(name), reference) for name in names]
 
 
 def _fmt(value: float | None) -> str:
@@ -142,6 +249,28 @@ def _fmt(value: float | None) -> str:
 
 def _range(rng: tuple[float, float] | None) -> str:
     return "—" if rng is None else f"{_fmt(rng[0])} – {_fmt(rng[1])}"
+
+
+#: Characters that mean something in Markdown text or a table row, escaped in data shown there.
+_MD_SPECIALS = re.compile(r"([\\`*_\[\]<>|&~])")
+
+
+def md_text(text: str) -> str:
+    """Return ``text`` as literal Markdown on one line: specials backslash-escaped, newlines as spaces."""
+    return _MD_SPECIALS.sub(r"\\\1", " ".join(str(text).splitlines()))
+
+
+def md_code(text: str) -> str:
+    """Return ``text`` as a literal Markdown code span that is safe inside a table cell.
+
+    The fence is one backtick longer than the longest run of backticks in ``text`` and a
+    ``|`` is written ``\\|`` (GitHub's table rule, which also applies inside code spans).
+    """
+    text = " ".join(str(text).splitlines()).replace("|", "\\|")
+    runs = [len(run) for run in re.findall("`+", text)]
+    fence = "`" * (max(runs, default=0) + 1)
+    pad = " " if runs else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def _header(reference: dict[str, Any], rows: Sequence[Row] = ()) -> list[str]:
@@ -160,26 +289,42 @@ def _header(reference: dict[str, Any], rows: Sequence[Row] = ()) -> list[str]:
 
 
 def to_markdown(rows: Sequence[Row], reference: dict[str, Any]) -> str:
-    """Return the report as a Markdown page."""
+    """Return the report as a Markdown page (names, units and notes shown literally)."""
     measured = sum(r.value is not None for r in rows)
     inside = sum(r.verdict.startswith("in the expected") for r in rows)
-    lines = ["# PyTorch 2 course: your results", ""] + _header(reference, rows) + [
+    header = [md_text(line) for line in _header(reference, rows)]
+    lines = ["# PyTorch 2 course: your results", ""] + header + [
         "", f"{measured} of {len(rows)} headline results measured; {inside} in the expected range.", "",
         "| result | yours | mode | reference | expected | verdict |",
         "|---|---|---|---|---|---|"]
     for r in rows:
-        unit = f" {r.unit}" if r.unit else ""
-        lines.append(f"| `{r.name}` | {_fmt(r.value)}{unit if r.value is not None else ''} | "
-                     f"{r.mode or '—'} | {_fmt(r.reference)}{unit if r.reference is not None else ''} | "
-                     f"{_range(r.expected)} | {r.verdict} |")
+        unit = f" {md_text(r.unit)}" if r.unit else ""
+        lines.append(f"| {md_code(r.name)} | {_fmt(r.value)}{unit if r.value is not None else ''} | "
+                     f"{md_text(r.mode or '—')} | {_fmt(r.reference)}{unit if r.reference is not None else ''} | "
+                     f"{_range(r.expected)} | {md_text(r.verdict)} |")
     lines += ["", "Figures depend on the machine: a busy laptop, another CPU or a GPU moves them. "
               "'Expected' is the range the course considers healthy for that kind of machine."]
     return "\n".join(lines) + "\n"
 
 
+def _ratios(rows: Sequence[Row]) -> list[tuple[Row, float]]:
+    """(row, yours ÷ reference) for each row measured on both with a positive finite ratio."""
+    out = []
+    for r in rows:
+        if r.value is not None and r.reference not in (None, 0.0):
+            ratio = r.value / r.reference  # type: ignore[operator]
+            if math.isfinite(ratio) and ratio > 0:  # a log axis shows only positive ratios
+                out.append((r, ratio))
+    return out
+
+
 def plot_png(rows: Sequence[Row]) -> bytes | None:
-    """A dot plot of yours ÷ reference for every result measured on both; None when none is."""
-    both = [r for r in rows if r.value is not None and r.reference not in (None, 0.0)]
+    """A dot plot of yours ÷ reference for every result measured on both; None when none is.
+
+    Names are drawn literally: never parsed as mathtext (``$``, ``_``, ``^``, ``\\``) nor
+    sent to LaTeX, whatever ``text.usetex`` says.
+    """
+    both = _ratios(rows)
     if not both:
         return None
     import matplotlib
@@ -187,22 +332,30 @@ def plot_png(rows: Sequence[Row]) -> bytes | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ratios = [r.value / r.reference for r in both]  # type: ignore[operator]
-    fig, ax = plt.subplots(figsize=(8, 0.28 * len(both) + 1.2))
-    colors = ["tab:green" if r.verdict.startswith("in the expected") else "tab:orange" for r in both]
+    with matplotlib.rc_context({"text.usetex": False}):
+        fig, ax = plt.subplots(figsize=(8, 0.28 * len(both) + 1.2))
+        try:
+            _draw_ratios(ax, both)
+            fig.tight_layout()
+            buf = io.BytesIO()
+            fig.savefig(buf, format="png", dpi=90)
+        finally:
+            plt.close(fig)
+    return buf.getvalue()
+
+
+def _draw_ratios(ax: Any, both: Sequence[tuple[Row, float]]) -> None:
+    """Draw one dot per (row, ratio) on ``ax``, labelled with the row's name taken literally."""
+    ratios = [q for _, q in both]
+    colors = ["tab:green" if r.verdict.startswith("in the expected") else "tab:orange" for r, _ in both]
     positions = range(len(both))
     ax.hlines(positions, [min(1.0, q) for q in ratios], [max(1.0, q) for q in ratios], color="0.7")
     ax.scatter(ratios, positions, color=colors, zorder=3)
-    ax.set_yticks(list(positions), [r.name for r in both])
+    ax.set_yticks(list(positions), [r.name for r, _ in both], parse_math=False)
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_xscale("log")
-    ax.set_xlabel("yours ÷ reference (log scale; green: in the expected range)")
+    ax.set_xlabel("yours ÷ reference (log scale; green: in the expected range)", parse_math=False)
     ax.invert_yaxis()
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
-    return buf.getvalue()
 
 
 def to_html(rows: Sequence[Row], reference: dict[str, Any]) -> str:
@@ -260,7 +413,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = (args.results or config.results_path() or out / "results.jsonl").resolve()
     if args.run:
         results.unlink(missing_ok=True)
-        runs = run_course(course_notebooks(), quick=False, results=results, out_dir=out / "executed")
+        # offline: the kernels run with the course's network guard, as in the tests and workshop-check
+        runs = run_course(course_notebooks(), quick=False, offline=True, results=results,
+                          out_dir=out / "executed")
         summary = write_summary(runs, out / "summary.json")
         if not all(r.ok for r in runs):
             print("some notebooks failed; the report shows what was recorded before the failure")

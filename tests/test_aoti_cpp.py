@@ -89,3 +89,90 @@ def test_loader_failure_is_reported(tmp_path, small_package):
     build = aoti_cpp.build_loader()
     with pytest.raises(aoti_cpp.LoaderFailed, match="aoti_loader"):
         aoti_cpp.run_loader(build.binary, tmp_path / "missing.pt2", torch.randn(2, 16), work_dir=tmp_path)
+
+
+# --- concurrent runs sharing a work folder (issue 15, item 6) ---
+
+FAKE_LOADER = """#!{python}
+# Stands in for the C++ loader: waits, reads its input tensor file, writes 2 * input + 1 (or fails).
+# Plain Python (no torch import), so it starts fast; the file format is aoti_cpp's.
+import struct
+import sys
+import time
+
+package, src, dst = sys.argv[1:4]
+if package.endswith("fail.pt2"):
+    sys.exit("fake loader: cannot load " + package)
+time.sleep(0.5)  # long enough for a second call to overwrite a shared input file
+data = open(src, "rb").read()
+(ndim,) = struct.unpack_from("<q", data, 8)
+offset = 16 + 8 * ndim
+values = struct.unpack(f"<{{(len(data) - offset) // 4}}f", data[offset:])
+with open(dst, "wb") as fh:
+    fh.write(data[:offset] + struct.pack(f"<{{len(values)}}f", *(2 * v + 1 for v in values)))
+"""
+
+
+@pytest.fixture
+def fake_loader(tmp_path):
+    """A script with the C++ loader's command line, so run_loader is tested without a build."""
+    if sys.platform == "win32":
+        pytest.skip("the fake loader is a script with a #! line")
+    path = tmp_path / "bin" / "fake_loader"
+    path.parent.mkdir()
+    path.write_text(FAKE_LOADER.format(python=sys.executable))
+    path.chmod(0o755)
+    return path
+
+
+def test_concurrent_runs_in_one_work_folder_each_get_their_own_output(tmp_path, fake_loader):
+    from concurrent.futures import ThreadPoolExecutor
+
+    work = tmp_path / "work"
+    inputs = [torch.full((2, 3), float(i)) for i in range(4)]
+    with ThreadPoolExecutor(len(inputs)) as pool:
+        outs = list(pool.map(lambda x: aoti_cpp.run_loader(fake_loader, tmp_path / "m.pt2", x, work_dir=work),
+                             inputs))
+    for x, out in zip(inputs, outs):
+        torch.testing.assert_close(out, x * 2 + 1, rtol=0, atol=0)
+    assert list(work.iterdir()) == [], "run_loader left files behind"
+
+
+def test_a_failed_run_leaves_no_files_behind(tmp_path, fake_loader):
+    work = tmp_path / "work"
+    with pytest.raises(aoti_cpp.LoaderFailed, match="cannot load"):
+        aoti_cpp.run_loader(fake_loader, tmp_path / "fail.pt2", torch.ones(2), work_dir=work)
+    assert list(work.iterdir()) == []
+
+
+def test_a_timed_out_run_leaves_no_files_behind(tmp_path, fake_loader):
+    import subprocess
+
+    work = tmp_path / "work"
+    with pytest.raises(subprocess.TimeoutExpired):
+        aoti_cpp.run_loader(fake_loader, tmp_path / "m.pt2", torch.ones(2), work_dir=work, timeout_s=0.1)
+    assert list(work.iterdir()) == []
+
+
+def test_run_loader_keeps_other_files_in_the_work_folder(tmp_path, fake_loader):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "input.bin").write_bytes(b"someone else's")
+    out = aoti_cpp.run_loader(fake_loader, tmp_path / "m.pt2", torch.zeros(3), work_dir=work)
+    torch.testing.assert_close(out, torch.ones(3), rtol=0, atol=0)
+    assert [p.name for p in work.iterdir()] == ["input.bin"]
+    assert (work / "input.bin").read_bytes() == b"someone else's"
+
+
+@pytest.mark.skipif(aoti_cpp.toolchain_problem() is not None, reason="no cmake or C++ compiler here")
+def test_real_loader_runs_concurrently_in_one_work_folder(tmp_path, small_package):
+    from concurrent.futures import ThreadPoolExecutor
+
+    model, package = small_package
+    build = aoti_cpp.build_loader()
+    inputs = [torch.randn(batch, 16) for batch in (1, 2, 3, 4)]
+    with ThreadPoolExecutor(2) as pool:
+        outs = list(pool.map(lambda x: aoti_cpp.run_loader(build.binary, package, x, work_dir=tmp_path), inputs))
+    for x, out in zip(inputs, outs):
+        torch.testing.assert_close(out, model(x).detach(), rtol=1e-4, atol=1e-5)
+    assert list(tmp_path.iterdir()) == []

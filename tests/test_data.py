@@ -170,3 +170,112 @@ def test_synthetic_audio_bad_input():
         synthetic_audio(n_per_class=0)
     with pytest.raises(ValueError):
         synthetic_audio(sample_rate=10)
+
+
+# --- a file that matches its checksum but not the format the loader expects (issue 15, item 6) ---
+
+
+def _replace_keeping_checksum(data_dir, name: str, content: bytes) -> None:
+    """Write ``content`` as ``data_dir/name`` and record its sha256, as a careless edit of both would."""
+    import hashlib
+
+    (data_dir / name).write_bytes(content)
+    sums = data_dir / "SHA256SUMS"
+    digest = hashlib.sha256(content).hexdigest()
+    lines = [f"{digest}  {name}" if ln.split()[-1] == name else ln for ln in sums.read_text().splitlines()]
+    sums.write_text("\n".join(lines) + "\n")
+    assert verify(name) == data_dir / name  # the checksum no longer catches it
+
+
+def _assert_names_file_and_fix(err: DataFileError, name: str) -> None:
+    msg = str(err)
+    assert f"data/{name}" in msg and f"git checkout -- data/{name}" in msg and "expected" in msg, msg
+
+
+@pytest.mark.parametrize("content", ["caf\u00e9 au lait\n".encode(), b"\xff\xfe\x00binary", b"", b"\n  \n"])
+def test_a_corpus_that_is_not_ascii_text_is_reported(data_copy, content):
+    _replace_keeping_checksum(data_copy, "tiny_corpus.txt", content)
+    with pytest.raises(DataFileError) as info:
+        load_corpus()
+    _assert_names_file_and_fix(info.value, "tiny_corpus.txt")
+
+
+BAD_RETRIEVAL_SETS = {
+    "not json": b"{not json",
+    "not utf-8": b'{"passages": "\xff"}',
+    "a list": b"[]",
+    "no queries": b'{"passages": [{"id": "p", "text": "t"}]}',
+    "passages not a list": b'{"passages": 5, "queries": []}',
+    "passage without text": b'{"passages": [{"id": "p"}], "queries": [{"text": "q", "relevant": ["p"]}]}',
+    "passage not an object": b'{"passages": ["p"], "queries": [{"text": "q", "relevant": ["p"]}]}',
+    "text not a string": b'{"passages": [{"id": "p", "text": 5}], "queries": [{"text": "q", "relevant": ["p"]}]}',
+    "relevant not a list": b'{"passages": [{"id": "p", "text": "t"}], "queries": [{"text": "q", "relevant": 5}]}',
+    "relevant unhashable": b'{"passages": [{"id": "p", "text": "t"}], "queries": [{"text": "q", "relevant": [[1]]}]}',
+    "no relevant passage": b'{"passages": [{"id": "p", "text": "t"}], "queries": [{"text": "q", "relevant": []}]}',
+    "no passages": b'{"passages": [], "queries": []}',
+    "no queries at all": b'{"passages": [{"id": "p", "text": "t"}], "queries": []}',
+    "unknown passage": b'{"passages": [{"id": "p", "text": "t"}], "queries": [{"text": "q", "relevant": ["z"]}]}',
+    "duplicate ids": (b'{"passages": [{"id": "p", "text": "t"}, {"id": "p", "text": "u"}],'
+                      b' "queries": [{"text": "q", "relevant": ["p"]}]}'),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_RETRIEVAL_SETS))
+def test_a_malformed_retrieval_set_is_reported(data_copy, case):
+    from course_utils.data import load_retrieval_set
+
+    _replace_keeping_checksum(data_copy, "retrieval_set.json", BAD_RETRIEVAL_SETS[case])
+    with pytest.raises(DataFileError) as info:
+        load_retrieval_set()
+    _assert_names_file_and_fix(info.value, "retrieval_set.json")
+
+
+def test_a_minimal_well_formed_retrieval_set_loads(data_copy):
+    from course_utils.data import load_retrieval_set
+
+    _replace_keeping_checksum(data_copy, "retrieval_set.json",
+                              b'{"passages": [{"id": "p", "text": "t"}], "queries": [{"text": "q", "relevant": ["p"]}]}')
+    data = load_retrieval_set()
+    assert data.passage_ids == ["p"] and data.relevant == [{"p"}]
+
+
+@pytest.mark.parametrize("line", ["justonefield", "nothex  tiny_corpus.txt", "abc123  tiny_corpus.txt"])
+def test_a_malformed_checksum_line_is_reported(data_copy, line):
+    sums = data_copy / "SHA256SUMS"
+    sums.write_text(sums.read_text() + line + "\n")
+    with pytest.raises(DataFileError) as info:
+        load_corpus()
+    msg = str(info.value)
+    assert "data/SHA256SUMS" in msg and "line 4" in msg and "git checkout -- data/SHA256SUMS" in msg
+
+
+def test_a_truncated_tensor_file_is_reported(data_copy):
+    from course_utils.data.files import load_tensors
+
+    original = (data_copy / "tiny_gpt.pt").read_bytes()
+    _replace_keeping_checksum(data_copy, "tiny_gpt.pt", original[: len(original) // 2])
+    with pytest.raises(DataFileError) as info:
+        load_tensors("tiny_gpt.pt", ("state_dict",))
+    _assert_names_file_and_fix(info.value, "tiny_gpt.pt")
+    assert "git checkout -- data/tiny_gpt.pt data/SHA256SUMS" in str(info.value)  # both were changed
+
+
+def test_a_tensor_file_with_the_wrong_keys_or_type_is_reported(data_copy):
+    import io
+
+    from course_utils.data.files import load_tensors
+
+    for saved, problem in (({"weights": torch.zeros(2)}, "state_dict"), (torch.zeros(2), "Tensor")):
+        buf = io.BytesIO()
+        torch.save(saved, buf)
+        _replace_keeping_checksum(data_copy, "tiny_gpt.pt", buf.getvalue())
+        with pytest.raises(DataFileError, match=problem) as info:
+            load_tensors("tiny_gpt.pt", ("format", "state_dict"))
+        _assert_names_file_and_fix(info.value, "tiny_gpt.pt")
+
+
+def test_the_shipped_tensor_file_loads_with_its_keys():
+    from course_utils.data.files import load_tensors
+
+    ckpt = load_tensors("tiny_gpt.pt", ("format", "config", "state_dict", "tokenizer"))
+    assert isinstance(ckpt["state_dict"], dict)

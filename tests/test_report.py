@@ -114,7 +114,7 @@ def test_relative_out_and_results_paths_are_made_absolute(tmp_path, monkeypatch)
     """The kernels that write results run in notebooks/, so a relative path must not reach them."""
     seen = {}
 
-    def fake_run_course(notebooks, quick, results, out_dir):
+    def fake_run_course(notebooks, quick, results, out_dir, **kwargs):
         seen["results"], seen["out_dir"] = results, out_dir
         return []
 
@@ -124,9 +124,188 @@ def test_relative_out_and_results_paths_are_made_absolute(tmp_path, monkeypatch)
     import course_utils.runner as runner
 
     monkeypatch.setattr(runner, "run_course", fake_run_course)
-    monkeypatch.setattr(runner, "write_summary", lambda runs, path: {"total_s": 0.0, "machine": "test"})
+    monkeypatch.setattr(runner, "write_summary", lambda runs, path, **kw: {"total_s": 0.0, "machine": "test"})
     report.main(["--run", "--out", "rel-out"])
     assert seen["results"].is_absolute() and seen["results"] == tmp_path / "rel-out" / "results.jsonl"
     assert seen["out_dir"].is_absolute()
     # main() must not leave its full-mode switch behind: later notebooks in this process would run in full mode
     assert os.environ["COURSE_QUICK"] == "1" and "COURSE_RESULTS" not in os.environ
+
+
+# --- malformed records, special characters, offline --run (issue 15, item 6) ---
+
+ODD_REFERENCE = {
+    "machine": {"description": "test box", "torch": "2.14.1", "python": "3.11", "date": "2026-11-30"},
+    "results": {"a.speedup": {"value": 2.0, "unit": "x"}},
+    "expected": {"a.speedup": {"cpu": [1.2, 5.0]}},
+}
+
+
+@pytest.mark.parametrize("bad", ["fast", "2.5", None, True, float("nan"), float("inf"), [2.5], {"v": 1}])
+def test_a_record_whose_value_is_not_a_number_is_shown_as_invalid(bad, tmp_path, capsys):
+    records = [{"name": "a.speedup", "value": bad, "unit": "x", "device": "cpu", "mode": "full"}]
+    rows = {r.name: r for r in report.build_rows(records, ODD_REFERENCE)}
+    row = rows["a.speedup"]
+    assert row.value is None and row.verdict.startswith("invalid value")
+    assert "a.speedup" in capsys.readouterr().err  # the warning names the record
+    md, page = report.build(records, tmp_path, ODD_REFERENCE)
+    assert "invalid value" in md.read_text() and "invalid value" in page.read_text()
+
+
+def test_an_invalid_record_never_hides_the_others(tmp_path, capsys):
+    records = [{"name": "a.speedup", "value": 2.5, "unit": "x", "device": "cpu"},
+               {"name": "b.other", "value": "oops", "unit": "x"},
+               "not a record", {"value": 1.0}, {"name": 7, "value": 1.0}, {"name": ["x"], "value": 1.0}]
+    rows = {r.name: r for r in report.build_rows(records, ODD_REFERENCE)}
+    assert set(rows) == {"a.speedup", "b.other"}
+    assert rows["a.speedup"].value == 2.5 and rows["a.speedup"].verdict.startswith("in the expected range")
+    err = capsys.readouterr().err
+    assert "'not a record'" in err and "record 5" in err and "record 6" in err
+
+
+@pytest.mark.parametrize("device", [0, None, ["cuda:0"], {"type": "cuda"}, 1.5])
+def test_a_non_string_device_is_judged_as_unknown_not_a_crash(device, tmp_path, capsys):
+    records = [{"name": "a.speedup", "value": 2.5, "unit": "x", "device": device, "mode": "full",
+                "cpu_class": ["not", "a", "string"]}]
+    (row,) = report.build_rows(records, ODD_REFERENCE)
+    assert row.value == 2.5 and row.device is None and row.cpu_class is None
+    assert row.verdict == "in the expected range for a CPU machine"
+    if device is not None:
+        assert "device" in capsys.readouterr().err
+    report.build(records, tmp_path, ODD_REFERENCE)
+
+
+def test_non_string_unit_and_mode_do_not_break_the_pages(tmp_path):
+    records = [{"name": "a.speedup", "value": 2.5, "unit": 3, "device": "cpu", "mode": {"full": 1}}]
+    (row,) = report.build_rows(records, ODD_REFERENCE)
+    assert isinstance(row.unit, str) and row.mode is None
+    md, page = report.build(records, tmp_path, ODD_REFERENCE)
+    assert "a.speedup" in md.read_text() and "a.speedup" in page.read_text()
+
+
+MATH_NAMES = ["cost.$usd$", r"a.$\notacommand$", "x^2_y", "price $5", "back\\slash", "tex_%_{}&#~"]
+
+
+@pytest.mark.parametrize("name", MATH_NAMES)
+def test_mathtext_specials_in_names_and_units_are_plotted_literally(name, tmp_path):
+    ref = {"machine": {"description": "box"}, "results": {name: {"value": 2.0, "unit": "$"}},
+           "expected": {name: {"cpu": [1, 3]}}}
+    rows = report.build_rows([{"name": name, "value": 2.5, "unit": "$^_", "device": "cpu"}], ref)
+    png = report.plot_png(rows)
+    assert png is not None and png.startswith(b"\x89PNG")
+    md, page = report.build([{"name": name, "value": 2.5, "unit": "$^_", "device": "cpu"}], tmp_path, ref)
+    assert page.read_text().count("data:image/png;base64,") == 1
+
+
+def test_the_plot_labels_are_not_parsed_as_mathtext(monkeypatch):
+    """``$a$`` must come out as the four characters, not as an italic a."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    seen = []
+    real_savefig = matplotlib.figure.Figure.savefig
+
+    def spy(fig, *args, **kwargs):
+        fig.canvas.draw()
+        seen.extend((t.get_text(), t.get_parse_math()) for ax in fig.axes for t in ax.get_yticklabels())
+        return real_savefig(fig, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", spy)
+    ref = {"machine": {}, "results": {"m.$a$": {"value": 1.0, "unit": ""}}, "expected": {}}
+    report.plot_png(report.build_rows([{"name": "m.$a$", "value": 2.0, "unit": ""}], ref))
+    plt.close("all")
+    assert ("m.$a$", False) in seen
+
+
+def test_the_plot_ignores_text_usetex(monkeypatch):
+    import matplotlib
+
+    monkeypatch.setitem(matplotlib.rcParams, "text.usetex", True)  # no LaTeX here: would fail on draw
+    ref = {"machine": {}, "results": {"u_s$": {"value": 1.0, "unit": ""}}, "expected": {}}
+    assert report.plot_png(report.build_rows([{"name": "u_s$", "value": 2.0, "unit": ""}], ref))
+
+
+def _cells(line: str) -> list[str]:
+    """The cells of one Markdown table row, split at pipes that are not backslash-escaped."""
+    import re
+
+    return re.split(r"(?<!\\)\|", line.strip())[1:-1]
+
+
+NASTY = "a|b*c_d`e<f>[g](h)&i\nj"
+
+
+def test_markdown_escapes_specials_in_names_units_and_notes():
+    ref = {"machine": {"description": "box | <b>bold</b> *star* [link](x)", "cpu_class": "x86_`avx`"},
+           "results": {NASTY: {"value": 2.0, "unit": "m|s*_"}}, "expected": {NASTY: {"cpu": [1, 3]}}}
+    rec = {"name": NASTY, "value": 2.5, "unit": "m|s*_", "device": "cpu", "mode": "fu|ll",
+           "cpu_class": "x86_`avx`"}
+    text = report.to_markdown(report.build_rows([rec], ref), ref)
+    rows = [ln for ln in text.splitlines() if ln.startswith("| ") and "2.5" in ln]
+    assert len(rows) == 1, text  # the newline in the name did not split the row
+    assert len(_cells(rows[0])) == 6, rows[0]
+    for raw in ("<b>", "*star*", "[link]", "m|s", "fu|ll"):
+        assert raw not in text, raw
+    markdown_it = pytest.importorskip("markdown_it")
+    rendered = markdown_it.MarkdownIt("commonmark").enable("table").render(text)
+    assert "<b>" not in rendered and "<em>" not in rendered and "<a " not in rendered
+    assert "x86_`avx`" in rendered and "*star*" in rendered and "m|s*_" in rendered
+    assert rendered.count("<tr>") == 2  # the header row and one result row
+
+
+def test_markdown_shows_a_name_with_backticks_and_pipes_literally():
+    markdown_it = pytest.importorskip("markdown_it")
+    name = "q`x`|y"
+    ref = {"machine": {}, "results": {}, "expected": {name: {"cpu": [0, 1]}}}
+    text = report.to_markdown(report.build_rows([{"name": name, "value": 0.5, "unit": ""}], ref), ref)
+    rendered = markdown_it.MarkdownIt("commonmark").enable("table").render(text)
+    assert "q`x`|y" in rendered and rendered.count("<td>") == 6
+
+
+def test_html_escapes_names_units_and_notes():
+    ref = {"machine": {"description": "<script>alert(1)</script>"}, "results": {},
+           "expected": {"x.<b>": {"cpu": [0, 1]}}}
+    rec = {"name": "x.<b>", "value": 0.5, "unit": "<i>u</i>", "device": "cpu", "mode": "<em>m</em>",
+           "cpu_class": "<u>c</u>"}
+    page = report.to_html(report.build_rows([rec], ref), ref)
+    body = page.split("<body>")[1]
+    for raw in ("<script>", "<b>", "<i>", "<em>", "<u>"):
+        assert raw not in body, raw
+    assert "x.&lt;b&gt;" in body and "&lt;script&gt;" in body
+
+
+def test_a_malformed_reference_file_names_the_file_and_the_fix(tmp_path):
+    bad = tmp_path / "reference_results.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match=r"reference_results\.json.*git checkout -- data/reference_results\.json"):
+        report.load_reference(bad)
+    bad.write_text('{"machine": {}, "results": {}}')
+    ranges = tmp_path / "expected_ranges.json"
+    ranges.write_text('{"other": 1}')
+    with pytest.raises(ValueError, match=r"expected_ranges\.json has no 'expected' section"):
+        report.load_reference(bad, ranges)
+    ranges.write_text('{"expected": {}}')
+    bad.write_text('{"machine": {}}')
+    with pytest.raises(ValueError, match=r"reference_results\.json has no 'results' section"):
+        report.load_reference(bad, ranges)
+
+
+def test_run_executes_the_notebooks_offline(tmp_path, monkeypatch):
+    """``--run`` executes the course with the network guard on, like the tests and workshop-check."""
+    import course_utils.runner as runner
+
+    seen = {}
+
+    def fake_run_course(notebooks, **kwargs):
+        seen.update(kwargs, notebooks=notebooks)
+        return []
+
+    monkeypatch.delenv("COURSE_RESULTS", raising=False)
+    monkeypatch.setattr(runner, "course_notebooks", lambda: ["nb.ipynb"])
+    monkeypatch.setattr(runner, "run_course", fake_run_course)
+    monkeypatch.setattr(runner, "write_summary", lambda runs, path, **kw: {"total_s": 0.0, "machine": "test"})
+    report.main(["--run", "--out", str(tmp_path)])
+    assert seen["notebooks"] == ["nb.ipynb"]
+    assert seen["offline"] is True and seen["quick"] is False

@@ -11,12 +11,17 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from .files import DataFileError, verify
+from .files import malformed, malformed_content, verify
 
 RETRIEVAL_FILE = "retrieval_set.json"
+#: The layout ``load_retrieval_set`` needs, as its errors name it.
+RETRIEVAL_LAYOUT = ('a JSON object whose "passages" is a non-empty list of {"id": string, "text": string} '
+                    'and whose "queries" is a non-empty list of {"text": string, "relevant": '
+                    'a non-empty list of passage ids}')
 
 #: A function from a list of texts to a (len(texts), dim) tensor of normalised embeddings.
 EmbedFn = Callable[[Sequence[str]], torch.Tensor]
@@ -46,20 +51,52 @@ class RetrievalScores:
     mrr: float
 
 
-def load_retrieval_set() -> RetrievalSet:
-    """Load and check ``data/retrieval_set.json`` (sha256 verified, ids consistent)."""
-    path = verify(RETRIEVAL_FILE)
-    raw = json.loads(path.read_text(encoding="utf-8"))
-    ids = [p["id"] for p in raw["passages"]]
-    if len(set(ids)) != len(ids):
-        raise DataFileError(RETRIEVAL_FILE, "has duplicate passage ids", "restore it from git")
-    relevant = [set(q["relevant"]) for q in raw["queries"]]
+def _entries(raw: Any, key: str, fields: dict[str, type]) -> list[dict[str, Any]]:
+    """Return ``raw[key]`` after checking it is a non-empty list of objects whose ``fields``
+    have the given types; DataFileError naming the first entry that does not."""
+    items = raw.get(key) if isinstance(raw, dict) else None
+    if not isinstance(items, list) or not items:
+        found = f"a {type(raw).__name__}" if not isinstance(raw, dict) else f"{key!r}: {str(items)[:60]}"
+        raise malformed(RETRIEVAL_FILE, RETRIEVAL_LAYOUT, found)
+    for n, item in enumerate(items):
+        for field, kind in fields.items():
+            if not isinstance(item, dict) or not isinstance(item.get(field), kind):
+                raise malformed(RETRIEVAL_FILE, RETRIEVAL_LAYOUT,
+                                f"{key}[{n}] = {str(item)[:60]} without a {kind.__name__} {field!r}")
+    return items
+
+
+def _relevant(queries: list[dict[str, Any]], ids: list[str]) -> list[set[str]]:
+    """Return each query's set of relevant passage ids, checked against the passages' ``ids``."""
+    relevant = []
+    for n, q in enumerate(queries):
+        rel = q["relevant"]
+        if not rel or not all(isinstance(pid, str) for pid in rel):
+            raise malformed(RETRIEVAL_FILE, RETRIEVAL_LAYOUT, f"queries[{n}] relevant = {str(rel)[:60]}")
+        relevant.append(set(rel))
     unknown = set().union(*relevant) - set(ids)
     if unknown:
-        raise DataFileError(RETRIEVAL_FILE, f"names unknown passages {sorted(unknown)}",
-                            "restore it from git")
-    return RetrievalSet(passage_ids=ids, passages=[p["text"] for p in raw["passages"]],
-                        queries=[q["text"] for q in raw["queries"]], relevant=relevant)
+        raise malformed(RETRIEVAL_FILE, "queries whose relevant ids are passage ids",
+                        f"unknown passages {sorted(unknown)}")
+    return relevant
+
+
+def load_retrieval_set() -> RetrievalSet:
+    """Load and check ``data/retrieval_set.json`` (sha256 verified, layout and ids consistent).
+
+    Raises DataFileError naming the file, what was expected and how to restore it.
+    """
+    path = verify(RETRIEVAL_FILE)
+    with malformed_content(RETRIEVAL_FILE, "UTF-8 JSON"):
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    passages = _entries(raw, "passages", {"id": str, "text": str})
+    queries = _entries(raw, "queries", {"text": str, "relevant": list})
+    ids = [p["id"] for p in passages]
+    if len(set(ids)) != len(ids):
+        duplicates = sorted({pid for pid in ids if ids.count(pid) > 1})
+        raise malformed(RETRIEVAL_FILE, "unique passage ids", f"duplicates {duplicates}")
+    return RetrievalSet(passage_ids=ids, passages=[p["text"] for p in passages],
+                        queries=[q["text"] for q in queries], relevant=_relevant(queries, ids))
 
 
 def similarity(query_emb: torch.Tensor, passage_emb: torch.Tensor) -> torch.Tensor:

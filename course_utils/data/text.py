@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import config
-from .files import DataFileError, expected_checksums, sha256_of, verify
+from .files import DataFileError, expected_checksums, malformed, malformed_content, sha256_of, verify
 
 CORPUS_FILE = "tiny_corpus.txt"
 #: Upper bound on the corpus size in characters (whole topics are kept).
@@ -61,8 +61,17 @@ def rebuild_corpus() -> str:
 
 
 def load_corpus() -> str:
-    """Return the course's text corpus, after verifying its checksum."""
-    return verify(CORPUS_FILE).read_text(encoding="ascii")
+    """Return the course's text corpus, after verifying its checksum.
+
+    Raises DataFileError when the file is missing, altered, or not non-empty ASCII text.
+    """
+    path = verify(CORPUS_FILE)
+    expected = "non-empty ASCII text"
+    with malformed_content(CORPUS_FILE, expected):
+        text = path.read_text(encoding="ascii")
+    if not text.strip():
+        raise malformed(CORPUS_FILE, expected, f"{len(text)} characters of blank text")
+    return text
 
 
 @dataclass(frozen=True)
