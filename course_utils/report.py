@@ -406,20 +406,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="first execute every notebook in full mode (copies go to the build folder)")
     parser.add_argument("--results", type=Path, default=None,
                         help="results file (default: COURSE_RESULTS, or build/report/results.jsonl)")
+    parser.add_argument("--cold", action="store_true",
+                        help="with --run: start every cache empty, as a first run does (default out: "
+                             "build/report-cold)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default build/report)")
     args = parser.parse_args(argv)
     # Absolute paths: the notebooks' kernels run in another working directory.
-    out = (args.out or config.build_dir() / "report").resolve()
+    out = (args.out or config.build_dir() / ("report-cold" if args.cold else "report")).resolve()
     results = (args.results or config.results_path() or out / "results.jsonl").resolve()
     if args.run:
         results.unlink(missing_ok=True)
         # offline: the kernels run with the course's network guard, as in the tests and workshop-check
         runs = run_course(course_notebooks(), quick=False, offline=True, results=results,
-                          out_dir=out / "executed")
-        summary = write_summary(runs, out / "summary.json")
+                          out_dir=out / "executed", cold=args.cold)
+        summary = write_summary(runs, out / "summary.json", cold=args.cold)
         if not all(r.ok for r in runs):
             print("some notebooks failed; the report shows what was recorded before the failure")
-        else:
+        elif not args.cold:  # the headline total is the warm-cache one
             with config.environment(COURSE_RESULTS=str(results), COURSE_QUICK="0"):  # this run's file, full mode
                 bench.record("workshop.full_total_s", summary["total_s"], "s",
                              notebooks=len(runs), machine=summary["machine"])
