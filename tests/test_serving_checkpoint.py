@@ -46,3 +46,56 @@ def test_a_corrupt_or_foreign_file_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_DATA_DIR", str(tmp_path))
     with pytest.raises(DataFileError, match="python tools/train_tiny_gpt.py"):
         load_tiny_gpt()
+
+
+def _checkpoint() -> dict:
+    return torch.load(verify("tiny_gpt.pt"), weights_only=True)
+
+
+def _damaged():
+    """(name, change to the saved dict, words the error must contain) for damage a checksum cannot see."""
+    def wrong_shape(ck):
+        name = next(iter(ck["state_dict"]))
+        ck["state_dict"][name] = torch.zeros(3, 3)
+
+    return [
+        ("missing key", lambda ck: ck.pop("tokenizer"), "tokenizer"),
+        ("bad config", lambda ck: ck["config"].update(no_such_field=1), "config"),
+        ("wrong shape", wrong_shape, "weights shaped"),
+        ("bad tokenizer", lambda ck: ck.update(tokenizer={"chars": 5}), "tokenizer"),
+        ("wrong vocabulary", lambda ck: ck.update(tokenizer={**ck["tokenizer"], "chars": "ab"}), "characters"),
+    ]
+
+
+@pytest.mark.parametrize("name, damage, words", _damaged(), ids=[d[0] for d in _damaged()])
+def test_a_damaged_checkpoint_gets_one_clear_error(tmp_path, monkeypatch, name, damage, words):
+    """Shipped file with its checksum line updated (DataFileError with the fix), or a file passed by path (ValueError)."""
+    import hashlib
+    import shutil
+
+    from course_utils import config
+
+    ck = _checkpoint()
+    damage(ck)
+    data = tmp_path / "data"
+    shutil.copytree(config.data_dir(), data)
+    torch.save(ck, data / "tiny_gpt.pt")
+    digest = hashlib.sha256((data / "tiny_gpt.pt").read_bytes()).hexdigest()
+    sums = data / "SHA256SUMS"
+    sums.write_text("".join(f"{digest}  tiny_gpt.pt\n" if line.endswith(" tiny_gpt.pt") else line + "\n"
+                            for line in sums.read_text().splitlines()))
+    with pytest.raises(ValueError, match=words) as by_path:
+        load_tiny_gpt(data / "tiny_gpt.pt")
+    assert "not a tiny GPT checkpoint" in str(by_path.value) and not isinstance(by_path.value, DataFileError)
+    monkeypatch.setenv("COURSE_DATA_DIR", str(data))
+    with pytest.raises(DataFileError, match=words) as shipped:
+        load_tiny_gpt()
+    assert "git checkout -- data/tiny_gpt.pt" in str(shipped.value)
+
+
+def test_a_truncated_checkpoint_by_path_gets_a_clear_error(tmp_path):
+    half = tmp_path / "half.pt"
+    raw = verify("tiny_gpt.pt").read_bytes()
+    half.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(ValueError, match="expected a file written by torch.save"):
+        load_tiny_gpt(half)
