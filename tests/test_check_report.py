@@ -47,3 +47,11 @@ def test_in_range_passes_and_out_of_range_fails_naming_the_row(check_report, tmp
 def test_no_results_is_a_failure(check_report, tmp_path, capsys):
     assert check_report.main([str(tmp_path / "missing.jsonl")]) == 1
     assert "make report" in capsys.readouterr().out
+
+
+def test_an_invalid_value_fails_the_check(check_report, tmp_path, capsys):
+    name, low, high = _a_result_with_a_cpu_range()
+    bad = {"name": name, "value": "fast", "unit": "", "device": "cpu", "mode": "full"}
+    assert check_report.main([_write(tmp_path / "results.jsonl", bad)]) == 1
+    out = capsys.readouterr().out
+    assert f"{name}: invalid value" in out and "1 headline result" in out

@@ -3,8 +3,9 @@
 Usage: python tools/check_report.py [RESULTS]   (default: COURSE_RESULTS, or build/report/results.jsonl)
 
 Reads the results `make report` recorded, judges each against data/expected_ranges.json exactly
-as the report does (course_utils.report.build_rows), prints the rows whose verdict is "below ..."
-or "above ...", and exits 1 when there is any (or when there are no results at all).
+as the report does (course_utils.report.build_rows), prints the rows whose verdict is "below ...",
+"above ..." or "invalid value ..." (a record whose value is not a finite number), and exits 1 when
+there is any (or when there are no results at all).
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from course_utils import bench, config, report
 
 
 def out_of_range(records: Sequence[dict]) -> list[report.Row]:
-    """Return the report rows whose result is below or above its expected range."""
+    """Return the report rows whose result is below or above its expected range, or invalid."""
     rows = report.build_rows(records, report.load_reference())
-    return [r for r in rows if r.verdict.startswith(("below", "above"))]
+    return [r for r in rows if r.verdict.startswith(("below", "above", report.INVALID))]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -32,10 +33,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     bad = out_of_range(records)
     for row in bad:
-        low, high = row.expected or (None, None)
+        if row.value is None:
+            print(f"{row.name}: {row.verdict}")
+            continue
+        low, high = row.expected or (float("nan"), float("nan"))
         print(f"{row.name}: {row.value:g} {row.unit} is {row.verdict} [{low:g}, {high:g}]")
     if bad:
-        print(f"{len(bad)} headline result(s) outside the expected range ({path})")
+        print(f"{len(bad)} headline result(s) outside the expected range or invalid ({path})")
         return 1
     print(f"every recorded headline result is in its expected range ({len(records)} records, {path})")
     return 0
