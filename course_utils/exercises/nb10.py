@@ -7,9 +7,13 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from ..serving.percentile import nearest_rank
+from ..serving.sse import END, TOKEN, SSEParser, format_event
 from .framework import Mistake, function_exercise
 
 # --- 10.p99: the 99th percentile of request latencies (nearest-rank definition).
+# The checker compares with the course's one definition (``serving.percentile.nearest_rank``,
+# which the load generator reports); ``p99`` below is the reference a learner may ask to see.
 
 
 def p99(latencies_ms: Sequence[float]) -> float:
@@ -33,6 +37,7 @@ function_exercise(
     "at 1-based rank ceil(0.99 * n).",
     usage="p99(latencies_ms)",
     solution=p99,
+    reference=lambda latencies_ms: nearest_rank(latencies_ms, 99),
     cases=lambda: [([float(i) for i in range(200, 0, -1)],),      # descending 200..1: rank 198
                    ([float(i) for i in range(1, 101)],),          # 1..100: the 99th value
                    ([5.0] * 98 + [40.0, 900.0],),                 # one slow outlier is not the p99
@@ -47,14 +52,15 @@ function_exercise(
 # --- 10.parse_sse: turn a server-sent-event stream into (text, end info).
 
 
-def _sse(data: dict[str, Any], event: str | None = None) -> str:
-    return (f"event: {event}\n" if event else "") + f"data: {json.dumps(data)}\n\n"
+# The streams are written, and the checker's expected answers read, by the course's own SSE code
+# (``serving.sse``, what the servers and the load generator use); ``parse_sse`` below is the
+# self-contained reference a learner may ask to see.
 
 
 def _stream(tokens: Sequence[str], end: dict[str, Any] | None = None, error: bool = False) -> str:
-    body = "".join(_sse({"token": t, "index": i}) for i, t in enumerate(tokens))
-    failure = _sse({"detail": "server is stopping", "status": 503}, "error") if error else ""
-    return body + failure + (_sse(end, "end") if end is not None else "")
+    body = "".join(format_event({"token": t, "index": i}) for i, t in enumerate(tokens))
+    failure = format_event({"detail": "server is stopping", "status": 503}, "error") if error else ""
+    return body + failure + (format_event(end, END) if end is not None else "")
 
 
 def _sse_cases() -> list[tuple[str]]:
@@ -81,6 +87,15 @@ def parse_sse(stream: str) -> tuple[str, dict[str, Any] | None]:
         elif event == "message":
             text.append(data["token"])
     return "".join(text), end
+
+
+def course_parse_sse(stream: str) -> tuple[str, dict[str, Any] | None]:
+    """Return what ``parse_sse`` must return, read by the course's parser (``sse.SSEParser``):
+    the joined tokens, and the data of the end event or None; error events are neither."""
+    parser = SSEParser()
+    events = parser.feed_bytes(stream.encode("utf-8")) + parser.finish()
+    text = "".join(value for kind, value in events if kind == TOKEN)
+    return text, next((value for kind, value in events if kind == END), None)
 
 
 def _parse_sse_mistakes() -> list[Mistake]:
@@ -110,6 +125,7 @@ function_exercise(
     "'event: end' event as a dict (None if the stream has no end event).",
     usage="parse_sse(stream)",
     solution=parse_sse,
+    reference=course_parse_sse,
     cases=_sse_cases,
     mistakes=_parse_sse_mistakes,
     wrong=lambda: [(("Hello", None), "expected a function")],

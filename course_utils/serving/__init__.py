@@ -7,6 +7,8 @@
 - ``guards``: the ``Host`` header check and the request body size cap in front of the app.
 - ``metrics``: Prometheus metrics. ``server``: uvicorn in the foreground or in a thread.
 - ``process``: ``serve_in_subprocess`` / ``ServerProcess``. ``loadgen``: ``run_load``.
+- ``sse``: the token stream's format, written by the servers and read by the clients.
+- ``percentile``: the nearest-rank percentile the load generator reports.
 - ``bare``: tokens/s of the model alone. ``checkpoint``: ``load_tiny_gpt``.
 
 Importing this package is cheap; FastAPI, uvicorn and httpx load only with the modules that use them.

@@ -26,7 +26,6 @@ Bodies over ``max_body_bytes`` get 413; a ``Host`` header that does not name loo
 
 
 import asyncio
-import json
 import queue
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -44,6 +43,7 @@ from .engine import MAX_TEMPERATURE, MIN_TEMPERATURE, GenerationEngine, GenReque
 from .guards import BodyLimit, HostCheck
 from .metrics import ServingMetrics
 from .settings import MAX_TEXTS_PER_REQUEST, ServeSettings
+from .sse import format_event, token_event
 
 RETRY_AFTER_S = "1"
 MAX_SEED = 2**63 - 1
@@ -115,11 +115,6 @@ async def validation_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(body, status_code=422)
 
 
-def _sse(event: str | None, payload: dict[str, Any]) -> str:
-    head = f"event: {event}\n" if event else ""
-    return f"{head}data: {json.dumps(payload)}\n\n"
-
-
 def _unavailable(detail: str) -> JSONResponse:
     return JSONResponse({"detail": detail}, status_code=503, headers={"Retry-After": RETRY_AFTER_S})
 
@@ -135,7 +130,6 @@ def create_app(settings: ServeSettings | None = None, *, model: TinyGPT | None =
         model, tokenizer = load_tiny_gpt(settings.model)
     metrics = ServingMetrics()
     engine = GenerationEngine(model, settings, metrics)
-    token_json = [json.dumps(ch) for ch in tokenizer.chars]
     GenerateRequest = generate_request_model(settings, tokenizer)
     state: dict[str, Any] = {"status": "starting", "embedder": None}
 
@@ -187,10 +181,10 @@ def create_app(settings: ServeSettings | None = None, *, model: TinyGPT | None =
                 while True:  # send everything already waiting in one chunk
                     kind, value = item
                     if kind == "token":
-                        parts.append(f'data: {{"token": {token_json[value]}, "index": {index}}}\n\n')
+                        parts.append(token_event(tokenizer.chars[value], index))
                         index += 1
                     else:
-                        parts.append(_sse(kind, value))
+                        parts.append(format_event(value, kind))
                         done = True
                         break
                     if req.events.empty():

@@ -21,6 +21,8 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 import gradio as gr  # noqa: E402
 import httpx  # noqa: E402
 
+from .sse import ERROR, TOKEN, SSEParser  # noqa: E402
+
 TITLE = "TinyGPT, served with request batching and token streaming"
 
 
@@ -28,13 +30,15 @@ def stream_generate(base_url: str, prompt: str, max_new_tokens: int = 64, temper
                     timeout_s: float = 60.0) -> Iterator[str]:
     """Yield the text generated so far (prompt excluded) after each token the server streams.
 
-    Reads the server-sent events of ``POST {base_url}/generate``. A 4xx/5xx answer, an ``error``
+    Reads the server-sent events of ``POST {base_url}/generate`` with the course's parser
+    (``sse.SSEParser``, which also checks the token order). A 4xx/5xx answer, an ``error``
     event, a connection failure or a malformed stream ends the stream with a readable
     ``[error ...]`` line instead of raising, because a demo page should show what went wrong.
     The client ignores proxy settings (``trust_env=False``): the server is on this machine.
     """
     body = {"prompt": prompt, "max_new_tokens": int(max_new_tokens), "temperature": float(temperature)}
     text = ""
+    parser = SSEParser()
     try:
         with httpx.Client(base_url=base_url, timeout=timeout_s, trust_env=False) as client:
             with client.stream("POST", "/generate", json=body) as resp:
@@ -42,22 +46,18 @@ def stream_generate(base_url: str, prompt: str, max_new_tokens: int = 64, temper
                     resp.read()
                     yield f"[error {resp.status_code}] {_detail(resp.text)}"
                     return
-                event = "message"
-                for line in resp.iter_lines():
-                    if line.startswith("event:"):
-                        event = line[len("event:"):].strip()
-                    elif line.startswith("data:"):
-                        data = json.loads(line[len("data:"):].strip())
-                        if event == "message":
-                            text += data["token"]
+                for chunk in resp.iter_bytes():
+                    for kind, value in parser.feed_bytes(chunk):
+                        if kind == TOKEN:
+                            text += value
                             yield text
-                        elif event == "error":
-                            yield _after(text, f"[error] {data.get('detail', data)}")
+                        elif kind == ERROR:
+                            detail = value.get("detail", value) if isinstance(value, dict) else value
+                            yield _after(text, f"[error] {detail}")
                             return
-                        elif event == "end":
+                        else:  # END
                             return
-                    elif not line:
-                        event = "message"
+                parser.finish()
     except (httpx.HTTPError, ValueError, KeyError, TypeError) as err:  # unreachable server, cut or bad stream
         yield _after(text, f"[error] {type(err).__name__}: {err}")
         return

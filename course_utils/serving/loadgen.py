@@ -4,7 +4,8 @@
 ``POST {url}{path}``; its streamed response is read line by line and handed to a parser
 (``parse``, a factory of objects with ``feed(line) -> list[event]``) that turns lines into
 ``("token", text)``, ``("end", info)`` or ``("error", detail)`` events. The default parser
-reads this server's SSE; pass another for a server with a different stream format.
+reads the course's SSE (``sse.SSEParser``, re-exported here); pass another for a server with a
+different stream format. Percentiles follow the course's nearest-rank rule (``percentile``).
 
 A request counts as ok when it got 200, well-formed events, exactly ``max_new_tokens``
 tokens with indices 0..n-1 in order, and a final ``end`` event.
@@ -14,12 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import statistics
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
+
+from .percentile import percentiles
+from .sse import MalformedStream, SSEParser
+
+__all__ = ["DEFAULT_PROMPTS", "LoadReport", "MalformedStream", "SSEParser", "StreamParser", "run_load",
+           "run_load_async", "sse_body"]
 
 DEFAULT_PROMPTS = (
     "The ", "A class ", "def ", "import ", "If the ", "for x in ", "The object ", "print(",
@@ -31,77 +37,11 @@ class StreamParser(Protocol):
     """Turns response lines into events; ``feed`` may return several or none.
 
     A parser may also offer ``feed_bytes(chunk)``; the load generator then hands it raw body
-    bytes instead of lines (cheaper).
+    bytes instead of lines (cheaper). At the end of the body it calls ``finish()`` when the
+    parser has one (it returns the last events, or raises for a half-written one), else ``feed("")``.
     """
 
     def feed(self, line: str) -> list[tuple[str, Any]]: ...
-
-
-class MalformedStream(ValueError):
-    """A streamed response broke the expected format."""
-
-
-class SSEParser:
-    """Parser of this server's ``text/event-stream``: ``data:`` token events, ``event: end|error``.
-
-    ``feed(line)`` takes decoded lines; ``feed_bytes(chunk)`` takes raw body bytes and is the
-    fast path the load generator uses (the client must not be the bottleneck it measures).
-    """
-
-    def __init__(self) -> None:
-        self._event: str | None = None
-        self._data: list[str] = []
-        self._index = 0
-        self._buffer = b""
-
-    def feed_bytes(self, chunk: bytes) -> list[tuple[str, Any]]:
-        """Accumulate raw bytes; return the events completed by them."""
-        self._buffer += chunk
-        *blocks, self._buffer = self._buffer.split(b"\n\n")
-        events: list[tuple[str, Any]] = []
-        for block in blocks:
-            if block.startswith(b"data: "):
-                payload = json.loads(block[6:])
-                if payload.get("index") != self._index or not isinstance(payload.get("token"), str):
-                    raise MalformedStream(f"token event out of order or malformed: {payload}")
-                self._index += 1
-                events.append(("token", payload["token"]))
-            else:
-                for line in block.decode("utf-8").split("\n") + [""]:
-                    events += self.feed(line)
-        return events
-
-    def feed(self, line: str) -> list[tuple[str, Any]]:
-        """Accumulate one line; a blank line completes an event."""
-        if line.startswith("event:"):
-            self._event = line[6:].strip()
-            return []
-        if line.startswith("data:"):
-            self._data.append(line[5:].lstrip())
-            return []
-        if line.strip() or not self._data:
-            if line.strip() and not line.startswith(":"):
-                raise MalformedStream(f"unexpected line {line[:80]!r}")
-            return []
-        kind, payload = self._event or "token", json.loads("\n".join(self._data))
-        self._event, self._data = None, []
-        if kind == "token":
-            if payload.get("index") != self._index or not isinstance(payload.get("token"), str):
-                raise MalformedStream(f"token event out of order or malformed: {payload}")
-            self._index += 1
-            return [("token", payload["token"])]
-        if kind in ("end", "error"):
-            return [(kind, payload)]
-        raise MalformedStream(f"unknown event type {kind!r}")
-
-
-def _percentiles(values: list[float], qs: Sequence[int]) -> dict[str, float]:
-    if not values:
-        return {f"p{q}": float("nan") for q in qs}
-    if len(values) == 1:
-        return {f"p{q}": values[0] for q in qs}
-    cuts = statistics.quantiles(values, n=100, method="inclusive")
-    return {f"p{q}": cuts[q - 1] for q in qs}
 
 
 @dataclass
@@ -167,6 +107,21 @@ async def run_load_async(url: str, *, concurrency: int, n_requests: int,
         first: float | None = None
         pieces: list[str] = []
         ended = False
+
+        def take(events: list[tuple[str, Any]]) -> None:
+            nonlocal first, ended
+            for kind, value in events:
+                if ended:
+                    raise MalformedStream("event after the end event")
+                if kind == "token":
+                    if first is None:
+                        first = time.perf_counter()
+                    pieces.append(value)
+                elif kind == "end":
+                    ended = True
+                else:
+                    raise RuntimeError(f"error event: {value}")
+
         try:
             async with client.stream("POST", url.rstrip("/") + path,
                                      json=body(prompts[i % len(prompts)], max_new_tokens)) as resp:
@@ -183,24 +138,9 @@ async def run_load_async(url: str, *, concurrency: int, n_requests: int,
                     chunks = resp.aiter_lines()
                     feed = parser.feed
                 async for chunk in chunks:
-                    for kind, value in feed(chunk):
-                        if ended:
-                            raise MalformedStream("event after the end event")
-                        if kind == "token":
-                            if first is None:
-                                first = time.perf_counter()
-                            pieces.append(value)
-                        elif kind == "end":
-                            ended = True
-                        else:
-                            raise RuntimeError(f"error event: {value}")
-                if hasattr(parser, "feed_bytes"):
-                    leftover = parser._buffer if isinstance(parser, SSEParser) else b""
-                    if leftover.strip():
-                        raise MalformedStream(f"stream ended inside an event: {leftover[:80]!r}")
-                else:
-                    for kind, _value in parser.feed(""):
-                        ended = ended or kind == "end"
+                    take(feed(chunk))
+                finish = getattr(parser, "finish", None)
+                take(finish() if finish is not None else parser.feed(""))
         except (MalformedStream, json.JSONDecodeError) as err:
             counts["malformed"] += 1
             errors.append(f"malformed: {err}")
@@ -238,7 +178,7 @@ async def run_load_async(url: str, *, concurrency: int, n_requests: int,
         n_requests=n_requests, n_ok=counts["ok"], n_failed=counts["failed"],
         n_malformed=counts["malformed"], wall_s=wall, tokens=counts["tokens"],
         tokens_per_s=counts["tokens"] / wall, requests_per_s=counts["ok"] / wall,
-        ttft_ms=_percentiles(ttft, (50, 95)), latency_ms=_percentiles(latency, (50, 95, 99)),
+        ttft_ms=percentiles(ttft, (50, 95)), latency_ms=percentiles(latency, (50, 95, 99)),
         concurrency=concurrency, statuses=statuses, errors=errors, texts=texts)
 
 
