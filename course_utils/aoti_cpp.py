@@ -17,6 +17,7 @@ the float32 values in row-major order; everything little-endian.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import struct
 import subprocess
@@ -29,6 +30,7 @@ from pathlib import Path
 import torch
 
 from . import config
+from .env import CompilerNotFound, cxx_command, split_launcher
 
 #: The C++ sources (main.cpp, CMakeLists.txt).
 SOURCE_DIR = config.REPO_ROOT / "cpp" / "aoti_loader"
@@ -36,8 +38,6 @@ SOURCE_DIR = config.REPO_ROOT / "cpp" / "aoti_loader"
 BINARY_NAME = "aoti_loader"
 #: First bytes of every tensor file.
 MAGIC = b"AOTITNSR"
-
-_COMPILERS = ("c++", "g++", "clang++")
 
 
 class CppToolchainMissing(RuntimeError):
@@ -58,25 +58,39 @@ class Build:
 
 
 def find_tools() -> dict[str, str]:
-    """Return {"cmake": path, "cxx": path} for the tools the build needs.
+    """Return {"cmake": path, "cxx": command line} for the tools the build needs.
 
-    Raises CppToolchainMissing naming the missing tool and how to get it. ``CXX`` in the
-    environment picks the compiler, as it does for CMake itself.
+    The compiler is ``env.cxx_command()``'s, the same one the doctor checks (``$CXX`` first, a
+    launcher such as ``ccache g++`` included), joined with ``shlex.join``. Raises
+    CppToolchainMissing naming the missing tool and how to get it.
     """
     cmake = shutil.which("cmake")
     if cmake is None:
         raise CppToolchainMissing(
             "cmake was not found on PATH. Install it (Debian/Ubuntu: `sudo apt install cmake`; "
             "macOS: `brew install cmake`; or `pip install cmake` in the course environment).")
-    wanted = os.environ.get("CXX")
-    candidates = [wanted] if wanted else list(_COMPILERS)
-    for name in candidates:
-        path = shutil.which(name) if name else None
-        if path:
-            return {"cmake": cmake, "cxx": path}
-    raise CppToolchainMissing(
-        f"no C++ compiler was found on PATH (looked for {', '.join(c for c in candidates if c)}). "
-        "Install one (Debian/Ubuntu: `sudo apt install g++`; macOS: `xcode-select --install`).")
+    try:
+        cxx = cxx_command()
+    except CompilerNotFound as err:
+        raise CppToolchainMissing(
+            f"{err}. Install one (Debian/Ubuntu: `sudo apt install g++`; macOS: `xcode-select --install`), "
+            "or set CXX to one that is installed.") from None
+    return {"cmake": cmake, "cxx": shlex.join(cxx)}
+
+
+def cmake_compiler_args(cxx: str) -> list[str]:
+    """Return the CMake ``-D`` options that make it build with the compiler command line ``cxx``.
+
+    CMake wants a launcher apart from the compiler: ``ccache g++ -m64`` gives
+    ``-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER=g++ -DCMAKE_CXX_FLAGS=-m64``.
+    """
+    launcher, compiler, flags = split_launcher(shlex.split(cxx))
+    args = [f"-DCMAKE_CXX_COMPILER={compiler}"]
+    if launcher:
+        args.insert(0, f"-DCMAKE_CXX_COMPILER_LAUNCHER={';'.join(launcher)}")
+    if flags:
+        args.append(f"-DCMAKE_CXX_FLAGS={shlex.join(flags)}")
+    return args
 
 
 def toolchain_problem() -> str | None:
@@ -132,7 +146,7 @@ def build_loader(build_dir: str | Path | None = None, *, force: bool = False,
     start = time.perf_counter()
     configure = [tools["cmake"], "-S", str(source_dir), "-B", str(build_dir),
                  f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
-                 f"-DCMAKE_CXX_COMPILER={tools['cxx']}", "-DCMAKE_BUILD_TYPE=Release",
+                 *cmake_compiler_args(tools["cxx"]), "-DCMAKE_BUILD_TYPE=Release",
                  f"-DTORCH_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
     cache = build_dir / "CMakeCache.txt"
     if shutil.which("ninja") and not cache.exists():

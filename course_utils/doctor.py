@@ -99,7 +99,10 @@ def check_packages(required: Sequence[tuple[str, str]] = REQUIRED_PACKAGES) -> l
 
 
 def check_compiler() -> Check:
-    """Return whether a C++ compiler exists and builds a shared library (Inductor needs one)."""
+    """Return whether a C++ compiler exists and builds a shared library (Inductor needs one).
+
+    The compiler is ``env.cxx_command()``'s, the one the C++ loader build (``aoti_cpp``) uses too.
+    """
     tc = check_toolchain()
     if tc.works:
         return Check("c++ compiler", True, tc.detail)
@@ -107,7 +110,8 @@ def check_compiler() -> Check:
         "c++ compiler", False,
         f"{tc.detail}, so torch.compile's default backend (inductor) cannot build CPU code",
         "install one (Debian/Ubuntu: `sudo apt-get install g++`; macOS: `xcode-select --install`; "
-        "Windows: MSVC Build Tools) or compile with backend='eager' / 'aot_eager' meanwhile",
+        "Windows: MSVC Build Tools) or set CXX to one that is installed, "
+        "or compile with backend='eager' / 'aot_eager' meanwhile",
     )
 
 

@@ -1,3 +1,7 @@
+import os
+import shutil
+
+import pytest
 import torch
 
 from course_utils import env
@@ -49,3 +53,17 @@ def test_toolchain_broken_compiler(monkeypatch, tmp_path):
     monkeypatch.setenv("CXX", str(fake))
     tc = env.check_toolchain()
     assert not tc.works and "cannot compile" in tc.detail
+
+
+def test_cxx_command_splits_cxx_and_looks_programs_up_on_the_given_path(tmp_path):
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("no g++ here")
+    path = os.environ["PATH"]
+    assert env.cxx_command({"CXX": "g++ -O2", "PATH": path}) == [gxx, "-O2"]
+    with pytest.raises(env.CompilerNotFound, match="no C.. compiler on PATH"):
+        env.cxx_command({"PATH": str(tmp_path)})
+    with pytest.raises(env.CompilerNotFound, match="names g.., not found"):
+        env.cxx_command({"CXX": "g++", "PATH": str(tmp_path)})  # no silent fallback: Inductor would fail too
+    assert env.split_launcher(["/opt/bin/sccache", "distcc", "clang++", "-m64"]) == (
+        ["/opt/bin/sccache", "distcc"], "clang++", ["-m64"])
