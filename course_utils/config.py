@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -101,3 +101,22 @@ def environment(**values: str) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def child_pythonpath(*first: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> str:
+    """Return the ``PYTHONPATH`` of a Python child process that must import this ``course_utils``.
+
+    The folders ``first`` (say, ``tools/offline``), then ``REPO_ROOT``, then the entries that
+    ``environ`` (default ``os.environ``) already has; each folder once, empty entries dropped.
+    Every module that starts Python children (servers, notebook kernels) builds it here.
+    """
+    own = [str(os.fspath(folder)) for folder in first]
+    if any(os.pathsep in folder for folder in own):
+        raise ValueError(f"a folder for PYTHONPATH cannot contain {os.pathsep!r}: {own}")
+    environ = os.environ if environ is None else environ
+    inherited = str(environ.get("PYTHONPATH") or "").split(os.pathsep)
+    paths: list[str] = []
+    for entry in [*own, str(REPO_ROOT), *inherited]:
+        if entry and entry not in paths:
+            paths.append(entry)
+    return os.pathsep.join(paths)

@@ -22,16 +22,16 @@ that opens its own sockets, a program that is not Python) is not stopped; on Lin
 from __future__ import annotations
 
 import ipaddress
-import os
 import socket
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
+from . import config
+
 #: Folder with the sitecustomize.py that installs the guard when COURSE_OFFLINE=1.
-SITE_DIR = Path(__file__).resolve().parent.parent / "tools" / "offline"
+SITE_DIR = config.REPO_ROOT / "tools" / "offline"
 
 _state: dict[str, Any] = {"on": False, "hooked": False, "hostname": None}
 
@@ -126,7 +126,4 @@ def child_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     ``COURSE_OFFLINE=1``, and ``PYTHONPATH`` with ``tools/offline`` (its sitecustomize.py) and
     the repository first, then whatever ``environ`` (default ``os.environ``) already had.
     """
-    environ = os.environ if environ is None else environ
-    paths = [str(SITE_DIR), str(SITE_DIR.parent.parent)]
-    paths += [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in paths]
-    return {"COURSE_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(paths)}
+    return {"COURSE_OFFLINE": "1", "PYTHONPATH": config.child_pythonpath(SITE_DIR, environ=environ)}

@@ -87,6 +87,25 @@ def sample_token(logits: torch.Tensor, temperature: float, generator: torch.Gene
     return int(torch.multinomial(probs, 1, generator=generator)[0])
 
 
+def sampling_generator(temperature: float, seed: int | None) -> torch.Generator | None:
+    """Return a request's sampling generator: None when greedy (temperature 0), else one seeded
+    with ``seed``, or at random when there is none. Both servers (this engine, LitServe) seed so."""
+    if temperature <= 0:
+        return None
+    generator = torch.Generator()
+    generator.manual_seed(seed if seed is not None else int(torch.seed() % (2**63)))
+    return generator
+
+
+def check_limits(settings: ServeSettings, model: TinyGPT) -> None:
+    """Raise ``ValueError`` when the longest allowed prompt plus its new tokens does not fit the
+    model's ``block_size``; both servers (this engine, LitServe) refuse to start then."""
+    longest = settings.max_prompt_chars + settings.max_new_tokens_limit
+    if longest > model.config.block_size:
+        raise ValueError(f"max_prompt_chars + max_new_tokens_limit = {longest} exceeds the model's "
+                         f"block_size {model.config.block_size}")
+
+
 def _deliver(batch: list[tuple[GenRequest, Event]]) -> None:
     for req, event in batch:
         req.events.put_nowait(event)
@@ -100,12 +119,8 @@ class GenerationEngine:
         self.settings = settings
         self.metrics = metrics
         self.capacity = settings.batch_capacity
-        self.max_len = min(model.config.block_size, settings.max_prompt_chars + settings.max_new_tokens_limit)
-        if settings.max_prompt_chars + settings.max_new_tokens_limit > model.config.block_size:
-            raise ValueError(
-                f"max_prompt_chars + max_new_tokens_limit = "
-                f"{settings.max_prompt_chars + settings.max_new_tokens_limit} exceeds the model's "
-                f"block_size {model.config.block_size}")
+        check_limits(settings, model)
+        self.max_len = settings.max_prompt_chars + settings.max_new_tokens_limit
         self.queue: queue.Queue[GenRequest] = queue.Queue(maxsize=settings.queue_size)
         self.rows: list[GenRequest] = []
         self.cache = KVCache(model.config, self.capacity, max_len=self.max_len)
@@ -171,10 +186,8 @@ class GenerationEngine:
         if not self.accepting:
             raise ShuttingDown(self._stop_detail)
         assert self._loop is not None, "engine not started"
-        req = GenRequest(ids, max_new_tokens, temperature, seed, self._loop)
-        if temperature > 0:
-            req.generator = torch.Generator()
-            req.generator.manual_seed(seed if seed is not None else int(torch.seed() % (2**63)))
+        req = GenRequest(ids, max_new_tokens, temperature, seed, self._loop,
+                         generator=sampling_generator(temperature, seed))
         try:
             self.queue.put_nowait(req)
         except queue.Full:

@@ -29,10 +29,8 @@ runs in LitServe's HTTP process, before a request reaches (or can fail) a batch 
 """
 
 import argparse
-import json
 import os
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import litserve as ls
@@ -40,16 +38,22 @@ import torch
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
 
+from .. import config
 from ..data.text import CharTokenizer
 from ..models.gpt import KVCache, TinyGPT, decode_step, pad_prompts, prefill
 from .app import generate_request_model, validation_error
-from .engine import sample_token
+from .engine import check_limits, sample_token
+from .engine import sampling_generator as row_generator
 from .guards import BodyLimit, HostCheck
 from .server import http_protocol
 from .settings import ServeSettings, default_threads
+from .sse import END, format_event, token_event
 
 #: LitServe's route; ours is /generate.
 ROUTE = "/predict"
+#: Defaults of the app's batching (the function arguments and the command line share them).
+MAX_BATCH_SIZE = 32
+BATCH_TIMEOUT_S = 0.005
 #: A request as the model worker gets it: prompt ids, max_new_tokens, temperature, sampling generator.
 Decoded = tuple[list[int], int, float, torch.Generator | None]
 
@@ -103,22 +107,6 @@ def greedy_rows(model: TinyGPT, prompts: Sequence[Sequence[int]],
                 max_new_tokens: Sequence[int]) -> Iterator[list[int | None]]:
     """``decode_rows`` with every row greedy."""
     return decode_rows(model, prompts, max_new_tokens)
-
-
-def row_generator(temperature: float, seed: int | None) -> torch.Generator | None:
-    """Return the sampling generator of a request (None when greedy), seeded as our server's engine
-    seeds it: with ``seed``, or at random when there is none."""
-    if temperature <= 0:
-        return None
-    generator = torch.Generator()
-    generator.manual_seed(seed if seed is not None else int(torch.seed() % (2**63)))
-    return generator
-
-
-def sse(data: dict[str, Any], event: str | None = None) -> str:
-    """Return one server-sent event as text (``event:`` line only when given)."""
-    head = f"event: {event}\n" if event else ""
-    return f"{head}data: {json.dumps(data)}\n\n"
 
 
 class QueuedAsDict:
@@ -191,9 +179,9 @@ class TinyGPTLitAPI(ls.LitAPI):
                     if tok_id is None:
                         chunks.append("")
                         continue
-                    chunk = sse({"token": self.tok.decode([tok_id]), "index": step})
+                    chunk = token_event(self.tok.decode([tok_id]), step)
                     if step + 1 == limits[row]:
-                        chunk += sse({"reason": "length", "tokens": limits[row]}, event="end")
+                        chunk += format_event({"reason": "length", "tokens": limits[row]}, END)
                     chunks.append(chunk)
                 yield chunks
 
@@ -204,16 +192,7 @@ class TinyGPTLitAPI(ls.LitAPI):
         yield from output
 
 
-def check_limits(settings: ServeSettings, model: TinyGPT) -> None:
-    """Raise ``ValueError`` when the longest allowed prompt plus its tokens does not fit the model
-    (our server's engine refuses to start the same way)."""
-    longest = settings.max_prompt_chars + settings.max_new_tokens_limit
-    if longest > model.config.block_size:
-        raise ValueError(f"max_prompt_chars + max_new_tokens_limit = {longest} exceeds the model's "
-                         f"block_size {model.config.block_size}")
-
-
-def build_server(max_batch_size: int = 32, batch_timeout: float = 0.005,
+def build_server(max_batch_size: int = MAX_BATCH_SIZE, batch_timeout: float = BATCH_TIMEOUT_S,
                  settings: ServeSettings | None = None) -> Any:
     """Return a ``litserve.LitServer`` for TinyGPT on the CPU, batching and streaming.
 
@@ -236,7 +215,7 @@ def build_server(max_batch_size: int = 32, batch_timeout: float = 0.005,
     return server
 
 
-def command(port: int, max_batch_size: int = 32, batch_timeout: float = 0.005,
+def command(port: int, max_batch_size: int = MAX_BATCH_SIZE, batch_timeout: float = BATCH_TIMEOUT_S,
             model: str | None = None, threads: int | None = None) -> list[str]:
     """Return the command line that starts this app on 127.0.0.1:``port`` (for ``ServerProcess``)."""
     import sys
@@ -250,7 +229,7 @@ def command(port: int, max_batch_size: int = 32, batch_timeout: float = 0.005,
     return cmd
 
 
-def litserve_process(max_batch_size: int = 32, batch_timeout: float = 0.005, model: str | None = None,
+def litserve_process(max_batch_size: int = MAX_BATCH_SIZE, batch_timeout: float = BATCH_TIMEOUT_S, model: str | None = None,
                      threads: int | None = None, startup_timeout_s: float = 90.0) -> Any:
     """Return a ``ServerProcess`` (use it with ``with``) running this app on a free loopback port."""
     from .process import ServerProcess
@@ -258,11 +237,9 @@ def litserve_process(max_batch_size: int = 32, batch_timeout: float = 0.005, mod
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    root = Path(__file__).resolve().parents[2]
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
-           "PYTHONUNBUFFERED": "1"}
+    env = {"PYTHONPATH": config.child_pythonpath(), "PYTHONUNBUFFERED": "1"}
     return ServerProcess(command(port, max_batch_size, batch_timeout, model, threads), f"{url}/health",
-                         startup_timeout_s=startup_timeout_s, env=env, url=url, cwd=root)
+                         startup_timeout_s=startup_timeout_s, env=env, url=url, cwd=config.REPO_ROOT)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, ServeSettings]:
@@ -271,8 +248,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, S
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8001)
-    parser.add_argument("--max-batch-size", type=int, default=32)
-    parser.add_argument("--batch-timeout", type=float, default=0.005, help="seconds")
+    parser.add_argument("--max-batch-size", type=int, default=MAX_BATCH_SIZE)
+    parser.add_argument("--batch-timeout", type=float, default=BATCH_TIMEOUT_S, help="seconds")
     parser.add_argument("--model", default=None, help="checkpoint path (default: data/tiny_gpt.pt)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads of the model worker")
     parser.add_argument("--max-body-bytes", type=int, default=defaults.max_body_bytes,

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import config
 from .server import free_port
 from .settings import ServeSettings
 
@@ -127,9 +128,7 @@ def serve_in_subprocess(settings: ServeSettings | Mapping[str, Any] | None = Non
         settings = ServeSettings(**dict(settings))
     port = settings.port if settings.port not in (0, 8000) else free_port()
     settings = settings.replace(host="127.0.0.1", port=port)
-    root = Path(__file__).resolve().parents[2]
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
-           "PYTHONUNBUFFERED": "1", **(env or {})}
+    env = {"PYTHONPATH": config.child_pythonpath(), "PYTHONUNBUFFERED": "1", **(env or {})}
     cmd = [sys.executable, "-m", "course_utils", "serve", *settings.to_cli_args()]
     url = f"http://127.0.0.1:{port}"
     return ServerProcess(cmd, f"{url}/health", startup_timeout_s=startup_timeout_s,
