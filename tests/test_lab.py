@@ -2,7 +2,6 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -12,17 +11,12 @@ from pathlib import Path
 import pytest
 
 from course_utils import config, lab
+from course_utils.serving.server import free_port
 
 ROOT = config.REPO_ROOT
 NEWS_PLUGIN = "@jupyterlab/apputils-extension:notification"
 #: `make test-min`'s floor environment is for tests only (its recipe does not write lab settings).
 FLOOR_ENV = bool(os.environ.get("COURSE_CONSTRAINTS"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get_json(url: str) -> object:
