@@ -109,6 +109,7 @@ def test_bare_decode_counts_every_generated_token_once(monkeypatch):
     """tokens/s = batch x new tokens / the median run: one prefill and new_tokens - 1 decode steps a
     run (the prefill yields the first token), one warm-up run, threads restored (a fake clock)."""
     import course_utils.serving.bare as bare
+    from course_utils import bench
 
     calls = {"prefill": 0, "decode": 0}
     real_prefill, real_decode = bare.prefill, bare.decode_step
@@ -124,7 +125,7 @@ def test_bare_decode_counts_every_generated_token_once(monkeypatch):
     ticks = iter(range(0, 1000, 2))  # every run takes 2 fake seconds
     monkeypatch.setattr(bare, "prefill", counting_prefill)
     monkeypatch.setattr(bare, "decode_step", counting_decode)
-    monkeypatch.setattr(bare, "time", SimpleNamespace(perf_counter=lambda: next(ticks)))
+    monkeypatch.setattr(bench, "time", SimpleNamespace(perf_counter=lambda: next(ticks)))  # bare times with bench
     threads = torch.get_num_threads()
     rate = bare_decode_tokens_per_s(small_gpt(), batch_size=4, prompt_len=4, new_tokens=8, repeats=3,
                                     threads=1)

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: import this checkout's course_utils
 
+from course_utils.config import data_dir  # noqa: E402
 from course_utils.data import char_lm_split, random_batch  # noqa: E402
 from course_utils.models import GPTConfig, TinyGPT  # noqa: E402
+from course_utils.serving.checkpoint import CHECKPOINT_FILE, FORMAT  # noqa: E402
 
 CONFIG = dict(block_size=512, n_layer=4, n_head=4, n_embd=128, dropout=0.0)
 WINDOW = 128
@@ -34,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=24)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", type=Path, default=ROOT / "data" / "tiny_gpt.pt")
+    parser.add_argument("--out", type=Path, default=data_dir() / CHECKPOINT_FILE,
+                        help=f"default: {CHECKPOINT_FILE} in the course's data folder (where the server reads it)")
     args = parser.parse_args(argv)
 
     torch.manual_seed(0)
@@ -76,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"validation loss {val:.3f}")
     state = {k: v.detach().clone() for k, v in model.state_dict().items() if k != "head.weight"}
     ckpt = {
-        "format": "course_utils.tiny_gpt/1",
+        "format": FORMAT,  # the loader (serving.checkpoint) refuses any other
         "config": config.to_dict(),
         "tokenizer": tok.to_dict(),
         "state_dict": state,

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import time
-
 import torch
 
+from .. import bench
 from ..models.gpt import KVCache, TinyGPT, decode_step, prefill
 
 
@@ -16,10 +15,11 @@ def bare_decode_tokens_per_s(model: TinyGPT, batch_size: int, prompt_len: int = 
 
     Each repeat prefills ``batch_size`` random prompts of ``prompt_len`` tokens and decodes
     ``new_tokens`` tokens per sequence (the prefill counts, as in a server). One warm-up,
-    then the median of ``repeats`` runs. ``threads`` sets torch's threads for the run.
+    then ``repeats`` runs, each timed as one call by ``bench.first_call``; the median run (the
+    upper one of an even count) gives the rate. ``threads`` sets torch's threads for the run.
     """
-    if batch_size < 1 or prompt_len < 1 or new_tokens < 1:
-        raise ValueError("batch_size, prompt_len and new_tokens must be >= 1")
+    if batch_size < 1 or prompt_len < 1 or new_tokens < 1 or repeats < 1:
+        raise ValueError("batch_size, prompt_len, new_tokens and repeats must be >= 1")
     old_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
@@ -37,13 +37,8 @@ def bare_decode_tokens_per_s(model: TinyGPT, batch_size: int, prompt_len: int = 
 
     try:
         with torch.inference_mode():
-            run()
-            times = []
-            for _ in range(repeats):
-                start = time.perf_counter()
-                run()
-                times.append(time.perf_counter() - start)
+            run()  # warm-up
+            times = sorted(bench.first_call(run) for _ in range(repeats))
     finally:
         torch.set_num_threads(old_threads)
-    times.sort()
     return batch_size * new_tokens / times[len(times) // 2]
