@@ -12,7 +12,9 @@ Each module answers one question:
 - ``size``: how big is this model?
 - ``compat``: call an API that moved between the torch versions we support.
 - ``exercises``: is my answer right?
-- ``session``: start a notebook (seed, fresh compiler state, summary line).
+- ``session``: start a notebook (seed, fresh compiler state, thread policy, summary line).
+- ``threads``: how many threads does torch use, and will they hold up on a busy laptop?
+- ``cpu``: which CPU class is this, and which kernels do the libraries pick on it?
 
 Submodules are imported on demand so that ``import course_utils`` stays cheap.
 """
@@ -37,10 +39,12 @@ _SUBMODULES = {
     "models",
     "session",
     "size",
+    "threads",
+    "cpu",
 }
 
 __all__ = ["__version__", "bench", "compat", "config", "data", "device", "doctor", "env",
-           "exercises", "models", "session", "size"]
+           "exercises", "models", "session", "size", "threads", "cpu"]
 
 
 class _NoCudaRuntimeFilter(logging.Filter):
