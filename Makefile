@@ -4,7 +4,7 @@
 PYTHON      ?= python3
 VENV        ?= .venv
 BIN         := $(VENV)/bin
-KERNEL_NAME := pytorch2-course# the kernel `python -m course_utils.lab` installs (lab.KERNEL_NAME)
+KERNEL_NAME := pytorch2-course# the kernel `python -m course_utils.kit.lab` installs (lab.KERNEL_NAME)
 STAMP       := $(VENV)/.course-installed
 LAB_ARGS    ?=
 PYTEST_ARGS ?=
@@ -43,14 +43,14 @@ $(BIN)/python:
 $(STAMP): pyproject.toml constraints.txt | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
-	$(BIN)/python -m course_utils.lab
+	$(BIN)/python -m course_utils.kit.lab
 	@touch $(STAMP)
 	@echo "Course environment ready in $(VENV)."
 
 setup: $(STAMP)
 
 kernel: setup
-	@$(BIN)/python -m course_utils.lab
+	@$(BIN)/python -m course_utils.kit.lab
 
 # `kernel` first: the course kernel must point at THIS checkout's .venv (another clone may
 # have registered it last).

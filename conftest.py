@@ -46,13 +46,13 @@ _thread_policy()
 def pytest_configure(config) -> None:
     """Give every Python child process (nbval's notebook kernels, servers, tools) the offline guard.
 
-    The variables from ``course_utils.offline.child_env()`` make ``tools/offline/sitecustomize.py``
+    The variables from ``course_utils.kit.offline.child_env()`` make ``tools/offline/sitecustomize.py``
     install the guard at start-up; the pytest process itself is guarded by ``tests/conftest.py``.
     ``COURSE_OFFLINE=0`` in the environment leaves the network open (for debugging only).
     """
     if os.environ.get("COURSE_OFFLINE") == "0":
         return
-    from course_utils import offline
+    from course_utils.kit import offline
 
     os.environ.update(offline.child_env())
 # ---- end of the offline guard hook ----------------------------------------------------------------

@@ -1,20 +1,22 @@
 """Helpers for the PyTorch 2 course.
 
-Each module answers one question:
+The top level holds what the notebooks teach with; each module or sub-package answers one question:
 
 - ``config``: which mode am I in (quick or full), where do files go?
-- ``env``: what machine and versions am I on?
-- ``doctor``: can this machine run the course, and if not, what do I fix?
+- ``cpu``: which CPU class is this, and which kernels do the libraries pick on it?
+- ``threads``: how many threads does torch use, and will they hold up on a busy laptop?
 - ``device``: which device should I use, and should this GPU-only cell run?
 - ``bench``: how long does this take, and how do variants compare?
-- ``data``: give me the course's offline data sets.
-- ``models``: give me the small models the notebooks share.
 - ``size``: how big is this model?
 - ``compat``: call an API that moved between the torch versions we support.
-- ``exercises``: is my answer right?
 - ``session``: start a notebook (seed, fresh compiler state, thread policy, summary line).
-- ``threads``: how many threads does torch use, and will they hold up on a busy laptop?
-- ``cpu``: which CPU class is this, and which kernels do the libraries pick on it?
+- ``data``: give me the course's offline data sets.
+- ``models``: give me the small models the notebooks share.
+- ``serving``: serve the tiny GPT (and MiniLM embeddings) over HTTP, and load-test it.
+- ``exercises``: is my answer right?
+- ``deploy``: run an exported model outside Python (ONNX Runtime, the C++ AOTInductor loader).
+- ``kit``: run the course itself (doctor, environment report, offline guard, notebook runner,
+  workshop check, report, stamp, JupyterLab set-up, command line); infrastructure, not teaching.
 
 Submodules are imported on demand so that ``import course_utils`` stays cheap.
 """
@@ -31,20 +33,20 @@ _SUBMODULES = {
     "bench",
     "compat",
     "config",
+    "cpu",
     "data",
+    "deploy",
     "device",
-    "doctor",
-    "env",
     "exercises",
+    "kit",
     "models",
     "session",
     "size",
     "threads",
-    "cpu",
 }
 
-__all__ = ["__version__", "bench", "compat", "config", "data", "device", "doctor", "env",
-           "exercises", "models", "session", "size", "threads", "cpu"]
+__all__ = ["__version__", "bench", "compat", "config", "cpu", "data", "deploy", "device", "exercises",
+           "kit", "models", "session", "size", "threads"]
 
 
 class _NoCudaRuntimeFilter(logging.Filter):

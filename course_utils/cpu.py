@@ -183,7 +183,7 @@ def info() -> CpuInfo:
     capability = torch.backends.cpu.get_cpu_capability()
     cls, dot = classify(arch, caps, capability)
     wanted = ARM_FEATURES if arch.lower() in ("arm64", "aarch64") else X86_FEATURES
-    from .env import cpu_model
+    from .kit.env import cpu_model
 
     return CpuInfo(arch=arch, name=cpu_model(), features=tuple(f for f in wanted if caps.get(f)),
                    torch_capability=capability, profile=active_profile(), cpu_class=cls, int8_dot=dot)

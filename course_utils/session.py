@@ -7,7 +7,7 @@ import random
 import torch
 
 from . import threads
-from .env import summary
+from .kit.env import summary
 
 
 def start(seed: int = 0) -> str:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from course_utils import offline
+from course_utils.kit import offline
 
 NetworkBlocked = offline.NetworkBlocked
 

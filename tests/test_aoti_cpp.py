@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from course_utils import aoti_cpp
+from course_utils.deploy import aoti_cpp
 from course_utils.models import MLP
 
 

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from course_utils import config, report
+from course_utils import config
+from course_utils.kit import report
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 import subprocess
 import sys
 
-from course_utils.__main__ import main
+from course_utils.kit.cli import main
 
 
 def test_env_command_prints_the_report(capsys):

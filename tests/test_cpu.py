@@ -99,7 +99,8 @@ def test_classify_only_returns_declared_classes():
 def test_per_class_ranges_name_known_classes():
     import json
 
-    from course_utils import config, report
+    from course_utils import config
+    from course_utils.kit import report
 
     ranges = json.loads((config.data_dir() / report.RANGES_FILE).read_text())["expected"]
     for name, entry in ranges.items():

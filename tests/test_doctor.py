@@ -2,7 +2,7 @@ import os
 import subprocess
 import sys
 
-from course_utils import doctor
+from course_utils.kit import doctor
 
 
 def test_all_checks_pass_on_the_course_machine():

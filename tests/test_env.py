@@ -4,7 +4,7 @@ import shutil
 import pytest
 import torch
 
-from course_utils import env
+from course_utils.kit import env
 
 
 def test_report_lists_versions_hardware_and_toolchain():

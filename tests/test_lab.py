@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import config, lab
+from course_utils import config
+from course_utils.kit import lab
 from course_utils.serving.server import free_port
 
 ROOT = config.REPO_ROOT
@@ -97,7 +98,7 @@ def test_write_overrides_merges_into_an_environment(tmp_path):
 
 @pytest.mark.skipif(FLOOR_ENV, reason="make test-min's environment is for tests; learners open JupyterLab from .venv")
 def test_this_environment_has_the_override():
-    """`make setup` writes it (python -m course_utils.lab) into the environment it builds."""
+    """`make setup` writes it (python -m course_utils.kit.lab) into the environment it builds."""
     path = lab.overrides_path()
     assert path.exists(), f"{path} is missing: run `make setup`"
     assert json.loads(path.read_text())[NEWS_PLUGIN]["fetchNews"] == "false"
@@ -105,7 +106,7 @@ def test_this_environment_has_the_override():
 
 def test_make_setup_writes_the_override():
     out = subprocess.run(["make", "-n", "-B", "setup"], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert "-m course_utils.lab" in out.stdout
+    assert "-m course_utils.kit.lab" in out.stdout
 
 
 def test_course_kernel_carries_the_thread_policy(tmp_path):

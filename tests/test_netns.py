@@ -9,11 +9,11 @@ import sys
 import nbformat
 import pytest
 
-from course_utils import netns, runner, workshop
+from course_utils.kit import netns, runner, workshop
 
 INSIDE = """
 import errno, socket
-from course_utils import netns, offline
+from course_utils.kit import netns, offline
 offline.uninstall()  # show the namespace itself, not the Python guard, stops traffic
 assert netns.network_removed(), socket.if_nameindex()
 server = socket.create_server(("127.0.0.1", 0))
@@ -47,10 +47,10 @@ def test_a_notebook_kernel_starts_and_runs_inside_the_namespace(prefix, tmp_path
     """A new namespace starts with loopback down, and a kernel cannot start without it."""
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(
-        "from course_utils import netns, offline\nassert netns.network_removed() and offline.is_installed()")]
+        "from course_utils.kit import netns, offline\nassert netns.network_removed() and offline.is_installed()")]
     path = tmp_path / "01_inside.ipynb"
     nbformat.write(nb, path)
-    code = (f"from pathlib import Path; from course_utils import runner; "
+    code = (f"from pathlib import Path; from course_utils.kit import runner; "
             f"r = runner.run_notebook(Path({str(path)!r}), offline=True); print(r.ok, r.error)")
     out = subprocess.run([*prefix, sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=300, check=False)
@@ -76,7 +76,7 @@ def test_wrap_says_why_when_unshare_is_refused(monkeypatch, tmp_path):
 
 
 def _fake_check(monkeypatch):
-    monkeypatch.setattr("course_utils.doctor.run_checks", lambda: [])
+    monkeypatch.setattr("course_utils.kit.doctor.run_checks", lambda: [])
     ran = runner.NotebookRun("01_x.ipynb", True, 1.0, "quick")
     monkeypatch.setattr(workshop, "run_course", lambda paths, **kw: [ran])
 
@@ -102,10 +102,10 @@ def test_workshop_check_reports_a_removed_network(monkeypatch, tmp_path, capsys)
 def test_workshop_check_reruns_itself_inside_the_namespace(monkeypatch, tmp_path, capsys):
     calls = []
     monkeypatch.setattr(netns, "network_removed", lambda: False)
-    monkeypatch.setattr(netns, "wrap", lambda: (["unshare", "-rn", "py", "-m", "course_utils.netns"],
+    monkeypatch.setattr(netns, "wrap", lambda: (["unshare", "-rn", "py", "-m", "course_utils.kit.netns"],
                                                 "unshare -rn"))
     monkeypatch.setattr(workshop.subprocess, "call", lambda cmd: calls.append(cmd) or 0)
     assert workshop.main(["--netns", "--out", str(tmp_path)]) == 0
-    assert calls == [["unshare", "-rn", "py", "-m", "course_utils.netns", sys.executable, "-m",
+    assert calls == [["unshare", "-rn", "py", "-m", "course_utils.kit.netns", sys.executable, "-m",
                       "course_utils", "workshop-check", "--out", str(tmp_path)]]
     assert "inside an empty network namespace (unshare -rn)" in capsys.readouterr().out

@@ -20,7 +20,8 @@ import uuid
 import nbformat
 import pytest
 
-from course_utils import config, offline
+from course_utils import config
+from course_utils.kit import offline
 
 OUTSIDE = ("192.0.2.1", 9)
 NAME = "example.invalid"
@@ -155,7 +156,7 @@ def _clean_env() -> dict[str, str]:
 
 CHILD_CODE = """
 import socket
-from course_utils import offline
+from course_utils.kit import offline
 print("installed", offline.is_installed())
 try:
     socket.getaddrinfo("example.invalid", 443)
@@ -166,7 +167,7 @@ except offline.NetworkBlocked:
 
 def test_child_env_turns_the_guard_on_in_child_processes():
     env = _clean_env()
-    plain = subprocess.run([sys.executable, "-c", "from course_utils import offline; "
+    plain = subprocess.run([sys.executable, "-c", "from course_utils.kit import offline; "
                             "print('installed', offline.is_installed())"],
                            env=env, capture_output=True, text=True, timeout=120, check=True)
     assert plain.stdout.split() == ["installed", "False"]
@@ -185,7 +186,7 @@ def test_child_env_keeps_the_existing_path_once():
 KERNEL_CELLS = [
     # one cell: refuse to go on (and so to try the network) unless the guard is on
     "import os, socket\n"
-    "from course_utils import offline\n"
+    "from course_utils.kit import offline\n"
     "assert os.environ.get('COURSE_OFFLINE') == '1' and offline.is_installed()\n"
     "for attempt in (lambda: socket.create_connection(('192.0.2.1', 9), timeout=1),\n"
     "                lambda: socket.getaddrinfo('example.invalid', 443)):\n"

@@ -24,8 +24,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_utils import aoti_cpp, config, env, exercises, offline
+from course_utils import config, exercises
+from course_utils.deploy import aoti_cpp
 from course_utils.exercises import nb10
+from course_utils.kit import env, offline
 from course_utils.serving import bare, checkpoint, engine
 from course_utils.serving.percentile import nearest_rank
 from course_utils.serving.server import free_port
@@ -166,7 +168,7 @@ HOMES: dict[str, tuple[Callable[[ast.Module], bool], tuple[Path, ...], dict[str,
         "course_utils/exercises/nb10.py": "exercise 10.p99: the reference solution and its mistakes (checked "
                                           "against the home)",
         "course_utils/bench.py": "the median and IQR of timing samples, a different statistic"}),
-    "C++ compiler choice": (names_a_compiler, (PACKAGE, ROOT / "tools"), {"course_utils/env.py": "the home"}),
+    "C++ compiler choice": (names_a_compiler, (PACKAGE, ROOT / "tools"), {"course_utils/kit/env.py": "the home"}),
     "free port": (finds_a_free_port, (PACKAGE, ROOT / "tools", ROOT / "tests"),
                   {"course_utils/serving/server.py": "the home"}),
     "repository root": (finds_the_repo_root, (PACKAGE,), {"course_utils/config.py": "the home (REPO_ROOT)"}),

@@ -11,7 +11,7 @@ import torch
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-from course_utils import onnx_tools  # noqa: E402
+from course_utils.deploy import onnx_tools  # noqa: E402
 from course_utils.models import minilm  # noqa: E402
 
 

@@ -8,7 +8,8 @@ import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from course_utils import config, doctor
+from course_utils import config
+from course_utils.kit import doctor
 
 ROOT = config.REPO_ROOT
 
@@ -99,7 +100,7 @@ def test_metadata_uses_ranges_not_exact_pins():
 
 
 def test_installed_versions_are_the_pinned_ones():
-    from course_utils.env import package_version
+    from course_utils.kit.env import package_version
 
     # `make test-min` installs the floor set and names it in COURSE_CONSTRAINTS.
     pins = constraints(os.environ.get("COURSE_CONSTRAINTS", "constraints.txt"))

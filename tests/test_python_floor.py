@@ -13,7 +13,8 @@ import re
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from course_utils import config, doctor
+from course_utils import config
+from course_utils.kit import doctor
 
 
 def claimed_floor() -> str:

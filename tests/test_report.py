@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from course_utils import bench, report
+from course_utils import bench
+from course_utils.kit import report
 
 REFERENCE = {
     "machine": {"description": "test box", "torch": "2.14.1", "python": "3.11", "date": "2026-11-30"},
@@ -121,7 +122,7 @@ def test_relative_out_and_results_paths_are_made_absolute(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("COURSE_RESULTS", raising=False)
     monkeypatch.setenv("COURSE_QUICK", "1")
-    import course_utils.runner as runner
+    import course_utils.kit.runner as runner
 
     monkeypatch.setattr(runner, "run_course", fake_run_course)
     monkeypatch.setattr(runner, "write_summary", lambda runs, path, **kw: {"total_s": 0.0, "machine": "test"})
@@ -294,7 +295,7 @@ def test_a_malformed_reference_file_names_the_file_and_the_fix(tmp_path):
 
 def test_run_executes_the_notebooks_offline(tmp_path, monkeypatch):
     """``--run`` executes the course with the network guard on, like the tests and workshop-check."""
-    import course_utils.runner as runner
+    import course_utils.kit.runner as runner
 
     seen = {}
 

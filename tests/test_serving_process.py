@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from course_utils.__main__ import main
+from course_utils.kit.cli import main
 from course_utils.serving import ServeSettings
 from course_utils.serving.loadgen import SSEParser
 from course_utils.serving.process import ServerProcess, ServerStartError, serve_in_subprocess

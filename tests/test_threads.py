@@ -8,7 +8,8 @@ import time
 import pytest
 import torch
 
-from course_utils import runner, session, threads
+from course_utils import session, threads
+from course_utils.kit import runner
 
 
 def test_requested_threads_parses_course_threads(monkeypatch):

@@ -9,7 +9,8 @@ import socket
 import nbformat
 import pytest
 
-from course_utils import config, offline, runner, stamp, workshop
+from course_utils import config
+from course_utils.kit import offline, runner, stamp, workshop
 
 ROOT = config.REPO_ROOT
 

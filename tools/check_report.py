@@ -3,7 +3,7 @@
 Usage: python tools/check_report.py [RESULTS]   (default: COURSE_RESULTS, or build/report/results.jsonl)
 
 Reads the results `make report` recorded, judges each against data/expected_ranges.json exactly
-as the report does (course_utils.report.build_rows), prints the rows whose verdict is "below ...",
+as the report does (course_utils.kit.report.build_rows), prints the rows whose verdict is "below ...",
 "above ..." or "invalid value ..." (a record whose value is not a finite number), and exits 1 when
 there is any (or when there are no results at all).
 """
@@ -14,7 +14,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from course_utils import bench, config, report
+from course_utils import bench, config
+from course_utils.kit import report
 
 
 def out_of_range(records: Sequence[dict]) -> list[report.Row]:

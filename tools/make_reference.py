@@ -22,7 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from course_utils import bench, report  # noqa: E402
+from course_utils import bench  # noqa: E402
+from course_utils.kit import report  # noqa: E402
 
 
 def cpu_model() -> str:

@@ -18,9 +18,9 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import config
+from .. import config
 from .offline import child_env
-from .threads import KERNEL_ENV
+from ..threads import KERNEL_ENV
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ def write_summary(runs: Sequence[NotebookRun], path: Path, *, cold: bool = False
 
     import torch
 
-    from .cpu import cpu_class
+    from ..cpu import cpu_class
 
     summary = {
         "date": _dt.datetime.now(_dt.UTC).date().isoformat(),

@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from . import config
+from .. import config
 
 if TYPE_CHECKING:  # pragma: no cover - imported for type hints only
     import onnxruntime
 
-    from .models.minilm import MiniLM
+    from ..models.minilm import MiniLM
 
 #: Input and output names of the exported encoder (the serving code relies on them).
 INPUT_NAMES = ("input_ids", "attention_mask")
@@ -54,7 +54,7 @@ def _stamp_path(path: Path) -> Path:
 
 
 def _stamp(opset: int | None) -> dict[str, Any]:
-    from .models.minilm import WEIGHTS_SHA256
+    from ..models.minilm import WEIGHTS_SHA256
 
     return {"weights_sha256": WEIGHTS_SHA256, "torch": torch.__version__,
             "opset": opset, "inputs": list(INPUT_NAMES), "output": OUTPUT_NAME}
@@ -114,7 +114,7 @@ def export_minilm(path: str | Path | None = None, *, opset: int | None = None,
     if not force and is_up_to_date(path, opset=opset):
         return path
     if mini is None:
-        from .models.minilm import load_minilm
+        from ..models.minilm import load_minilm
 
         mini = load_minilm()
     ids, mask = mini.tokenize(["An example sentence to trace the encoder.", "Two."])
@@ -174,7 +174,7 @@ def ort_session(path: str | Path, *, threads: int | None = None,
     path = Path(path)
     if not path.is_file():
         raise OnnxModelError(f"{path} does not exist; create it with "
-                             "course_utils.onnx_tools.export_minilm() (or torch.onnx.export).")
+                             "course_utils.deploy.onnx_tools.export_minilm() (or torch.onnx.export).")
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
-from . import config
+from .. import config
 from .env import check_toolchain, package_version
 
 #: Oldest and first unsupported torch release. Keep in step with README.md.
@@ -146,7 +146,7 @@ def check_inductor(timeout_s: float = 300.0) -> Check:
 
 def check_device() -> Check:
     """Return whether ``COURSE_DEVICE`` (if set) names a device this machine has."""
-    from .device import get_device  # imports torch; keep doctor importable without it
+    from ..device import get_device  # imports torch; keep doctor importable without it
 
     try:
         dev = get_device()
@@ -161,7 +161,7 @@ def check_cpu(probe: bool = True) -> Check:
     With ``probe`` it also asks oneDNN, in a fresh process, which ISA it runs and whether
     torch's int8 GEMM uses it. ONNX Runtime picks its kernels from the CPU itself.
     """
-    from . import cpu
+    from .. import cpu
 
     facts = cpu.info()
     detail = facts.line() + "; instruction sets: " + (", ".join(facts.features) or "none tracked")
@@ -190,7 +190,7 @@ def check_writable_dirs() -> list[Check]:
 
 def check_data() -> list[Check]:
     """Return one check per shipped data file: present, with the recorded sha256."""
-    from .data import DataFileError, shipped_files, verify
+    from ..data import DataFileError, shipped_files, verify
 
     checks = []
     for name in shipped_files():

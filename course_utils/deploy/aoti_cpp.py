@@ -29,8 +29,8 @@ from pathlib import Path
 
 import torch
 
-from . import config
-from .env import CompilerNotFound, cxx_command, split_launcher
+from .. import config
+from ..kit.env import CompilerNotFound, cxx_command, split_launcher
 
 #: The C++ sources (main.cpp, CMakeLists.txt).
 SOURCE_DIR = config.REPO_ROOT / "cpp" / "aoti_loader"

@@ -8,7 +8,7 @@ with READY or NOT READY and what to fix.
 "Network blocked" means one of two things, and the output says which: with ``--netns``
 (``make workshop-check NETNS=1``) on Linux, the check runs in an empty network namespace, so
 nothing can reach another machine; otherwise (or where the OS refuses a namespace) the Python
-guard of ``course_utils.offline`` refuses connections and lookups beyond loopback in the
+guard of ``course_utils.kit.offline`` refuses connections and lookups beyond loopback in the
 kernels, which catches accidental downloads but is not a sandbox.
 """
 
@@ -20,7 +20,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import config, netns
+from .. import config
+from . import netns
 from .runner import NotebookRun, course_notebooks, run_course, write_summary
 
 #: The whole course in quick mode should fit in this many seconds on a 2-core laptop.
@@ -87,7 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"== network: no network namespace: {how}. Falling back to the Python guard.", flush=True)
     out = args.out or config.build_dir() / "workshop"
     network = network_line()
-    from . import bench, doctor
+    from .. import bench
+    from . import doctor
 
     print("== doctor", flush=True)
     checks = doctor.run_checks()

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import config
+from .. import config
 
 NOTEBOOK_RE = re.compile(r"(\d\d_[A-Za-z0-9_]+\.ipynb)")
 STAMP_HEADER = "last passed (torch, date)"

@@ -3,12 +3,12 @@ Jupyter news?" pop-up.
 
 The course kernel (``pytorch2-course``) runs this environment's Python with the course's thread
 policy in its environment (``course_utils.threads.KERNEL_ENV``: idle OpenMP threads sleep, so a
-busy laptop stays usable); ``python -m course_utils.lab`` (run by ``make setup`` and
+busy laptop stays usable); ``python -m course_utils.kit.lab`` (run by ``make setup`` and
 ``make kernel``) installs it for the current user.
 
 JupyterLab reads setting overrides for every user of an environment from
 ``<sys.prefix>/share/jupyter/lab/settings/overrides.json``. The course's setup (``make setup``)
-writes its settings there with ``python -m course_utils.lab``: news fetching off, so the first
+writes its settings there with ``python -m course_utils.kit.lab``: news fetching off, so the first
 thing a learner sees is the course, and JupyterLab makes no request to the web on its own.
 Settings already in the file are kept.
 """
@@ -64,7 +64,7 @@ def install_kernel(prefix: str | None = None) -> Path:
     folder: for the current user, or under ``prefix`` when given (tests)."""
     from ipykernel.kernelspec import install
 
-    from .threads import KERNEL_ENV
+    from ..threads import KERNEL_ENV
 
     return Path(install(user=prefix is None, prefix=prefix, kernel_name=KERNEL_NAME,
                         display_name=KERNEL_DISPLAY_NAME, env=dict(KERNEL_ENV)))

@@ -4,11 +4,11 @@
 ``unshare -rn`` (as a user, through a user namespace): a fresh network namespace in which only
 loopback exists, so nothing, in any language, can reach another machine. A new namespace starts
 with loopback down and Jupyter kernels cannot start without it, so ``python -m
-course_utils.netns CMD ...`` brings it up first and then runs CMD.
+course_utils.kit.netns CMD ...`` brings it up first and then runs CMD.
 
 Where the OS does not allow this (not Linux, no ``unshare``, user namespaces switched off, a
 container without the right), ``wrap`` returns None and says why; the check then runs with the
-Python guard only (``course_utils.offline``), which catches accidental downloads but is not a
+Python guard only (``course_utils.kit.offline``), which catches accidental downloads but is not a
 sandbox.
 """
 
@@ -27,7 +27,7 @@ _SIOCGIFFLAGS, _SIOCSIFFLAGS = 0x8913, 0x8914
 _IFF_UP, _IFF_LOOPBACK = 0x1, 0x8
 
 #: Run inside the namespace by ``wrap``'s trial: only loopback is up, and it works.
-_PROBE = ("import socket; from course_utils import netns; "
+_PROBE = ("import socket; from course_utils.kit import netns; "
           "assert netns.network_removed(), 'an interface other than loopback is up'; "
           "s = socket.create_server(('127.0.0.1', 0)); "
           "socket.create_connection(s.getsockname(), timeout=5).close()")
@@ -79,7 +79,7 @@ def wrap(python: str = sys.executable) -> tuple[list[str] | None, str]:
     tries = ([[unshare, "-n"]] if os.geteuid() == 0 else []) + [[unshare, "-rn"]]
     why = ""
     for prefix in tries:
-        command = [*prefix, python, "-m", "course_utils.netns"]
+        command = [*prefix, python, "-m", "course_utils.kit.netns"]
         try:
             trial = subprocess.run([*command, python, "-c", _PROBE], capture_output=True,
                                    text=True, timeout=120, check=False)
@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Bring loopback up, then replace this process with ``argv`` (returns only on failure)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
-        print("usage: unshare -rn python -m course_utils.netns CMD [ARGS ...]", file=sys.stderr)
+        print("usage: unshare -rn python -m course_utils.kit.netns CMD [ARGS ...]", file=sys.stderr)
         return 2
     try:
         loopback_up()

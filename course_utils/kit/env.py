@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from . import config
-from .device import has_cuda
+from .. import config
+from ..device import has_cuda
 
 #: Compilers tried in order when ``$CXX`` is not set: Inductor's default first (g++; clang++ on macOS).
 DEFAULT_COMPILERS = ("clang++", "g++", "c++") if sys.platform == "darwin" else ("g++", "c++", "clang++")
@@ -188,7 +188,7 @@ def report(check_compiler: bool = True) -> dict[str, str]:
         rows[name] = package_version(name) or "not installed"
     rows["platform"] = f"{platform.system()} {platform.machine()}"
     rows["cpu"] = cpu_model()
-    from . import cpu
+    from .. import cpu
 
     facts = cpu.info()
     rows["cpu class"] = facts.cpu_class + (f" (profile {facts.profile})" if facts.profile else "")
@@ -216,7 +216,7 @@ def format_report(rows: dict[str, str] | None = None) -> str:
 
 def summary() -> str:
     """Return a one-line environment summary for a notebook's setup cell (CPU class included)."""
-    from .cpu import cpu_class
+    from ..cpu import cpu_class
 
     cuda = cuda_description()
     return (

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import config
+from .. import config
 
 REFERENCE_FILE = "reference_results.json"
 RANGES_FILE = "expected_ranges.json"
@@ -398,7 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m course_utils report [--run] [--results FILE] [--out DIR]``."""
     import argparse
 
-    from . import bench
+    from .. import bench
     from .runner import course_notebooks, run_course, write_summary
 
     parser = argparse.ArgumentParser(prog="python -m course_utils report")

@@ -16,7 +16,7 @@ and ``make workshop-check`` for its kernels.
 
 What it is not: a sandbox. Code that does not go through Python's socket module (a C library
 that opens its own sockets, a program that is not Python) is not stopped; on Linux
-``make workshop-check NETNS=1`` removes the network for real (``course_utils.netns``).
+``make workshop-check NETNS=1`` removes the network for real (``course_utils.kit.netns``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from . import config
+from .. import config
 
 #: Folder with the sitecustomize.py that installs the guard when COURSE_OFFLINE=1.
 SITE_DIR = config.REPO_ROOT / "tools" / "offline"
