@@ -176,3 +176,27 @@ def test_real_loader_runs_concurrently_in_one_work_folder(tmp_path, small_packag
     for x, out in zip(inputs, outs):
         torch.testing.assert_close(out, model(x).detach(), rtol=1e-4, atol=1e-5)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_configured_with_another_compiler_still_builds(tmp_path):
+    """CMake drops its cache on a compiler change and then misses CMAKE_PREFIX_PATH: start clean."""
+    if aoti_cpp.toolchain_problem():
+        pytest.skip(aoti_cpp.toolchain_problem())
+    import shutil as _shutil
+    import subprocess as _subprocess
+
+    other = _shutil.which("c++") or _shutil.which("g++")
+    build_dir = tmp_path / "build"
+    tools = aoti_cpp.find_tools()
+    _subprocess.run([tools["cmake"], "-S", str(aoti_cpp.SOURCE_DIR), "-B", str(build_dir),
+                     f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
+                     f"-DCMAKE_CXX_COMPILER={other}", "-DCMAKE_BUILD_TYPE=Release"],
+                    check=True, capture_output=True)
+    (build_dir / aoti_cpp.COMPILER_STAMP).write_text("-DCMAKE_CXX_COMPILER=/some/other/compiler\n")
+    build = aoti_cpp.build_loader(build_dir, force=True)
+    assert build.rebuilt and build.binary.exists()
+    stamp = (build_dir / aoti_cpp.COMPILER_STAMP).read_text()
+    assert stamp == "\n".join(aoti_cpp.cmake_compiler_args(tools["cxx"])) + "\n"
+    assert not aoti_cpp._forget_other_compiler(build_dir, aoti_cpp.cmake_compiler_args(tools["cxx"]))
+    assert aoti_cpp._forget_other_compiler(build_dir, ["-DCMAKE_CXX_COMPILER=clang++"])
+    assert not (build_dir / "CMakeCache.txt").exists()

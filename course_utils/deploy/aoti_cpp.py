@@ -127,6 +127,26 @@ def default_build_dir() -> Path:
     return config.build_dir() / "aoti_loader" / f"torch-{torch.__version__.replace('+', '_')}-{where}"
 
 
+#: The compiler options a build folder was configured with (``_forget_other_compiler``).
+COMPILER_STAMP = "course-compiler.txt"
+
+
+def _forget_other_compiler(build_dir: Path, compiler: list[str]) -> bool:
+    """Drop CMake's cache in ``build_dir`` unless it was configured with ``compiler``; return
+    whether it did. When the compiler changes, CMake empties its cache itself but keeps only the
+    changed variables, so the next configure fails without ``CMAKE_PREFIX_PATH``; starting clean
+    avoids that (a folder configured before this stamp existed starts clean once)."""
+    cache = build_dir / "CMakeCache.txt"
+    stamp = build_dir / COMPILER_STAMP
+    if not cache.exists():
+        return False
+    if stamp.exists() and stamp.read_text(encoding="utf-8") == "\n".join(compiler) + "\n":
+        return False
+    cache.unlink()
+    shutil.rmtree(build_dir / "CMakeFiles", ignore_errors=True)
+    return True
+
+
 def build_loader(build_dir: str | Path | None = None, *, force: bool = False,
                  source_dir: str | Path | None = None, timeout_s: float = 600) -> Build:
     """Return the ``Build`` of the C++ loader, configuring and compiling it when needed.
@@ -144,9 +164,11 @@ def build_loader(build_dir: str | Path | None = None, *, force: bool = False,
     if not force and _is_fresh(binary, source_dir):
         return Build(binary, False, 0.0)
     start = time.perf_counter()
+    compiler = cmake_compiler_args(tools["cxx"])
+    _forget_other_compiler(build_dir, compiler)
     configure = [tools["cmake"], "-S", str(source_dir), "-B", str(build_dir),
                  f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
-                 *cmake_compiler_args(tools["cxx"]), "-DCMAKE_BUILD_TYPE=Release",
+                 *compiler, "-DCMAKE_BUILD_TYPE=Release",
                  f"-DTORCH_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
     cache = build_dir / "CMakeCache.txt"
     if shutil.which("ninja") and not cache.exists():
@@ -157,6 +179,8 @@ def build_loader(build_dir: str | Path | None = None, *, force: bool = False,
         if out.returncode != 0:
             raise RuntimeError(f"`{' '.join(cmd)}` failed (exit {out.returncode}):\n"
                                f"{(out.stdout + out.stderr)[-4000:]}")
+        if cmd is configure:
+            (build_dir / COMPILER_STAMP).write_text("\n".join(compiler) + "\n", encoding="utf-8")
     if not binary.exists():
         raise RuntimeError(f"the build finished but {binary} is missing")
     binary.touch()  # mark it newer than the sources even if the linker left an old timestamp

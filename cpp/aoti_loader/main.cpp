@@ -3,7 +3,7 @@
 //   aoti_loader MODEL.pt2 INPUT.bin OUTPUT.bin
 //
 // INPUT.bin and OUTPUT.bin use one tiny tensor format, written and read by
-// course_utils/aoti_cpp.py:
+// course_utils/deploy/aoti_cpp.py:
 //   8 bytes   magic "AOTITNSR"
 //   int64     number of dimensions n
 //   n x int64 the sizes
