@@ -9,6 +9,9 @@ The top level holds what the notebooks teach with; each module or sub-package an
 - ``bench``: how long does this take, and how do variants compare?
 - ``size``: how big is this model?
 - ``compat``: call an API that moved between the torch versions we support.
+- ``inductor_code``: what did Inductor generate for this function (kernels, library calls)?
+- ``breaks``: how many graph breaks does Dynamo hit in this function, and why?
+- ``expect``: does this call fail the way the lesson says?
 - ``session``: start a notebook (seed, fresh compiler state, thread policy, summary line).
 - ``data``: give me the course's offline data sets.
 - ``models``: give me the small models the notebooks share.
@@ -31,6 +34,7 @@ __version__ = "0.1.0"
 
 _SUBMODULES = {
     "bench",
+    "breaks",
     "compat",
     "config",
     "cpu",
@@ -38,6 +42,8 @@ _SUBMODULES = {
     "deploy",
     "device",
     "exercises",
+    "expect",
+    "inductor_code",
     "kit",
     "models",
     "session",
@@ -45,8 +51,8 @@ _SUBMODULES = {
     "threads",
 }
 
-__all__ = ["__version__", "bench", "compat", "config", "cpu", "data", "deploy", "device", "exercises",
-           "kit", "models", "session", "size", "threads"]
+__all__ = ["__version__", "bench", "breaks", "compat", "config", "cpu", "data", "deploy", "device",
+           "exercises", "expect", "inductor_code", "kit", "models", "session", "size", "threads"]
 
 
 class _NoCudaRuntimeFilter(logging.Filter):

@@ -156,3 +156,22 @@ def onnx_export(model: torch.nn.Module, args: tuple[Any, ...], path: str | None 
     """
     return torch.onnx.export(model, args, path, dynamo=True, dynamic_shapes=dynamic_shapes,
                              **kwargs)
+
+
+def run_and_get_code(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, list[str]]:
+    """Return ``(fn(*args, **kwargs), [source Inductor generated for each graph compiled])``.
+
+    Wraps the private test helper ``torch._inductor.utils.run_and_get_code`` (present in every
+    supported release; it resets Dynamo first, so the compile really happens).
+    ``course_utils.inductor_code.generated_code`` is the form the notebooks use.
+    """
+    from torch._inductor import utils as inductor_utils
+
+    getter = getattr(inductor_utils, "run_and_get_code", None)
+    if getter is None:
+        raise NotImplementedError(
+            f"torch._inductor.utils.run_and_get_code is missing from torch {torch.__version__}; "
+            "use TORCH_LOGS=output_code to see the generated code instead"
+        )
+    result, sources = getter(fn, *args, **kwargs)
+    return result, list(sources)

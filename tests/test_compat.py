@@ -96,3 +96,13 @@ def test_onnx_export_runs_in_onnxruntime(tmp_path):
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     (out,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
     torch.testing.assert_close(torch.from_numpy(out), model(x), rtol=1e-4, atol=1e-5)
+
+
+def test_run_and_get_code_returns_the_result_and_the_sources():
+    def f(x):
+        return torch.relu(x) + 1
+
+    x = torch.randn(4)
+    out, sources = compat.run_and_get_code(torch.compile(f), x)
+    torch.testing.assert_close(out, f(x))
+    assert isinstance(sources, list) and len(sources) == 1 and "async_compile" in sources[0]
