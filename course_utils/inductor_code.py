@@ -45,6 +45,15 @@ def library_calls(source: str) -> list[str]:
     return _LIBRARY_CALL.findall(source)
 
 
+def kernel_calls(source: str) -> list[str]:
+    """Return the generated kernels the ``call`` function of one ``source`` runs, in the order it runs
+    them, a kernel called twice listed twice (Inductor defines identical loops once and reuses them).
+    Library calls are not included: see ``library_calls``."""
+    defined = set(fused_kernels(source))
+    called = re.findall(r"\b(\w+)(?:\.run)?\(", wrapper_call(source))  # C++: name(...); Triton: name.run(...)
+    return [name for name in called if name in defined]
+
+
 def wrapper_call(source: str) -> str:
     """Return the ``call`` function of one generated ``source``: its allocations and kernel calls,
     in the order they run, up to and including its ``return`` line."""

@@ -26,6 +26,7 @@ def test_an_element_wise_chain_is_one_fused_kernel_and_no_library_call():
     assert all(op in kernels[0] for op in ("sin", "mul", "cos"))
     assert inductor_code.library_calls(source) == []
     assert kernels[0] in inductor_code.wrapper_call(source)
+    assert inductor_code.kernel_calls(source) == kernels
 
 
 def test_matmul_relu_is_a_library_call_plus_one_kernel():
@@ -37,6 +38,7 @@ def test_matmul_relu_is_a_library_call_plus_one_kernel():
     call = inductor_code.wrapper_call(source)
     assert call.index("extern_kernels.mm(") < call.index(f"{kernels[0]}(")  # matmul first, then relu
     assert call.rstrip().splitlines()[-1].strip().startswith("return ")
+    assert inductor_code.kernel_calls(source) == kernels  # the library call is not a generated kernel
 
 
 def test_a_graph_break_gives_two_sources():
@@ -81,5 +83,8 @@ def test_the_parsers_on_a_fixed_text():
     assert inductor_code.fused_kernels(text) == ["cpp_fused_a_0", "triton_poi_fused_b_1"]
     assert inductor_code.library_calls(text) == ["addmm"]
     assert inductor_code.wrapper_call(text).endswith("return (d, )")
+    assert inductor_code.kernel_calls(text) == ["cpp_fused_a_0"]
+    twice = text.replace("    cpp_fused_a_0(d)\n", "    cpp_fused_a_0(d)\n    triton_poi_fused_b_1.run(d)\n    cpp_fused_a_0(d)\n")
+    assert inductor_code.kernel_calls(twice) == ["cpp_fused_a_0", "triton_poi_fused_b_1", "cpp_fused_a_0"]
     assert inductor_code.kernel_source(text, "triton_poi_fused_b_1") == "\n@triton.jit\n"
     assert inductor_code.count(text, r"^\w+ = async_compile") == 2
