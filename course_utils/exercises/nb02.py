@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..breaks import break_report
 from .framework import Mistake, Wrong, capture, exercise, function_exercise, nodes, run
 
 # --- 02.count_breaks: how many graph breaks does `mystery` have?
@@ -36,7 +37,7 @@ def mystery(x: torch.Tensor) -> torch.Tensor:
 def _mystery_breaks() -> int:
     """Return the number of graph breaks Dynamo reports for ``mystery`` (measured once)."""
     x = torch.randn(16, 8, generator=torch.Generator().manual_seed(0))
-    return len(torch._dynamo.explain(mystery)(x).break_reasons)
+    return break_report(mystery, x).breaks
 
 
 @exercise(
