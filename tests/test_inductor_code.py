@@ -84,7 +84,8 @@ def test_the_parsers_on_a_fixed_text():
     assert inductor_code.library_calls(text) == ["addmm"]
     assert inductor_code.wrapper_call(text).endswith("return (d, )")
     assert inductor_code.kernel_calls(text) == ["cpp_fused_a_0"]
-    twice = text.replace("    cpp_fused_a_0(d)\n", "    cpp_fused_a_0(d)\n    triton_poi_fused_b_1.run(d)\n    cpp_fused_a_0(d)\n")
+    calls = "    cpp_fused_a_0(d)\n    triton_poi_fused_b_1.run(d)\n    cpp_fused_a_0(d)\n"
+    twice = text.replace("    cpp_fused_a_0(d)\n", calls)
     assert inductor_code.kernel_calls(twice) == ["cpp_fused_a_0", "triton_poi_fused_b_1", "cpp_fused_a_0"]
     assert inductor_code.kernel_source(text, "triton_poi_fused_b_1") == "\n@triton.jit\n"
     assert inductor_code.count(text, r"^\w+ = async_compile") == 2
