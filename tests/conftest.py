@@ -37,3 +37,35 @@ def results_file(tmp_path, monkeypatch: pytest.MonkeyPatch):
     path = tmp_path / "results.jsonl"
     monkeypatch.setenv("COURSE_RESULTS", str(path))
     return path
+
+
+@pytest.fixture
+def data_copy(tmp_path, monkeypatch):
+    """A private copy of data/ that tests may damage (``COURSE_DATA_DIR`` points at it)."""
+    import shutil
+
+    from course_utils import config
+
+    dst = tmp_path / "data"
+    shutil.copytree(config.data_dir(), dst)
+    monkeypatch.setenv("COURSE_DATA_DIR", str(dst))
+    return dst
+
+
+@pytest.fixture
+def replace_data_file(data_copy):
+    """Return ``replace(name, content)``: write ``content`` as ``data_copy/name`` and record its sha256 in
+    the copy's SHA256SUMS, as a careless edit of both would, so only the loaders can catch it."""
+    import hashlib
+
+    from course_utils.data.files import verify
+
+    def replace(name: str, content: bytes) -> None:
+        (data_copy / name).write_bytes(content)
+        sums = data_copy / "SHA256SUMS"
+        digest = hashlib.sha256(content).hexdigest()
+        lines = [f"{digest}  {name}" if ln.split()[-1] == name else ln for ln in sums.read_text().splitlines()]
+        sums.write_text("\n".join(lines) + "\n")
+        assert verify(name) == data_copy / name  # the checksum no longer catches it
+
+    return replace

@@ -1,10 +1,8 @@
-import shutil
 import socket
 
 import pytest
 import torch
 
-from course_utils import config
 from course_utils.data import (AUDIO_CLASSES, CharTokenizer, DataFileError, char_lm_split,
                                digits_loaders, load_corpus, load_digits_split, random_batch,
                                shipped_files, synthetic_audio, verify)
@@ -64,15 +62,6 @@ def test_corpus_is_ascii_english_and_sized():
     text = load_corpus()
     assert 100_000 < len(text) <= text_mod.CORPUS_MAX_CHARS
     assert text.isascii() and "assert" in text
-
-
-@pytest.fixture
-def data_copy(tmp_path, monkeypatch):
-    """A private copy of data/ that tests may damage."""
-    dst = tmp_path / "data"
-    shutil.copytree(config.data_dir(), dst)
-    monkeypatch.setenv("COURSE_DATA_DIR", str(dst))
-    return dst
 
 
 def test_missing_file_names_it_and_the_fix(data_copy):
@@ -175,26 +164,14 @@ def test_synthetic_audio_bad_input():
 # --- a file that matches its checksum but not the format the loader expects (issue 15, item 6) ---
 
 
-def _replace_keeping_checksum(data_dir, name: str, content: bytes) -> None:
-    """Write ``content`` as ``data_dir/name`` and record its sha256, as a careless edit of both would."""
-    import hashlib
-
-    (data_dir / name).write_bytes(content)
-    sums = data_dir / "SHA256SUMS"
-    digest = hashlib.sha256(content).hexdigest()
-    lines = [f"{digest}  {name}" if ln.split()[-1] == name else ln for ln in sums.read_text().splitlines()]
-    sums.write_text("\n".join(lines) + "\n")
-    assert verify(name) == data_dir / name  # the checksum no longer catches it
-
-
 def _assert_names_file_and_fix(err: DataFileError, name: str) -> None:
     msg = str(err)
     assert f"data/{name}" in msg and f"git checkout -- data/{name}" in msg and "expected" in msg, msg
 
 
 @pytest.mark.parametrize("content", ["caf\u00e9 au lait\n".encode(), b"\xff\xfe\x00binary", b"", b"\n  \n"])
-def test_a_corpus_that_is_not_ascii_text_is_reported(data_copy, content):
-    _replace_keeping_checksum(data_copy, "tiny_corpus.txt", content)
+def test_a_corpus_that_is_not_ascii_text_is_reported(data_copy, content, replace_data_file):
+    replace_data_file("tiny_corpus.txt", content)
     with pytest.raises(DataFileError) as info:
         load_corpus()
     _assert_names_file_and_fix(info.value, "tiny_corpus.txt")
@@ -221,19 +198,19 @@ BAD_RETRIEVAL_SETS = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD_RETRIEVAL_SETS))
-def test_a_malformed_retrieval_set_is_reported(data_copy, case):
+def test_a_malformed_retrieval_set_is_reported(data_copy, case, replace_data_file):
     from course_utils.data import load_retrieval_set
 
-    _replace_keeping_checksum(data_copy, "retrieval_set.json", BAD_RETRIEVAL_SETS[case])
+    replace_data_file("retrieval_set.json", BAD_RETRIEVAL_SETS[case])
     with pytest.raises(DataFileError) as info:
         load_retrieval_set()
     _assert_names_file_and_fix(info.value, "retrieval_set.json")
 
 
-def test_a_minimal_well_formed_retrieval_set_loads(data_copy):
+def test_a_minimal_well_formed_retrieval_set_loads(data_copy, replace_data_file):
     from course_utils.data import load_retrieval_set
 
-    _replace_keeping_checksum(data_copy, "retrieval_set.json",
+    replace_data_file("retrieval_set.json",
                               b'{"passages": [{"id": "p", "text": "t"}], "queries": [{"text": "q", "relevant": ["p"]}]}')
     data = load_retrieval_set()
     assert data.passage_ids == ["p"] and data.relevant == [{"p"}]
@@ -249,18 +226,18 @@ def test_a_malformed_checksum_line_is_reported(data_copy, line):
     assert "data/SHA256SUMS" in msg and "line 4" in msg and "git checkout -- data/SHA256SUMS" in msg
 
 
-def test_a_truncated_tensor_file_is_reported(data_copy):
+def test_a_truncated_tensor_file_is_reported(data_copy, replace_data_file):
     from course_utils.data.files import load_tensors
 
     original = (data_copy / "tiny_gpt.pt").read_bytes()
-    _replace_keeping_checksum(data_copy, "tiny_gpt.pt", original[: len(original) // 2])
+    replace_data_file("tiny_gpt.pt", original[: len(original) // 2])
     with pytest.raises(DataFileError) as info:
         load_tensors("tiny_gpt.pt", ("state_dict",))
     _assert_names_file_and_fix(info.value, "tiny_gpt.pt")
     assert "git checkout -- data/tiny_gpt.pt data/SHA256SUMS" in str(info.value)  # both were changed
 
 
-def test_a_tensor_file_with_the_wrong_keys_or_type_is_reported(data_copy):
+def test_a_tensor_file_with_the_wrong_keys_or_type_is_reported(data_copy, replace_data_file):
     import io
 
     from course_utils.data.files import load_tensors
@@ -268,7 +245,7 @@ def test_a_tensor_file_with_the_wrong_keys_or_type_is_reported(data_copy):
     for saved, problem in (({"weights": torch.zeros(2)}, "state_dict"), (torch.zeros(2), "Tensor")):
         buf = io.BytesIO()
         torch.save(saved, buf)
-        _replace_keeping_checksum(data_copy, "tiny_gpt.pt", buf.getvalue())
+        replace_data_file("tiny_gpt.pt", buf.getvalue())
         with pytest.raises(DataFileError, match=problem) as info:
             load_tensors("tiny_gpt.pt", ("format", "state_dict"))
         _assert_names_file_and_fix(info.value, "tiny_gpt.pt")

@@ -68,26 +68,18 @@ def _damaged():
 
 
 @pytest.mark.parametrize("name, damage, words", _damaged(), ids=[d[0] for d in _damaged()])
-def test_a_damaged_checkpoint_gets_one_clear_error(tmp_path, monkeypatch, name, damage, words):
+def test_a_damaged_checkpoint_gets_one_clear_error(data_copy, replace_data_file, name, damage, words):
     """Shipped file with its checksum line updated (DataFileError with the fix), or a file passed by path (ValueError)."""
-    import hashlib
-    import shutil
-
-    from course_utils import config
+    import io
 
     ck = _checkpoint()
     damage(ck)
-    data = tmp_path / "data"
-    shutil.copytree(config.data_dir(), data)
-    torch.save(ck, data / "tiny_gpt.pt")
-    digest = hashlib.sha256((data / "tiny_gpt.pt").read_bytes()).hexdigest()
-    sums = data / "SHA256SUMS"
-    sums.write_text("".join(f"{digest}  tiny_gpt.pt\n" if line.endswith(" tiny_gpt.pt") else line + "\n"
-                            for line in sums.read_text().splitlines()))
+    buf = io.BytesIO()
+    torch.save(ck, buf)
+    replace_data_file("tiny_gpt.pt", buf.getvalue())
     with pytest.raises(ValueError, match=words) as by_path:
-        load_tiny_gpt(data / "tiny_gpt.pt")
+        load_tiny_gpt(data_copy / "tiny_gpt.pt")
     assert "not a tiny GPT checkpoint" in str(by_path.value) and not isinstance(by_path.value, DataFileError)
-    monkeypatch.setenv("COURSE_DATA_DIR", str(data))
     with pytest.raises(DataFileError, match=words) as shipped:
         load_tiny_gpt()
     assert "git checkout -- data/tiny_gpt.pt" in str(shipped.value)
