@@ -3,6 +3,7 @@
 - ``time_fn``: warm up, then a median and IQR over many timed blocks.
 - ``first_call``: seconds for one call (what a first ``torch.compile`` call costs).
 - ``compare``: several variants timed side by side in one run, with ratios.
+- ``band_verdict``: higher / lower / no clear difference for figures without a spread.
 - ``record``: append a headline result to the ``COURSE_RESULTS`` file.
 - ``bar_chart``: a matplotlib bar chart of a comparison.
 """
@@ -215,6 +216,21 @@ class Comparison:
                 for r in self.rows]
         note = self.spread_note()
         return "\n".join([head, *body, *([note] if note else [])])
+
+
+def band_verdict(value: float, other: float, band: float = 0.1) -> str:
+    """Return "higher", "lower" or "no clear difference" for two figures that carry no spread of their
+    own (one load run each, or speed-ups taken from two different tables): ``value`` is higher only
+    when it exceeds ``other`` by more than ``band`` (10%) as a ratio, lower when below ``other / (1 +
+    band)``. State the band beside the verdict; timings with a spread use ``Comparison.verdict``."""
+    if not (value > 0 and other > 0) or band < 0:
+        raise ValueError(f"band_verdict needs two positive figures and band >= 0, got {value!r}, {other!r}, {band!r}")
+    ratio = value / other
+    if ratio > 1 + band:
+        return "higher"
+    if ratio < 1 / (1 + band):
+        return "lower"
+    return "no clear difference"
 
 
 def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, baseline: str | None = None,

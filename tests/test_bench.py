@@ -164,3 +164,14 @@ def test_from_samples_gives_timings_measured_elsewhere_the_same_verdict():
         bench.Comparison.from_samples({"a": [1.0], "b": []})
     with pytest.raises(KeyError, match="baseline 'c'"):
         bench.Comparison.from_samples({"a": [1.0]}, baseline="c")
+
+
+def test_band_verdict_needs_a_gap_beyond_the_band():
+    assert bench.band_verdict(1.2, 1.0) == "higher"
+    assert bench.band_verdict(1.0, 1.2) == "lower"
+    assert bench.band_verdict(1.05, 1.0) == "no clear difference"
+    assert bench.band_verdict(1.0, 1.05) == "no clear difference"
+    assert bench.band_verdict(1.14, 1.0, band=0.15) == "no clear difference"
+    assert bench.band_verdict(1.0, 1.16, band=0.15) == "lower"
+    with pytest.raises(ValueError, match="two positive figures"):
+        bench.band_verdict(0.0, 1.0)
