@@ -105,3 +105,26 @@ def test_the_new_settings_round_trip_through_the_cli():
     assert settings_from_args(parser.parse_args([])).allow_hosts == ()
     with pytest.raises(ValueError, match="embed_queue_texts"):
         ServeSettings(embed_queue_texts=10)  # less than one full /embed request
+
+
+def test_the_command_line_is_derived_from_every_setting():
+    """Each field is an option with help text; changing every field at once survives the round trip."""
+    from dataclasses import fields
+
+    parser = argparse.ArgumentParser()
+    add_cli_arguments(parser)
+    help_text = parser.format_help()
+    for f in fields(ServeSettings):
+        assert f.metadata.get("help"), f"{f.name} has no help text"
+        assert (f.metadata.get("flag") or "--" + f.name.replace("_", "-")) in help_text
+    changed = ServeSettings(host="0.0.0.0", port=8123, batching="static", max_batch_size=4, max_wait_ms=1.0,
+                            queue_size=8, queue_timeout_s=2.0, max_prompt_chars=64, max_new_tokens_limit=32,
+                            compile=True, embed=False, threads=2, model="m.pt", log_level="info",
+                            graceful_timeout_s=1.0, stream_interval_ms=0.0, max_body_bytes=2048,
+                            embed_queue_texts=64, limit_concurrency=16, keep_alive_s=2.0,
+                            max_header_bytes=2048, head_timeout_s=3.0, allow_hosts=("x.lan",))
+    unchanged = [f.name for f in fields(ServeSettings) if getattr(changed, f.name) == getattr(ServeSettings(), f.name)]
+    assert not unchanged, f"this test no longer changes {unchanged}: add them"
+    assert settings_from_args(parser.parse_args(changed.to_cli_args())) == changed
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--batching", "sometimes"])

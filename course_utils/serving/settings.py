@@ -1,10 +1,11 @@
-"""``ServeSettings``: every knob of the model server, validated once, with CLI arguments."""
+"""``ServeSettings``: every knob of the model server, validated once; the command line is derived from it."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+import argparse
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields
+from typing import Any, get_args, get_origin, get_type_hints
 
 BATCHING_MODES = ("iteration", "static", "none")
 #: The most texts one ``/embed`` request may carry.
@@ -20,57 +21,58 @@ def default_threads() -> int:
     return max(1, min(4, (os.cpu_count() or 2) // 2 - 1 or 1))
 
 
+def _opt(default: Any, help: str = "", **extra: Any) -> Any:
+    """Return a dataclass field whose metadata carries its ``--help`` text (and argparse extras)."""
+    if isinstance(default, tuple):
+        return field(default_factory=lambda: default, metadata={"help": help, **extra})
+    return field(default=default, metadata={"help": help, **extra})
+
+
 @dataclass(frozen=True)
 class ServeSettings:
-    """Settings of ``create_app`` and ``python -m course_utils serve`` (same names, dashes in the CLI).
+    """Settings of ``create_app`` and ``python -m course_utils serve``.
 
-    ``batching``: "iteration" (requests join the running batch at the next decoding step,
-    finished ones leave), "static" (collect up to ``max_batch_size`` within ``max_wait_ms``,
-    decode that batch to the end, then take the next) or "none" (one request at a time).
-    ``max_wait_ms`` is how long an idle "static" worker waits for more requests before it
-    starts a batch; "iteration" starts at once (latecomers join at the next step) and uses it
-    only for ``/embed`` batches, like the other modes.
-    ``queue_timeout_s`` bounds how long a request may wait for its first token (HTTP 504).
-    ``stream_interval_ms``: the worker hands tokens to the event loop at most this often
-    (every token is still its own SSE event, but several share one network write); 0 sends
-    after every decoding step. Each write costs the server and the client far more CPU than
-    a decoding step of this tiny model, so coalescing is what lets batching pay over HTTP.
-    ``model``: checkpoint path; ``None`` loads the shipped ``data/tiny_gpt.pt``.
-
-    Protection of the HTTP front: ``max_body_bytes`` (larger request bodies get 413),
-    ``embed_queue_texts`` (texts waiting for ``/embed`` at most; 503 beyond),
-    ``limit_concurrency`` (open connections and requests at most; uvicorn answers 503 beyond),
-    ``keep_alive_s`` (idle keep-alive connections close after this), ``max_header_bytes``
-    (larger request heads get 431) and ``head_timeout_s`` (a request head must arrive within
-    this, else 408; see ``http_head``),
-    ``allow_hosts``: ``Host`` header names accepted besides loopback ones (localhost,
-    127.0.0.1, [::1]); anything else gets 400, which stops DNS-rebinding pages in a browser
-    from reaching a server meant for this machine only.
+    Each field is one command-line option (dashes for underscores); its help text lives in the
+    field's metadata, so ``python -m course_utils serve --help`` and this class cannot drift.
+    The three batching modes: "iteration" (requests join the running batch at the next
+    decoding step, finished ones leave), "static" (collect up to ``max_batch_size`` within
+    ``max_wait_ms``, decode that batch to the end, then take the next) and "none" (one request
+    at a time). The HTTP front is protected by ``max_body_bytes``, ``embed_queue_texts``,
+    ``limit_concurrency``, ``keep_alive_s``, ``max_header_bytes``, ``head_timeout_s`` (see
+    ``http_head``) and ``allow_hosts`` (a server meant for this machine only answers 400 to
+    other ``Host`` names, which stops DNS-rebinding pages in a browser from reaching it).
     """
 
-    host: str = "127.0.0.1"
-    port: int = 8000
-    batching: str = "iteration"
-    max_batch_size: int = 32
-    max_wait_ms: float = 5.0
-    queue_size: int = 256
-    queue_timeout_s: float = 30.0
-    max_prompt_chars: int = 256
-    max_new_tokens_limit: int = 256
-    compile: bool = False
-    embed: bool = True
-    threads: int | None = None
-    model: str | None = None
-    log_level: str = "warning"
-    graceful_timeout_s: float = 5.0
-    stream_interval_ms: float = 10.0
-    max_body_bytes: int = 1_048_576
-    embed_queue_texts: int = 1024
-    limit_concurrency: int = 512
-    keep_alive_s: float = 5.0
-    max_header_bytes: int = 16_384
-    head_timeout_s: float = 10.0
-    allow_hosts: tuple[str, ...] = ()
+    host: str = _opt("127.0.0.1", "address to bind (default: loopback only)")
+    port: int = _opt(8000, "TCP port to listen on")
+    batching: str = _opt("iteration", "how requests share the model: iteration (join the running batch at "
+                         "the next step), static (fixed batches) or none (one at a time)",
+                         choices=BATCHING_MODES)
+    max_batch_size: int = _opt(32, "sequences decoded together at most")
+    max_wait_ms: float = _opt(5.0, "how long an idle static-batching worker (and /embed) waits for more "
+                              "requests before it starts a batch")
+    queue_size: int = _opt(256, "requests waiting at most (503 beyond)")
+    queue_timeout_s: float = _opt(30.0, "longest wait for the first token (504 beyond)")
+    max_prompt_chars: int = _opt(256, "longest prompt accepted (422 beyond)")
+    max_new_tokens_limit: int = _opt(256, "largest max_new_tokens a request may ask for (422 beyond)")
+    compile: bool = _opt(False, "torch.compile the decoding step (slow to start on a CPU)")
+    embed: bool = _opt(True, "serve /embed with all-MiniLM-L6-v2")
+    threads: int | None = _opt(None, "torch threads of the model worker (default: 1 on small machines, "
+                               "at most 4)")
+    model: str | None = _opt(None, "checkpoint path (default: the shipped data/tiny_gpt.pt)")
+    log_level: str = _opt("warning", "uvicorn log level")
+    graceful_timeout_s: float = _opt(5.0, "on shutdown, wait this long for running requests")
+    stream_interval_ms: float = _opt(10.0, "hand tokens to the network at most this often (0: after every "
+                                     "step); each write costs far more CPU than a step of this tiny model, "
+                                     "so coalescing is what lets batching pay over HTTP")
+    max_body_bytes: int = _opt(1_048_576, "larger request bodies get 413")
+    embed_queue_texts: int = _opt(1024, "texts waiting for /embed at most (503 beyond)")
+    limit_concurrency: int = _opt(512, "open connections and requests at most (uvicorn answers 503 beyond)")
+    keep_alive_s: float = _opt(5.0, "close idle keep-alive connections after this many seconds")
+    max_header_bytes: int = _opt(16_384, "larger request heads get 431")
+    head_timeout_s: float = _opt(10.0, "a request head must arrive within this many seconds (else 408)")
+    allow_hosts: tuple[str, ...] = _opt((), "accept this Host header name besides loopback ones "
+                                        "(repeatable); others get 400", flag="--allow-host")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "allow_hosts", tuple(self.allow_hosts or ()))
@@ -120,61 +122,42 @@ class ServeSettings:
             value = getattr(self, f.name)
             if value == getattr(defaults, f.name) and f.name not in ("host", "port"):
                 continue
-            flag = "--" + f.name.replace("_", "-")
-            if f.name == "compile":
-                args.append("--compile" if value else "--no-compile")
-            elif f.name == "embed":
-                args.append("--embed" if value else "--no-embed")
-            elif f.name == "allow_hosts":
-                for name in value:
-                    args += ["--allow-host", name]
+            flag = _flag(f)
+            if isinstance(value, bool):
+                args.append(flag if value else "--no-" + flag[2:])
+            elif isinstance(value, tuple):
+                for item in value:
+                    args += [flag, str(item)]
             elif value is not None:
                 args += [flag, str(value)]
         return args
 
 
-def add_cli_arguments(parser: Any) -> None:
-    """Add one option per setting to an ``argparse`` parser (``serve`` subcommand)."""
-    d = ServeSettings()
-    parser.add_argument("--host", default=d.host, help="address to bind (default: loopback only)")
-    parser.add_argument("--port", type=int, default=d.port)
-    parser.add_argument("--model", default=None, help="checkpoint path (default: data/tiny_gpt.pt)")
-    parser.add_argument("--batching", choices=BATCHING_MODES, default=d.batching)
-    parser.add_argument("--max-batch-size", type=int, default=d.max_batch_size)
-    parser.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms)
-    parser.add_argument("--queue-size", type=int, default=d.queue_size)
-    parser.add_argument("--queue-timeout-s", type=float, default=d.queue_timeout_s)
-    parser.add_argument("--max-prompt-chars", type=int, default=d.max_prompt_chars)
-    parser.add_argument("--max-new-tokens-limit", type=int, default=d.max_new_tokens_limit)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads of the model worker")
-    parser.add_argument("--log-level", default=d.log_level)
-    parser.add_argument("--graceful-timeout-s", type=float, default=d.graceful_timeout_s)
-    parser.add_argument("--stream-interval-ms", type=float, default=d.stream_interval_ms,
-                        help="hand tokens to the network at most this often (0: every step)")
-    parser.add_argument("--compile", action="store_true", default=d.compile,
-                        help="torch.compile the decoding step (slow to start on a CPU)")
-    parser.add_argument("--no-compile", dest="compile", action="store_false")
-    parser.add_argument("--embed", action="store_true", default=d.embed,
-                        help="serve /embed with all-MiniLM-L6-v2 (default)")
-    parser.add_argument("--no-embed", dest="embed", action="store_false")
-    parser.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes,
-                        help="larger request bodies get 413")
-    parser.add_argument("--embed-queue-texts", type=int, default=d.embed_queue_texts,
-                        help="texts waiting for /embed at most (503 beyond)")
-    parser.add_argument("--limit-concurrency", type=int, default=d.limit_concurrency,
-                        help="open connections and requests at most (uvicorn answers 503 beyond)")
-    parser.add_argument("--keep-alive-s", type=float, default=d.keep_alive_s,
-                        help="close idle keep-alive connections after this many seconds")
-    parser.add_argument("--max-header-bytes", type=int, default=d.max_header_bytes,
-                        help="larger request heads get 431")
-    parser.add_argument("--head-timeout-s", type=float, default=d.head_timeout_s,
-                        help="a request head must arrive within this many seconds (else 408)")
-    parser.add_argument("--allow-host", dest="allow_hosts", action="append", default=None, metavar="NAME",
-                        help="accept this Host header name besides loopback ones (repeatable); "
-                             "others get 400")
+def _flag(f: Field) -> str:
+    """Return the option name of a settings field (``max_batch_size`` -> ``--max-batch-size``)."""
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
 
 
-def settings_from_args(args: Any) -> ServeSettings:
-    """Return the ``ServeSettings`` given by parsed CLI arguments."""
-    names = [f.name for f in fields(ServeSettings)]
-    return ServeSettings(**{n: getattr(args, n) for n in names if hasattr(args, n)})
+def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one option per ``ServeSettings`` field to an ``argparse`` parser, typed from its annotation."""
+    hints = get_type_hints(ServeSettings)
+    for f in fields(ServeSettings):
+        kind, default = hints[f.name], f.default if f.default is not MISSING else f.default_factory()
+        options: dict[str, Any] = {"dest": f.name, "help": f.metadata.get("help")}
+        if "choices" in f.metadata:
+            options["choices"] = f.metadata["choices"]
+        if kind is bool:
+            options.update(action=argparse.BooleanOptionalAction, default=default)
+        elif get_origin(kind) is tuple:
+            options.update(action="append", default=None, metavar="NAME")
+        else:
+            (scalar,) = [t for t in get_args(kind) if t is not type(None)] or [kind]
+            options.update(type=scalar, default=default)
+        parser.add_argument(_flag(f), **options)
+
+
+def settings_from_args(args: argparse.Namespace) -> ServeSettings:
+    """Return the ``ServeSettings`` given by parsed CLI arguments (options left out keep their defaults)."""
+    given = {f.name: getattr(args, f.name) for f in fields(ServeSettings)
+             if getattr(args, f.name, None) is not None}
+    return ServeSettings(**given)
