@@ -24,6 +24,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 #: Environment settings of each CPU profile.
 #:
@@ -174,6 +175,26 @@ def classify(arch: str, caps: Mapping[str, bool], torch_capability: str,
     return "other", None
 
 
+def cpu_model() -> str:
+    """Return the CPU's model name as the operating system reports it."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    if sys.platform == "darwin":
+        try:
+            out = subprocess.run(
+                ["sysctl", "-n", "machdep.cpu.brand_string"],
+                capture_output=True, text=True, timeout=5, check=False,
+            )
+            if out.stdout.strip():
+                return out.stdout.strip()
+        except OSError:
+            pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
 def info() -> CpuInfo:
     """Return this machine's CPU facts, class and int8 dot-product instructions (cheap: no subprocess)."""
     import torch
@@ -183,8 +204,6 @@ def info() -> CpuInfo:
     capability = torch.backends.cpu.get_cpu_capability()
     cls, dot = classify(arch, caps, capability)
     wanted = ARM_FEATURES if arch.lower() in ("arm64", "aarch64") else X86_FEATURES
-    from .kit.env import cpu_model
-
     return CpuInfo(arch=arch, name=cpu_model(), features=tuple(f for f in wanted if caps.get(f)),
                    torch_capability=capability, profile=active_profile(), cpu_class=cls, int8_dot=dot)
 

@@ -20,6 +20,15 @@ def has_cuda() -> bool:
         return False
 
 
+def cuda_description() -> str:
+    """Return the CUDA device name and compute capability, or ``"none"``."""
+    if not has_cuda():
+        return "none"
+    idx = torch.cuda.current_device()
+    major, minor = torch.cuda.get_device_capability(idx)
+    return f"{torch.cuda.get_device_name(idx)} (sm_{major}{minor})"
+
+
 def get_device() -> torch.device:
     """Return the device the course should use.
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import platform
 import random
 
 import torch
 
 from . import threads
-from .kit.env import summary
+from .config import mode_name
+from .cpu import cpu_class
+from .device import cuda_description
 
 
 def start(seed: int = 0) -> str:
@@ -33,3 +37,13 @@ def start(seed: int = 0) -> str:
     policy = threads.apply().line()
     line = summary()
     return f"{line} | {policy}" if policy else line
+
+
+def summary() -> str:
+    """Return a one-line environment summary for a notebook's setup cell (CPU class included)."""
+    cuda = cuda_description()
+    return (
+        f"torch {torch.__version__} | python {platform.python_version()} | "
+        f"{os.cpu_count()} cores, {torch.get_num_threads()} torch threads | "
+        f"cpu class: {cpu_class()} | cuda: {cuda} | mode: {mode_name()}"
+    )

@@ -55,7 +55,7 @@ class ThreadState:
 
     def line(self) -> str:
         """Return the policy's part of the setup cell's summary line ("" when nothing to say
-        beyond the thread count, which ``kit.env.summary`` already prints)."""
+        beyond the thread count, which ``session.summary`` already prints)."""
         parts = []
         if self.forced:
             parts.append(f"{self.threads} threads set by COURSE_THREADS")

@@ -27,8 +27,10 @@ import torch
 from course_utils import config, exercises
 from course_utils.deploy import aoti_cpp
 from course_utils.exercises import nb10
-from course_utils.kit import env, offline
-from course_utils.serving import bare, checkpoint, engine
+from course_utils import toolchain
+from course_utils.kit import offline
+from course_utils.models import checkpoint
+from course_utils.serving import bare, engine
 from course_utils.serving.percentile import nearest_rank
 from course_utils.serving.server import free_port
 from course_utils.serving.sse import END, ERROR, TOKEN, format_event, token_event
@@ -168,13 +170,13 @@ HOMES: dict[str, tuple[Callable[[ast.Module], bool], tuple[Path, ...], dict[str,
         "course_utils/exercises/nb10.py": "exercise 10.p99: the reference solution and its mistakes (checked "
                                           "against the home)",
         "course_utils/bench.py": "the median and IQR of timing samples, a different statistic"}),
-    "C++ compiler choice": (names_a_compiler, (PACKAGE, ROOT / "tools"), {"course_utils/kit/env.py": "the home"}),
+    "C++ compiler choice": (names_a_compiler, (PACKAGE, ROOT / "tools"), {"course_utils/toolchain.py": "the home"}),
     "free port": (finds_a_free_port, (PACKAGE, ROOT / "tools", ROOT / "tests"),
                   {"course_utils/serving/server.py": "the home"}),
     "repository root": (finds_the_repo_root, (PACKAGE,), {"course_utils/config.py": "the home (REPO_ROOT)"}),
     "child PYTHONPATH": (reads_pythonpath, (PACKAGE, ROOT / "tools"), {"course_utils/config.py": "the home"}),
     "checkpoint format": (spells_the_checkpoint_format, (PACKAGE, ROOT / "tools"),
-                          {"course_utils/serving/checkpoint.py": "the home (FORMAT)"}),
+                          {"course_utils/models/checkpoint.py": "the home (FORMAT)"}),
 }
 
 
@@ -351,9 +353,9 @@ def ccache_on_path(tmp_path, monkeypatch) -> tuple[Path, Path]:
 
 def test_doctor_and_loader_build_agree_on_a_compiler_with_a_launcher(ccache_on_path):
     script, log = ccache_on_path
-    command = env.cxx_command()
+    command = toolchain.cxx_command()
     assert command == [str(script), shutil.which("g++")]
-    tc = env.check_toolchain()
+    tc = toolchain.check_toolchain()
     assert tc.works and tc.compiler == shlex.join(command), tc.detail
     assert log.read_text().strip(), "the doctor's probe went through the launcher"
     if shutil.which("cmake") is None:
@@ -386,7 +388,7 @@ def test_cmake_builds_through_the_launcher_with_those_arguments(ccache_on_path, 
 @pytest.mark.parametrize("cxx", ["no-such-compiler++", "ccache-missing-launcher g++", "", "g++ 'unclosed"])
 def test_doctor_and_loader_build_both_refuse_an_unusable_cxx(cxx, monkeypatch):
     monkeypatch.setenv("CXX", cxx)
-    tc = env.check_toolchain()
+    tc = toolchain.check_toolchain()
     assert not tc.works and tc.compiler is None and "no C++ compiler" in tc.detail
     if shutil.which("cmake") is None:
         pytest.skip("cmake is not installed here")
@@ -398,7 +400,7 @@ def test_cmake_arguments_of_plain_and_flagged_compilers():
     assert aoti_cpp.cmake_compiler_args("/usr/bin/g++") == ["-DCMAKE_CXX_COMPILER=/usr/bin/g++"]
     assert aoti_cpp.cmake_compiler_args("sccache clang++ -m64 '-DX=a b'") == [
         "-DCMAKE_CXX_COMPILER_LAUNCHER=sccache", "-DCMAKE_CXX_COMPILER=clang++", "-DCMAKE_CXX_FLAGS=-m64 '-DX=a b'"]
-    with pytest.raises(env.CompilerNotFound, match="only a launcher"):
+    with pytest.raises(toolchain.CompilerNotFound, match="only a launcher"):
         aoti_cpp.cmake_compiler_args("ccache")
 
 

@@ -37,3 +37,9 @@ def test_start_resets_compiled_state():
 def test_start_rejects_a_non_int_seed():
     with pytest.raises(TypeError):
         session.start(seed="0")
+
+
+def test_summary_is_one_line_with_torch_version():
+    line = session.summary()
+    assert "\n" not in line
+    assert torch.__version__ in line and "mode:" in line

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from ..compat import export
+
 from .framework import ErrorHint, Mistake, Wrong, capture, function_exercise, nodes, run, short
 
 _DECIDE_IN_GRAPH = ("Python needs True or False from a tensor's value here (an `if`, a `while`, bool() or a "
@@ -52,7 +52,7 @@ def exports_right(answer: Any, reference: Callable[[torch.Tensor], torch.Tensor]
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return answer(x)
 
-    program = run(export, Wrapper(), (inputs[0],), call="torch.export.export of your function",
+    program = run(torch.export.export, Wrapper(), (inputs[0],), call="torch.export.export of your function",
                   errors=CONTROL_FLOW_ERRORS).module()
     for x in inputs:
         got = run(program, x, call=f"the exported program on {short(x)}")

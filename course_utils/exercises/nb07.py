@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..compat import onnx_export
+
 from .framework import Mistake, Wrong, exercise, expect_function, function_exercise, run
 
 _NO_TRANSLATION = ("The ONNX exporter has no translation for that operator: rewrite it with operations that "
@@ -47,7 +47,8 @@ def _median_mistakes() -> list[Mistake]:
 
 
 def _exports_to_onnx(answer: Any) -> None:
-    run(lambda: onnx_export(_OneInput(answer), (torch.randn(2, 5, 3),)), call="torch.onnx.export of your function",
+    run(lambda: torch.onnx.export(_OneInput(answer), (torch.randn(2, 5, 3),), dynamo=True),
+        call="torch.onnx.export of your function",
         errors=[("No ONNX function found", _NO_TRANSLATION)])
 
 
@@ -111,7 +112,7 @@ def check_dynamic_shapes(answer: Any) -> str:
         raise Wrong(f"the keys must be the forward's argument names {sorted(expected_keys)}; "
                     f"missing {sorted(missing)}, unexpected {sorted(extra)}.")
     ids = torch.ones(3, 5, dtype=torch.int64)
-    program = run(lambda: onnx_export(_TwoInputs(), (ids, ids.clone()), dynamic_shapes=answer),
+    program = run(lambda: torch.onnx.export(_TwoInputs(), (ids, ids.clone()), dynamo=True, dynamic_shapes=answer),
                   call="torch.onnx.export with this spec", errors=[
                       (Exception, "torch.onnx.export refused this spec: mark the same dimensions of both inputs "
                                   "(the model multiplies them), with ranges that include the example (3, 5).")])

@@ -17,7 +17,8 @@ from packaging.requirements import Requirement
 from packaging.version import InvalidVersion
 
 from .. import config
-from .env import check_toolchain, package_version
+from ..toolchain import check_toolchain
+from .env import package_version
 
 #: Oldest torch release the course supports (README.md and pyproject.toml say the same; tests tie them).
 TORCH_MIN = "2.11"
@@ -100,7 +101,7 @@ def check_packages(required: Sequence[Requirement | str] | None = None) -> list[
 def check_compiler() -> Check:
     """Return whether a C++ compiler exists and builds a shared library (Inductor needs one).
 
-    The compiler is ``env.cxx_command()``'s, the one the C++ loader build (``aoti_cpp``) uses too.
+    The compiler is ``toolchain.cxx_command()``'s, the one the C++ loader build (``aoti_cpp``) uses too.
     """
     tc = check_toolchain()
     if tc.works:
