@@ -9,7 +9,6 @@ import torch
 from torch import nn
 from torch.export import Dim
 
-from ..compat import export
 from .framework import Mistake, Wrong, exercise, function_exercise, run
 from .nb04 import CONTROL_FLOW_ERRORS, exports_right
 
@@ -74,7 +73,7 @@ def check_dynamic_batch(answer: Any) -> str:
     if not isinstance(answer, (dict, tuple, list)):
         raise Wrong(f"dynamic_shapes is a dict keyed by forward's argument names (here 'x'), or a tuple "
                     f"with one entry per argument; you passed {type(answer).__name__}.")
-    program = run(lambda spec: export(_Head().eval(), (torch.randn(4, IN_FEATURES),), dynamic_shapes=spec),
+    program = run(lambda spec: torch.export.export(_Head().eval(), (torch.randn(4, IN_FEATURES),), dynamic_shapes=spec),
                   answer, call="torch.export.export with this spec", errors=[
                       ("not in range", "The example input (batch 4) falls outside your range, and the range "
                                        f"must include every batch size from {BATCH_MIN} to {BATCH_MAX}."),
