@@ -8,7 +8,8 @@ The top level holds what the notebooks teach with; each module or sub-package an
 - ``device``: which device should I use, and should this GPU-only cell run?
 - ``bench``: how long does this take, and how do variants compare?
 - ``size``: how big is this model?
-- ``compat``: call an API that moved between the torch versions we support.
+- ``toolchain``: which C++ compiler do Inductor and the course's C++ programs use, and does it build?
+- ``compat``: what differs across the torch versions we support, and the private APIs a feature needs?
 - ``inductor_code``: what did Inductor generate for this function (kernels, library calls)?
 - ``breaks``: how many graph breaks does Dynamo hit in this function, and why?
 - ``expect``: does this call fail the way the lesson says?
@@ -46,13 +47,16 @@ _SUBMODULES = {
     "inductor_code",
     "kit",
     "models",
+    "serving",
     "session",
     "size",
     "threads",
+    "toolchain",
 }
 
 __all__ = ["__version__", "bench", "breaks", "compat", "config", "cpu", "data", "deploy", "device",
-           "exercises", "expect", "inductor_code", "kit", "models", "session", "size", "threads"]
+           "exercises", "expect", "inductor_code", "kit", "models", "serving", "session", "size", "threads",
+           "toolchain"]
 
 
 class _NoCudaRuntimeFilter(logging.Filter):

@@ -71,6 +71,12 @@ def test_package_exports_every_submodule_lazily():
     assert set(course_utils.__all__) - {"__version__"} == course_utils._SUBMODULES
     for name in course_utils._SUBMODULES:
         assert getattr(course_utils, name) is importlib.import_module(f"course_utils.{name}")
+    # every module and sub-package of the top level is listed, with its one line in the docstring
+    top = {p.stem for p in (config.REPO_ROOT / "course_utils").glob("*.py") if not p.stem.startswith("_")}
+    top |= {p.parent.name for p in (config.REPO_ROOT / "course_utils").glob("*/__init__.py")}
+    assert top == course_utils._SUBMODULES, f"listed but missing, or missing from _SUBMODULES: {top ^ course_utils._SUBMODULES}"
+    for name in top:
+        assert f"- ``{name}``: " in course_utils.__doc__, f"course_utils/__init__.py's docstring does not describe {name}"
 
 
 def test_environment_puts_values_back(monkeypatch):

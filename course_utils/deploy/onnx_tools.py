@@ -1,6 +1,6 @@
-"""The course's MiniLM as an ONNX file, and ONNX Runtime sessions to run it.
+"""How do I run the course's MiniLM (or a model I exported) with ONNX Runtime?
 
-Shared by the ONNX notebook, the deployment notebook and the serving code:
+The plumbing behind notebook 07's ONNX Runtime cells (the export itself is taught there):
 
 - ``export_minilm``: export the sentence encoder once (dynamic batch and sequence)
   to ``build/onnx/minilm.onnx``; later calls reuse the file while it is up to date.
