@@ -3,6 +3,12 @@
 Used by `make constraints` after deliberately upgrading packages in .venv;
 the course package itself and pip are left out. Update environment.yml to match
 (tests/test_pins.py checks it).
+
+Why `pip freeze` and not a resolver's lock file with hashes (pip-compile --generate-hashes, uv pip
+compile): the file is a *constraints* file (`pip install -c`), and pip does not enforce hashes
+there (a hashed constraint turns on --require-hashes for the requirements, which then fail: pypa/pip
+issues 9243 and 12956), while the course's own editable install cannot carry a hash at all. The
+tested set is what was installed and tested, which is exactly what `pip freeze` records.
 """
 
 import subprocess
