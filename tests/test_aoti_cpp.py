@@ -200,3 +200,49 @@ def test_a_folder_configured_with_another_compiler_still_builds(tmp_path):
     assert not aoti_cpp._forget_other_compiler(build_dir, aoti_cpp.cmake_compiler_args(tools["cxx"]))
     assert aoti_cpp._forget_other_compiler(build_dir, ["-DCMAKE_CXX_COMPILER=clang++"])
     assert not (build_dir / "CMakeCache.txt").exists()
+
+
+# --- the shared CMake helper (cmake_build) that builds both C++ programs ---
+
+def test_aoti_names_are_the_shared_helper_s():
+    from course_utils.deploy import cmake_build, tensor_file
+
+    assert aoti_cpp.find_tools is cmake_build.find_tools and aoti_cpp.toolchain_problem is cmake_build.toolchain_problem
+    assert aoti_cpp.write_tensor is tensor_file.write_tensor and aoti_cpp.read_tensor is tensor_file.read_tensor
+    assert issubclass(aoti_cpp.LoaderFailed, cmake_build.ProgramFailed)
+    assert aoti_cpp.CppToolchainMissing is cmake_build.CppToolchainMissing
+
+
+def test_build_dirs_are_per_program_and_per_torch_install():
+    from course_utils.deploy import cmake_build
+
+    a, b = cmake_build.default_build_dir("aoti_loader"), cmake_build.default_build_dir("libtorch_mlp")
+    assert a == aoti_cpp.default_build_dir() and a.parent.name == "aoti_loader" and b.parent.name == "libtorch_mlp"
+    assert a.name == b.name and a.name.startswith(f"torch-{torch.__version__.replace('+', '_')}-")
+
+
+def test_build_project_refuses_a_folder_without_cmakelists(tmp_path):
+    from course_utils.deploy import cmake_build
+
+    if cmake_build.toolchain_problem():
+        pytest.skip(cmake_build.toolchain_problem())
+    with pytest.raises(FileNotFoundError, match="no CMakeLists.txt"):
+        cmake_build.build_project(tmp_path, "nothing", tmp_path / "build")
+
+
+def test_build_project_reports_a_compile_error_and_builds_a_fixed_project(tmp_path):
+    from course_utils.deploy import cmake_build
+
+    if cmake_build.toolchain_problem():
+        pytest.skip(cmake_build.toolchain_problem())
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.18)\nproject(probe CXX)\n"
+                                           "add_executable(probe main.cpp)\n")
+    (source / "main.cpp").write_text("int main() { return missing_name; }\n")
+    with pytest.raises(RuntimeError, match="missing_name"):
+        cmake_build.build_project(source, "probe", tmp_path / "build")
+    (source / "main.cpp").write_text('#include <cstdio>\nint main() { std::puts("probe ran"); return 0; }\n')
+    build = cmake_build.build_project(source, "probe", tmp_path / "build")
+    assert build.rebuilt and cmake_build.run_program([build.binary]) == "probe ran\n"
+    assert not cmake_build.build_project(source, "probe", tmp_path / "build").rebuilt
