@@ -8,6 +8,9 @@ KERNEL_NAME := pytorch2-course# the kernel `python -m course_utils.kit.lab` inst
 STAMP       := $(VENV)/.course-installed
 LAB_ARGS    ?=
 PYTEST_ARGS ?=
+# A folder made by `make wheelhouse`: when set, every install reads it alone (pip --no-index).
+WHEELHOUSE  ?=
+PIP_FROM    := $(if $(WHEELHOUSE),--no-index --find-links $(abspath $(WHEELHOUSE)))
 
 # JupyterLab refuses to run as root unless asked; only root gets the flag.
 ifeq ($(shell id -u 2>/dev/null),0)
@@ -18,7 +21,8 @@ MIN_VENV    ?= .venv-min
 MIN_STAMP   := $(MIN_VENV)/.course-installed
 
 .PHONY: help setup lab test test-nb test-unit doctor kernel clean constraints execute \
-        workshop-check report report-cold stamp test-min gpu-check test-avx2 test-haswell
+        workshop-check report report-cold stamp test-min gpu-check test-avx2 test-haswell \
+        wheelhouse wheelhouse-install
 
 help:
 	@echo "make lab       set up .venv if needed, then open JupyterLab on notebooks/"
@@ -31,6 +35,9 @@ help:
 	@echo "make report    run the course in full mode, then build/report/report.{md,html}"
 	@echo "make report-cold  the course in full mode with empty caches (a first run's times)"
 	@echo "make stamp     write measured times and 'last passed' into README's table and each notebook"
+	@echo "make wheelhouse   download every pinned package into build/wheelhouse (or WHEELHOUSE=DIR), with checksums"
+	@echo "make lab WHEELHOUSE=DIR   (or setup, test) install from that folder only, no network"
+	@echo "make wheelhouse-install   time a fresh environment built from the wheelhouse in an empty network namespace"
 	@echo "make test-min  the whole suite on the oldest supported torch (2.11), in $(MIN_VENV)"
 	@echo "make test-avx2 the whole suite as if the CPU had AVX2 only (torch, Inductor, FBGEMM capped)"
 	@echo "make test-haswell  notebook 08 and the CPUID checks on qemu's emulated AVX2 CPU (about an hour; needs qemu-user)"
@@ -41,8 +48,9 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml constraints.txt | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	$(if $(WHEELHOUSE),$(BIN)/python -m course_utils.kit.wheelhouse check $(WHEELHOUSE))
+	$(BIN)/python -m pip install --quiet $(PIP_FROM) --upgrade "pip>=24"
+	$(BIN)/python -m pip install --quiet $(PIP_FROM) -c constraints.txt -e ".[dev]"
 	$(BIN)/python -m course_utils.kit.lab
 	@touch $(STAMP)
 	@echo "Course environment ready in $(VENV)."
@@ -112,6 +120,14 @@ test-haswell: setup
 
 gpu-check: setup
 	bash tools/gpu_check.sh
+
+# Needs the network once; then copy the folder (manifest.json inside) to each laptop.
+wheelhouse:
+	$(PYTHON) -m course_utils.kit.wheelhouse build --dest $(or $(WHEELHOUSE),build/wheelhouse)
+
+wheelhouse-install:
+	COURSE_RESULTS=$${COURSE_RESULTS:-build/wheelhouse-results.jsonl} $(PYTHON) -m course_utils.kit.wheelhouse \
+	    install $(or $(WHEELHOUSE),build/wheelhouse) --venv build/wheelhouse-venv --netns
 
 constraints: setup
 	$(BIN)/python tools/freeze_constraints.py > constraints.txt.new && mv constraints.txt.new constraints.txt
