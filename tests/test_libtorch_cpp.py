@@ -168,3 +168,26 @@ def test_shared_libraries_lists_libtorch(trainer):
 def test_run_program_times_out(tmp_path):
     with pytest.raises(subprocess.TimeoutExpired):
         cmake_build.run_program(["sleep", "5"], timeout_s=0.1)
+
+
+# --- exercise 06.read_cpp_output reads the program's lines as libtorch_cpp does ---
+
+def test_exercise_reference_agrees_with_the_parser_and_by_hand():
+    from course_utils import exercises
+    from course_utils.exercises import nb06
+
+    for text in (*nb06._CPP_OUTPUTS, PRINTED):
+        run = libtorch_cpp.parse_train_output(text)
+        assert exercises.solution("06.read_cpp_output")(text) == (run.losses[-1], run.accuracy)
+    assert nb06.summarise_run(PRINTED) == (0.6, 441 / 450)  # by hand: last epoch's loss, 441 of 450
+
+
+def test_exercise_hints_a_learner_who_reports_the_hit_count():
+    from course_utils import exercises
+
+    def hits(text):
+        last = [ln for ln in text.splitlines() if ln.startswith("epoch")][-1]
+        return float(last.split()[3]), int(text.split("test accuracy ")[1].split("/")[0])
+
+    fb = exercises.check("06.read_cpp_output", hits, strict=True)
+    assert not fb.correct and "correct / total" in fb.message

@@ -138,3 +138,75 @@ function_exercise(
                                                                  torch.tensor([0.25, -0.5, 0.1])]),
     success="your function exports, and the exported program takes the right branch for both kinds of input.",
 )
+
+
+# --- 06.read_cpp_output: read what the LibTorch program printed.
+
+_CPP_OUTPUTS = (
+    ("epoch 1 loss 1.512949 seconds 0.0162\nepoch 2 loss 0.581448 seconds 0.0080\n"
+     "epoch 3 loss 0.299761 seconds 0.0075\ntest accuracy 434/450\nsaved build/nb06/libtorch/weights.pt\n"),
+    "epoch 1 loss 2.250000 seconds 0.0500\ntest accuracy 45/450\nsaved w.pt\n",
+    ("epoch 1 loss 0.900000 seconds 0.0310\nepoch 2 loss 0.400000 seconds 0.0290\n"
+     "epoch 3 loss 0.200000 seconds 0.0300\nepoch 4 loss 0.150000 seconds 0.0280\ntest accuracy 98/100\n"),
+)
+
+
+def _epoch_lines(text: str) -> list[list[str]]:
+    return [line.split() for line in text.splitlines() if line.startswith("epoch ")]
+
+
+def _accuracy_words(text: str) -> tuple[int, int]:
+    fraction = next(line.split()[2] for line in text.splitlines() if line.startswith("test accuracy"))
+    hits, total = fraction.split("/")
+    return int(hits), int(total)
+
+
+def summarise_run(text: str) -> tuple[float, float]:
+    """Return (the last epoch's loss, the test accuracy as a fraction) from libtorch_mlp's printed lines."""
+    last_loss = float(_epoch_lines(text)[-1][3])
+    hits, total = _accuracy_words(text)
+    return last_loss, hits / total
+
+
+def _summary_mistakes() -> list[Mistake]:
+    def first_epoch(text: str) -> tuple[float, float]:
+        hits, total = _accuracy_words(text)
+        return float(_epoch_lines(text)[0][3]), hits / total
+
+    def mean_loss(text: str) -> tuple[float, float]:
+        losses = [float(words[3]) for words in _epoch_lines(text)]
+        hits, total = _accuracy_words(text)
+        return sum(losses) / len(losses), hits / total
+
+    def seconds_not_loss(text: str) -> tuple[float, float]:
+        hits, total = _accuracy_words(text)
+        return float(_epoch_lines(text)[-1][5]), hits / total
+
+    def hit_count(text: str) -> tuple[float, float]:
+        return float(_epoch_lines(text)[-1][3]), _accuracy_words(text)[0]
+
+    def inverted(text: str) -> tuple[float, float]:
+        hits, total = _accuracy_words(text)
+        return float(_epoch_lines(text)[-1][3]), total / hits
+
+    return [(first_epoch, "That is the first epoch's loss: the trained model's loss is on the last epoch line."),
+            (mean_loss, "That is the mean over all epochs: report the last epoch's loss."),
+            (seconds_not_loss, "That is the epoch's seconds: the loss is the number after the word 'loss'."),
+            (hit_count, "That is the number of correct digits: the accuracy is correct / total, a fraction."),
+            (inverted, "The accuracy is correct / total (the first number over the second), at most 1.")]
+
+
+function_exercise(
+    "06.read_cpp_output",
+    "write summarise_run(text): from the lines the LibTorch program prints ('epoch N loss L seconds S' per "
+    "epoch, then 'test accuracy C/T'), return (the last epoch's loss, the test accuracy as a fraction).",
+    usage="summarise_run(text)",
+    solution=summarise_run,
+    cases=lambda: [(text,) for text in _CPP_OUTPUTS],
+    mistakes=_summary_mistakes,
+    errors=[((IndexError, StopIteration), "A line you looked for is missing: match the lines by how they start "
+                                          "('epoch ', 'test accuracy') and split them into words."),
+            (ValueError, "A word you turned into a number is not one: count the words of the line again.")],
+    otherwise="Return a tuple (last epoch's loss, correct / total).",
+    success="you read the loss curve's end and the accuracy the way course_utils.deploy.libtorch_cpp does.",
+)
