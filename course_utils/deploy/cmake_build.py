@@ -10,7 +10,7 @@ One helper for every program (the AOTInductor loader, the LibTorch trainer):
   ``ProgramFailed`` with its message when it fails.
 - ``shared_libraries``: what a binary or shared object loads at run time (``ldd``), with sizes.
 
-The compiler is ``kit.env.cxx_command()``'s, the course's one answer to "which compiler?".
+The compiler is ``toolchain.cxx_command()``'s, the course's one answer to "which compiler?".
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from .. import config
-from ..kit.env import CompilerNotFound, cxx_command, split_launcher
+from ..toolchain import CompilerNotFound, cxx_command, split_launcher
 
 #: The compiler options a build folder was configured with (``forget_other_compiler``).
 COMPILER_STAMP = "course-compiler.txt"
@@ -76,7 +76,7 @@ class SharedLibrary:
 def find_tools() -> dict[str, str]:
     """Return {"cmake": path, "cxx": command line} for the tools a build needs.
 
-    The compiler is ``env.cxx_command()``'s, the same one the doctor checks (``$CXX`` first, a
+    The compiler is ``toolchain.cxx_command()``'s, the same one the doctor checks (``$CXX`` first, a
     launcher such as ``ccache g++`` included), joined with ``shlex.join``. Raises
     CppToolchainMissing naming the missing tool and how to get it.
     """
