@@ -11,7 +11,7 @@ import torch
 from .. import config
 from ..cpu import cpu_model
 from ..device import cuda_description
-from ..toolchain import CompilerNotFound, check_toolchain, cxx_command, split_launcher  # noqa: F401  (TEMPORARY re-export: moved to course_utils.toolchain)
+from ..toolchain import check_toolchain
 
 #: Packages whose versions the report lists, in order.
 REPORTED_PACKAGES = ("torch", "torchvision", "torchaudio", "onnx", "onnxruntime", "torchao")
