@@ -85,3 +85,24 @@ def test_environment_puts_values_back(monkeypatch):
     with config.environment(COURSE_QUICK="0", COURSE_RESULTS="/tmp/x.jsonl"):
         assert config.is_quick() is False and os.environ["COURSE_RESULTS"] == "/tmp/x.jsonl"
     assert config.is_quick() is True and "COURSE_RESULTS" not in os.environ
+
+
+def test_teaching_helpers_never_import_the_course_kit():
+    """The kit runs the course and may use the helpers; the helpers (what notebooks import) never use the kit."""
+    import ast
+
+    package = config.REPO_ROOT / "course_utils"
+    offenders = []
+    for path in package.rglob("*.py"):
+        rel = path.relative_to(package)
+        if rel.parts[0] == "kit" or rel.name == "__main__.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.ImportFrom):
+                names = [("." * node.level) + (node.module or "")] + [a.name for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            if any(n == "kit" or n.endswith(".kit") or ".kit." in n or n.startswith("kit.") for n in names):
+                offenders.append(f"{rel}:{node.lineno}")
+    assert not offenders, f"teaching helpers import course_utils.kit: {offenders}"
