@@ -48,6 +48,72 @@ def test_transformer_block_is_causal_when_asked():
         TransformerBlock(30, 4)
 
 
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("split", [1, 4, 8])
+def test_block_with_past_keys_equals_the_full_forward(causal, split):
+    """Running the last positions against the earlier ones' keys and values (the KV cache) gives
+    what the whole sequence gives at those positions (tolerance 1e-5: only summation order differs),
+    and the keys/values returned are the new positions' own, the ones a cache appends."""
+    torch.manual_seed(0)
+    block = TransformerBlock(32, 4, causal=causal).eval()
+    x = torch.randn(3, 9, 32)
+    with torch.no_grad():
+        full = block(x)
+        head, past = block.forward_cached(x[:, :split])
+        tail, new = block.forward_cached(x[:, split:], past)
+        _, whole = block.forward_cached(x)
+    if causal:  # earlier positions never see later ones
+        torch.testing.assert_close(head, full[:, :split], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(tail, full[:, split:], atol=1e-5, rtol=1e-5)
+    assert past[0].shape == (3, 4, split, 8) and new[0].shape == (3, 4, 9 - split, 8)
+    for i in range(2):  # keys, values: the cache after both calls is the whole sequence's
+        torch.testing.assert_close(torch.cat([past[i], new[i]], dim=2), whole[i])
+
+
+def test_block_mask_with_past_replaces_the_causal_rule():
+    """A mask hides cached positions per row (a batch whose rows hold different amounts of past):
+    row 0 sees 2 of its 5 cached positions, which equals running it with those 2 alone."""
+    torch.manual_seed(0)
+    block = TransformerBlock(16, 2, causal=True).eval()
+    x = torch.randn(2, 6, 16)
+    with torch.no_grad():
+        _, past = block.forward_cached(x[:, :5])
+        visible = torch.tensor([[True, True, False, False, False, True], [True] * 6])[:, None, None, :]
+        masked, _ = block.forward_cached(x[:, 5:], past, visible)
+        short = block(torch.cat([x[:1, :2], x[:1, 5:]], dim=1))[:, -1:]
+    torch.testing.assert_close(masked[:1], short, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(masked[1:], block(x)[1:, 5:], atol=1e-5, rtol=1e-5)
+
+
+def test_attention_maths_exists_once():
+    """The block's attention is the only one: the GPT's forward, prefill and decoding step, the
+    servers and the tools call the model's methods and never repeat the maths or reach into a
+    block's layers (issue 16)."""
+    import ast
+
+    from course_utils import config
+
+    home = "course_utils/models/transformer.py"
+    block_parts = {"qkv", "ln1", "ln2", "n_heads"}
+    offenders = []
+    for folder in ("course_utils", "tools"):
+        for path in sorted((config.REPO_ROOT / folder).rglob("*.py")):
+            name = path.relative_to(config.REPO_ROOT).as_posix()
+            if name == home:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Attribute) and node.attr == "scaled_dot_product_attention":
+                    offenders.append(f"{name}:{node.lineno} calls scaled_dot_product_attention")
+                if (isinstance(node, ast.Attribute) and node.attr in block_parts
+                        and not (isinstance(node.value, ast.Name) and node.value.id == "self")):
+                    offenders.append(f"{name}:{node.lineno} reaches into a block (.{node.attr})")
+    assert not offenders, offenders
+    # and the scan sees the old shape of the copies it replaced
+    old = "q, k, v = blk.qkv(blk.ln1(x)).split(c, dim=2)\ny = F.scaled_dot_product_attention(q, k, v)\n"
+    attrs = {n.attr for n in ast.walk(ast.parse(old)) if isinstance(n, ast.Attribute)}
+    assert {"qkv", "ln1", "scaled_dot_product_attention"} <= attrs
+
 def small_gpt(**kw):
     torch.manual_seed(0)
     return TinyGPT(GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, n_embd=16, **kw)).eval()

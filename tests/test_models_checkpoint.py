@@ -7,7 +7,7 @@ import torch
 
 from course_utils.data import DataFileError, load_corpus
 from course_utils.data.files import REBUILD_COMMANDS, verify
-from course_utils.serving.checkpoint import load_tiny_gpt
+from course_utils.models.checkpoint import load_tiny_gpt
 
 
 def test_checkpoint_is_shipped_small_and_loads_with_weights_only():

@@ -22,7 +22,7 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not 
 pytest.importorskip("gradio", reason="gradio is not installed")
 
 from course_utils.models.gpt import generate_cached  # noqa: E402
-from course_utils.serving.checkpoint import load_tiny_gpt  # noqa: E402
+from course_utils.models.checkpoint import load_tiny_gpt  # noqa: E402
 from course_utils.serving.gradio_demo import launch_demo  # noqa: E402
 from course_utils.serving.process import serve_in_subprocess  # noqa: E402
 

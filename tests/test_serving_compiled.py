@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from course_utils.serving.checkpoint import load_tiny_gpt
+from course_utils.models.checkpoint import load_tiny_gpt
 from course_utils.serving.loadgen import run_load
 from course_utils.serving.process import serve_in_subprocess
 

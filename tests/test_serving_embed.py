@@ -12,7 +12,7 @@ import torch
 
 from course_utils.models import MiniLMUnavailable, load_minilm
 from course_utils.serving import ServeSettings
-from course_utils.serving.checkpoint import load_tiny_gpt
+from course_utils.models.checkpoint import load_tiny_gpt
 from course_utils.serving.server import ThreadedServer
 
 TEXTS = ["How do I boil an egg?", "The moon orbits the earth.", "Python lists are mutable.",

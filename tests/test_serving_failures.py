@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from course_utils.serving import ServeSettings
-from course_utils.serving.checkpoint import load_tiny_gpt
+from course_utils.models.checkpoint import load_tiny_gpt
 from course_utils.serving.engine import sample_token
 from course_utils.serving.loadgen import SSEParser
 from course_utils.serving.server import ThreadedServer

@@ -15,7 +15,7 @@ import httpx
 import torch
 
 from course_utils.serving import ServeSettings
-from course_utils.serving.checkpoint import load_tiny_gpt
+from course_utils.models.checkpoint import load_tiny_gpt
 from course_utils.serving.server import ThreadedServer
 
 N_BODIES = 300

@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from course_utils.serving import ServeSettings
-from course_utils.serving.checkpoint import load_tiny_gpt
+from course_utils.models.checkpoint import load_tiny_gpt
 from course_utils.serving.guards import host_name
 from course_utils.serving.server import ThreadedServer, exposure_warning
 from course_utils.serving.settings import add_cli_arguments, settings_from_args

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from course_utils.serving import ServeSettings
-from course_utils.serving.checkpoint import load_tiny_gpt
+from course_utils.models.checkpoint import load_tiny_gpt
 from course_utils.serving.server import ThreadedServer, http_protocol
 
 HEAD_TIMEOUT = 1.0

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 from course_utils.config import data_dir  # noqa: E402
 from course_utils.data import char_lm_split, random_batch  # noqa: E402
 from course_utils.models import GPTConfig, TinyGPT  # noqa: E402
-from course_utils.serving.checkpoint import CHECKPOINT_FILE, FORMAT  # noqa: E402
+from course_utils.models.checkpoint import CHECKPOINT_FILE, FORMAT  # noqa: E402
 
 CONFIG = dict(block_size=512, n_layer=4, n_head=4, n_embd=128, dropout=0.0)
 WINDOW = 128
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"validation loss {val:.3f}")
     state = {k: v.detach().clone() for k, v in model.state_dict().items() if k != "head.weight"}
     ckpt = {
-        "format": FORMAT,  # the loader (serving.checkpoint) refuses any other
+        "format": FORMAT,  # the loader (models.checkpoint) refuses any other
         "config": config.to_dict(),
         "tokenizer": tok.to_dict(),
         "state_dict": state,

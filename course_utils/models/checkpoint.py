@@ -1,4 +1,6 @@
-"""Load the tiny GPT checkpoint shipped in ``data/tiny_gpt.pt`` (``weights_only=True``)."""
+"""How is the tiny GPT stored and loaded? Its checkpoint format (``FORMAT``, the one place that
+spells it: the trainer writes it, the loader checks it) and ``load_tiny_gpt``, which reads the
+shipped ``data/tiny_gpt.pt`` or another file with ``weights_only=True``."""
 
 from __future__ import annotations
 
@@ -10,9 +12,11 @@ import torch
 
 from ..data.files import PARSE_ERRORS, load_tensors, malformed
 from ..data.text import CharTokenizer
-from ..models.gpt import GPTConfig, TinyGPT
+from .gpt import GPTConfig, TinyGPT
 
+#: The shipped checkpoint, in ``data/``.
 CHECKPOINT_FILE = "tiny_gpt.pt"
+#: What a checkpoint's ``"format"`` entry says; the loader refuses any other.
 FORMAT = "course_utils.tiny_gpt/1"
 KEYS = ("format", "config", "state_dict", "tokenizer")
 

@@ -1,11 +1,14 @@
-"""A tiny character-level GPT: token and position embeddings, causal blocks, a tied head.
+"""What is the tiny GPT, and how does it decode with a key-value cache? A character-level GPT
+(token and position embeddings, causal blocks, a tied head) and the cache procedure a server runs.
 
-Besides the plain ``forward``, the model can decode with a key-value cache (``KVCache``):
-``prefill`` runs a right-padded batch of prompts once and stores every layer's keys and
-values; ``decode_step`` then feeds one new token per sequence and attends to the stored
-keys, so a step costs one token instead of the whole sequence. Rows of the cache are
-independent sequences of different lengths, which is what a server batching requests at
-every decoding step needs.
+The model's one attention (``TransformerBlock.attention``) takes the keys and values of earlier
+positions and returns the ones its tokens add; ``TinyGPT.forward_cached`` runs every block that way, and
+``forward``, ``prefill`` and ``decode_core`` all go through it. ``KVCache`` stores the keys and
+values of many sequences: ``prefill`` runs a right-padded batch of prompts once and stores every
+layer's keys and values; ``decode_step`` then feeds one new token per sequence and attends to the
+stored keys, so a step costs one token instead of the whole sequence. Rows of the cache are
+independent sequences of different lengths, which is what a server batching requests at every
+decoding step needs.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .transformer import TransformerBlock
+from .transformer import KV, TransformerBlock
 
 
 @dataclass(frozen=True)
@@ -71,10 +74,28 @@ class TinyGPT(nn.Module):
         if t + start_pos > self.config.block_size:
             raise ValueError(f"sequence length {t + start_pos} exceeds block_size {self.config.block_size}")
         pos = torch.arange(start_pos, start_pos + t, device=idx.device)
+        return self.logits(self.forward_cached(idx, pos)[0])
+
+    def forward_cached(self, idx: torch.Tensor, pos: torch.Tensor, past: Sequence[KV] | None = None,
+                       mask: torch.Tensor | None = None) -> tuple[torch.Tensor, list[KV]]:
+        """Return the last block's hidden states ``(B, T, n_embd)`` for tokens ``idx`` ``(B, T)`` at
+        positions ``pos`` (``(T,)`` or ``(B, T)``), and each layer's keys and values.
+
+        ``past`` gives each layer's keys and values of earlier positions and ``mask`` which of them
+        each query may see (see ``TransformerBlock.attention``); the keys and values returned are
+        ``idx``'s own, ``(B, n_head, T, head_dim)`` per layer, what a cache gains. No position check
+        here: callers check ``block_size``.
+        """
         x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
-        for block in self.blocks:
-            x = block(x)
-        return self.head(self.ln_f(x))
+        present: list[KV] = []
+        for layer, block in enumerate(self.blocks):
+            x, kv = block.forward_cached(x, None if past is None else past[layer], mask)
+            present.append(kv)
+        return x, present
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Return next-token logits ``(..., vocab)`` from hidden states ``(..., n_embd)`` (final norm, tied head)."""
+        return self.head(self.ln_f(hidden))
 
     def loss(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Return the mean cross-entropy of predicting ``targets`` from ``idx``."""
@@ -161,11 +182,6 @@ class KVCache:
         self.lengths.zero_()
 
 
-def _split_heads(z: torch.Tensor, n_head: int) -> torch.Tensor:
-    b, t, c = z.shape
-    return z.view(b, t, n_head, c // n_head).transpose(1, 2)
-
-
 @torch.no_grad()
 def prefill(model: TinyGPT, idx: torch.Tensor, lengths: torch.Tensor, cache: KVCache,
             first_row: int = 0) -> torch.Tensor:
@@ -184,18 +200,12 @@ def prefill(model: TinyGPT, idx: torch.Tensor, lengths: torch.Tensor, cache: KVC
     if int(lengths.min()) < 1 or int(lengths.max()) > t:
         raise ValueError("every prompt needs between 1 and T real tokens")
     rows = slice(first_row, first_row + m)
-    x = model.tok_emb(idx) + model.pos_emb(torch.arange(t, device=idx.device))
-    c = model.config.n_embd
-    for layer, blk in enumerate(model.blocks):
-        q, k, v = (_split_heads(z, blk.n_heads) for z in blk.qkv(blk.ln1(x)).split(c, dim=2))
+    hidden, present = model.forward_cached(idx, torch.arange(t, device=idx.device))
+    for layer, (k, v) in enumerate(present):
         cache.k[layer, rows, :, :t] = k
         cache.v[layer, rows, :, :t] = v
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + blk.proj(y.transpose(1, 2).reshape(m, t, c))
-        x = x + blk.mlp(blk.ln2(x))
     cache.lengths[rows] = lengths
-    last = x[torch.arange(m, device=idx.device), lengths - 1]
-    return model.head(model.ln_f(last))
+    return model.logits(hidden[torch.arange(m, device=idx.device), lengths - 1])
 
 
 @torch.no_grad()
@@ -237,19 +247,11 @@ def decode_core(model: TinyGPT, tokens: torch.Tensor, pos: torch.Tensor, k_cache
     # (n, 1, 1, past + 1): cached key j is visible to row r when j < pos[r]; the new key always
     visible = torch.arange(past, device=tokens.device) < pos[:, None]
     mask = torch.cat([visible, visible.new_ones(n, 1)], dim=1)[:, None, None, :]
-    x = (model.tok_emb(tokens) + model.pos_emb(pos))[:, None, :]
-    c = model.config.n_embd
-    new_k, new_v = [], []
-    for layer, blk in enumerate(model.blocks):
-        q, k, v = (_split_heads(z, blk.n_heads) for z in blk.qkv(blk.ln1(x)).split(c, dim=2))
-        keys = torch.cat([k_cache[layer, :n, :, :past], k], dim=2)
-        values = torch.cat([v_cache[layer, :n, :, :past], v], dim=2)
-        y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
-        x = x + blk.proj(y.transpose(1, 2).reshape(n, 1, c))
-        x = x + blk.mlp(blk.ln2(x))
-        new_k.append(k[:, :, 0])
-        new_v.append(v[:, :, 0])
-    return model.head(model.ln_f(x[:, 0])), torch.stack(new_k), torch.stack(new_v)
+    cached = [(k_cache[layer, :n, :, :past], v_cache[layer, :n, :, :past]) for layer in range(model.config.n_layer)]
+    hidden, present = model.forward_cached(tokens[:, None], pos[:, None], cached, mask)
+    new_k = torch.stack([k[:, :, 0] for k, _ in present])  # each layer's (n, n_head, 1, head_dim)
+    new_v = torch.stack([v[:, :, 0] for _, v in present])
+    return model.logits(hidden[:, 0]), new_k, new_v
 
 
 def pad_prompts(prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:

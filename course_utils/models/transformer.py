@@ -1,10 +1,15 @@
-"""A pre-norm transformer block (self-attention + GELU MLP), the unit of the tiny GPT."""
+"""What is one block of the tiny GPT? A pre-norm transformer block (self-attention + GELU MLP)
+whose attention can take the keys and values of earlier positions (a KV cache) and returns the keys
+and values its own positions add to it."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+#: One layer's keys and values, each ``(batch, heads, positions, head_dim)``.
+KV = tuple[torch.Tensor, torch.Tensor]
 
 
 class TransformerBlock(nn.Module):
@@ -29,18 +34,48 @@ class TransformerBlock(nn.Module):
             nn.Dropout(dropout),
         )
 
-    def attention(self, x: torch.Tensor) -> torch.Tensor:
-        """Return multi-head self-attention of ``x`` (already normalised)."""
+    def attention(self, x: torch.Tensor, past: KV | None = None,
+                  mask: torch.Tensor | None = None) -> tuple[torch.Tensor, KV]:
+        """Return multi-head self-attention of ``x`` (already normalised) and ``x``'s keys and values.
+
+        ``x`` is ``(b, t, d_model)``. ``past``, when given, holds the keys and values of ``p``
+        earlier positions, ``(b, heads, p, head_dim)`` each; ``x``'s positions attend to them and
+        to each other. The keys and values returned are ``x``'s own, ``(b, heads, t, head_dim)``:
+        what the cache gains, so the next call's ``past`` is ``past`` with them appended along
+        positions (dim 2). ``mask`` (broadcastable to ``(b, heads, t, p + t)``, True where a query
+        may look) replaces the causal rule; a batch whose rows have different amounts of real past
+        needs one. Without it a causal block lets position ``i`` of ``x`` see all of ``past`` and
+        ``x``'s positions up to ``i``.
+
+        (Only the new keys and values are returned, not the concatenation: a caller that keeps its
+        cache in a preallocated buffer writes them in place, and a compiled decoding step that had
+        to read them back out of the concatenated tensor ran measurably slower.)
+        """
         b, t, c = x.shape
         q, k, v = self.qkv(x).split(c, dim=2)
         # (b, t, c) -> (b, heads, t, c // heads)
         q, k, v = (z.view(b, t, self.n_heads, c // self.n_heads).transpose(1, 2) for z in (q, k, v))
+        keys, values = (k, v) if past is None else (torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2))
+        is_causal = False
+        if mask is None and self.causal:
+            if past is None:
+                is_causal = True
+            else:  # causal with an offset: query i sees keys 0 .. p + i
+                n_keys = keys.shape[2]
+                mask = torch.ones(t, n_keys, dtype=torch.bool, device=x.device).tril(n_keys - t)
         y = F.scaled_dot_product_attention(
-            q, k, v, is_causal=self.causal, dropout_p=self.dropout if self.training else 0.0
+            q, keys, values, attn_mask=mask, is_causal=is_causal, dropout_p=self.dropout if self.training else 0.0
         )
-        return self.proj(y.transpose(1, 2).reshape(b, t, c))
+        return self.proj(y.transpose(1, 2).reshape(b, t, c)), (k, v)
+
+    def forward_cached(self, x: torch.Tensor, past: KV | None = None,
+                       mask: torch.Tensor | None = None) -> tuple[torch.Tensor, KV]:
+        """Return the block's output for ``x`` and ``x``'s keys and values; ``past`` and ``mask`` as in
+        ``attention``."""
+        a, kv = self.attention(self.ln1(x), past, mask)
+        x = x + a
+        return x + self.mlp(self.ln2(x)), kv
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Return the block's output, same shape as ``x``."""
-        x = x + self.attention(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
+        return self.forward_cached(x)[0]

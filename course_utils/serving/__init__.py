@@ -9,12 +9,13 @@
 - ``process``: ``serve_in_subprocess`` / ``ServerProcess``. ``loadgen``: ``run_load``.
 - ``sse``: the token stream's format, written by the servers and read by the clients.
 - ``percentile``: the nearest-rank percentile the load generator reports.
-- ``bare``: tokens/s of the model alone. ``checkpoint``: ``load_tiny_gpt``.
+- ``bare``: tokens/s of the model alone.
+
+The model, its KV-cache decoding and its checkpoint loader live in ``course_utils.models``.
 
 Importing this package is cheap; FastAPI, uvicorn and httpx load only with the modules that use them.
 """
 
-from .checkpoint import load_tiny_gpt
 from .settings import BATCHING_MODES, ServeSettings
 
-__all__ = ["BATCHING_MODES", "ServeSettings", "load_tiny_gpt"]
+__all__ = ["BATCHING_MODES", "ServeSettings"]

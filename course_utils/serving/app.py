@@ -125,7 +125,7 @@ def create_app(settings: ServeSettings | None = None, *, model: TinyGPT | None =
     (``settings.model`` overrides the path); ``mini`` to ``load_minilm()`` when ``settings.embed``."""
     settings = settings or ServeSettings()
     if model is None or tokenizer is None:
-        from .checkpoint import load_tiny_gpt
+        from ..models.checkpoint import load_tiny_gpt
 
         model, tokenizer = load_tiny_gpt(settings.model)
     metrics = ServingMetrics()

@@ -63,7 +63,7 @@ def load_model(path: str | None = None) -> tuple[torch.nn.Module, Any]:
 
     ``path`` defaults to ``$COURSE_SERVE_MODEL`` and then to the shipped ``data/tiny_gpt.pt``.
     """
-    from .checkpoint import load_tiny_gpt
+    from ..models.checkpoint import load_tiny_gpt
 
     model, tok = load_tiny_gpt(path or os.environ.get("COURSE_SERVE_MODEL") or None)
     return model.eval(), tok
