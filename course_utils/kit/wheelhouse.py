@@ -38,7 +38,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from .. import config  # standard library only, like this module
+
+REPO_ROOT = config.REPO_ROOT
 #: Where ``make wheelhouse`` puts the folder unless told otherwise.
 DEFAULT_DEST = REPO_ROOT / "build" / "wheelhouse"
 MANIFEST = "manifest.json"
@@ -146,8 +148,11 @@ def pip_source(folder: Path) -> list[str]:
 
 
 def build(dest: Path, constraints: Path, platform: str | None = None, python_version: str | None = None,
-          python: str = sys.executable) -> dict:
-    """Return the manifest after downloading every distribution the course installs into ``dest``."""
+          python: str = sys.executable, env: dict[str, str] | None = None) -> dict:
+    """Return the manifest after downloading every distribution the course installs into ``dest``.
+
+    ``env`` is pip's environment (default: this process's).
+    """
     dest.mkdir(parents=True, exist_ok=True)
     cmd = [python, "-m", "pip", "download", "--dest", str(dest), "-c", str(constraints),
            f"{REPO_ROOT}[dev]", *EXTRA_REQUIREMENTS]
@@ -156,7 +161,7 @@ def build(dest: Path, constraints: Path, platform: str | None = None, python_ver
         cmd += ["--platform", platform] if platform else []
         cmd += ["--python-version", python_version] if python_version else []
     print("+", shlex.join(cmd), flush=True)
-    subprocess.run(cmd, check=True, cwd=REPO_ROOT)
+    subprocess.run(cmd, check=True, cwd=REPO_ROOT, env=env)
     # pip builds the course's own sdist while resolving it; the course installs from the checkout instead
     for stray in dest.glob("pytorch2[-_]course-*"):
         stray.unlink()
