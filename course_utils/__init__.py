@@ -13,6 +13,8 @@ The top level holds what the notebooks teach with; each module or sub-package an
 - ``inductor_code``: what did Inductor generate for this function (kernels, library calls)?
 - ``breaks``: how many graph breaks does Dynamo hit in this function, and why?
 - ``expect``: does this call fail the way the lesson says?
+- ``fresh``: what does this script report when run in a new process with empty compile caches?
+- ``trace_report``: what does tlparse's report on a ``TORCH_TRACE`` log contain?
 - ``session``: start a notebook (seed, fresh compiler state, thread policy, summary line).
 - ``data``: give me the course's offline data sets.
 - ``models``: give me the small models the notebooks share.
@@ -44,6 +46,7 @@ _SUBMODULES = {
     "device",
     "exercises",
     "expect",
+    "fresh",
     "inductor_code",
     "kit",
     "models",
@@ -52,11 +55,12 @@ _SUBMODULES = {
     "size",
     "threads",
     "toolchain",
+    "trace_report",
 }
 
 __all__ = ["__version__", "bench", "breaks", "compat", "config", "cpu", "data", "deploy", "device",
-           "exercises", "expect", "inductor_code", "kit", "models", "serving", "session", "size", "threads",
-           "toolchain"]
+           "exercises", "expect", "fresh", "inductor_code", "kit", "models", "serving", "session", "size", "threads",
+           "toolchain", "trace_report"]
 
 
 class _NoCudaRuntimeFilter(logging.Filter):

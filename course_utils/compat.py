@@ -4,7 +4,8 @@ Supported: torch >= 2.11, < 3 (checked on 2.11.0 with ``make test-min`` and on t
 This module covers exactly three kinds of API, each tested by ``tests/test_compat.py``:
 
 - **Newer than the floor**: ``has(feature)`` probes them (``FEATURES``: the ``recompile_limit=`` and
-  ``dynamic_shapes=`` keywords of ``torch.compile``, ``torch.compiler.nonstrict_trace``), and
+  ``dynamic_shapes=`` keywords of ``torch.compile``, ``torch.compiler.nonstrict_trace``,
+  ``torch.compiler.nested_compile_region``, ``torch._dynamo.error_on_graph_break``), and
   ``nonstrict_trace()`` / ``recompile_limit()`` work on every supported release.
 - **Private or prototype namespaces a notebook depends on for a feature**, which may move:
   ``torch._higher_order_ops.scan`` / ``while_loop``, the mega-cache ``save_cache_artifacts``,
@@ -55,6 +56,10 @@ def _probe(feature: str) -> bool:
         return hasattr(torch._higher_order_ops, "while_loop")
     if feature == "scan":
         return hasattr(torch._higher_order_ops, "scan")
+    if feature == "nested_compile_region":
+        return hasattr(torch.compiler, "nested_compile_region")
+    if feature == "error_on_graph_break":
+        return hasattr(torch._dynamo, "error_on_graph_break")
     raise KeyError(f"unknown feature {feature!r}; known: {', '.join(FEATURES)}")
 
 
@@ -68,6 +73,8 @@ FEATURES = (
     "dim_auto",
     "while_loop",
     "scan",
+    "nested_compile_region",
+    "error_on_graph_break",
 )
 
 

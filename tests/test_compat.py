@@ -29,6 +29,14 @@ def test_newer_apis_agree_with_the_signature():
     assert compat.has("nonstrict_trace") == hasattr(torch.compiler, "nonstrict_trace")
 
 
+def test_regional_compile_probes_match_the_installed_torch():
+    """The two notebook-11 probes are True exactly when the API is there (both are on 2.14)."""
+    assert compat.has("nested_compile_region") == hasattr(torch.compiler, "nested_compile_region")
+    assert compat.has("error_on_graph_break") == hasattr(torch._dynamo, "error_on_graph_break")
+    if compat.torch_version() >= (2, 14):
+        assert compat.has("nested_compile_region") and compat.has("error_on_graph_break")
+
+
 def test_is_compiled_for_functions_and_modules():
     def f(x):
         return x + 1
