@@ -95,12 +95,14 @@ def test_attention_maths_exists_once():
     from course_utils import config
 
     home = "course_utils/models/transformer.py"
+    # exercise checkers may compare a learner's attention with torch's (exercise 11.attention's reference)
+    teaching = "course_utils/exercises/"
     block_parts = {"qkv", "ln1", "ln2", "n_heads"}
     offenders = []
     for folder in ("course_utils", "tools"):
         for path in sorted((config.REPO_ROOT / folder).rglob("*.py")):
             name = path.relative_to(config.REPO_ROOT).as_posix()
-            if name == home:
+            if name == home or name.startswith(teaching):
                 continue
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Attribute) and node.attr == "scaled_dot_product_attention":

@@ -33,6 +33,8 @@ class Saboteur:
     ``poison``: a token id whose presence in a prompt makes that prefill raise;
     ``next_decode``: an exception to raise at the next decoding step (then cleared).
     A short sleep per forward pass keeps a long stream running while a test acts.
+    A decoding step embeds one token per row, ``(n, 1)``; a prefill embeds whole prompts, and every
+    prompt these tests send has at least two characters, so ``(m, T >= 2)``.
     """
 
     def __init__(self, model: torch.nn.Module, poison: int) -> None:
@@ -43,9 +45,10 @@ class Saboteur:
     def __call__(self, module: torch.nn.Module, args: tuple) -> None:
         time.sleep(0.002)
         ids = args[0]
-        if ids.dim() == 2 and bool((ids == self.poison).any()):
+        decoding = ids.shape[-1] == 1
+        if not decoding and bool((ids == self.poison).any()):
             raise RuntimeError("poisoned prompt")
-        if ids.dim() == 1 and self.next_decode is not None:
+        if decoding and self.next_decode is not None:
             err, self.next_decode = self.next_decode, None
             raise err
 
