@@ -246,3 +246,22 @@ def test_build_project_reports_a_compile_error_and_builds_a_fixed_project(tmp_pa
     build = cmake_build.build_project(source, "probe", tmp_path / "build")
     assert build.rebuilt and cmake_build.run_program([build.binary]) == "probe ran\n"
     assert not cmake_build.build_project(source, "probe", tmp_path / "build").rebuilt
+
+
+def test_two_builds_of_one_folder_at_once_build_it_once(tmp_path):
+    """A notebook and a test (or two test workers) may ask for the same program together."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from course_utils.deploy import cmake_build
+
+    if cmake_build.toolchain_problem():
+        pytest.skip(cmake_build.toolchain_problem())
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.18)\nproject(probe CXX)\n"
+                                           "add_executable(probe main.cpp)\n")
+    (source / "main.cpp").write_text('#include <cstdio>\nint main() { std::puts("once"); return 0; }\n')
+    with ThreadPoolExecutor(2) as pool:
+        builds = list(pool.map(lambda _: cmake_build.build_project(source, "probe", tmp_path / "build"), range(2)))
+    assert sorted(b.rebuilt for b in builds) == [False, True]
+    assert cmake_build.run_program([builds[0].binary]) == "once\n"

@@ -15,6 +15,7 @@ The compiler is ``toolchain.cxx_command()``'s, the course's one answer to "which
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -23,7 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -173,6 +174,32 @@ def build_project(source_dir: str | Path, binary_name: str, build_dir: str | Pat
     binary = build_dir / binary_name
     if not force and _is_fresh(binary, source_dir):
         return Build(binary, False, 0.0)
+    with _exclusive(build_dir):  # a notebook and a test (or two test workers) may build at once
+        if not force and _is_fresh(binary, source_dir):
+            return Build(binary, False, 0.0)  # another process built it while this one waited
+        return _configure_and_build(tools, source_dir, build_dir, binary, timeout_s)
+
+
+@contextlib.contextmanager
+def _exclusive(build_dir: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``build_dir`` across processes (POSIX; elsewhere no lock)."""
+    build_dir.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # Windows: builds there are not run concurrently by the course
+        yield
+        return
+    with open(build_dir.parent / f".{build_dir.name}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _configure_and_build(tools: dict[str, str], source_dir: Path, build_dir: Path, binary: Path,
+                         timeout_s: float) -> Build:
+    """Return the ``Build`` after running CMake's configure and build steps (see ``build_project``)."""
     start = time.perf_counter()
     compiler = cmake_compiler_args(tools["cxx"])
     forget_other_compiler(build_dir, compiler)
