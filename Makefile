@@ -8,6 +8,7 @@ KERNEL_NAME := pytorch2-course# the kernel `python -m course_utils.kit.lab` inst
 STAMP       := $(VENV)/.course-installed
 LAB_ARGS    ?=
 PYTEST_ARGS ?=
+WORKERS     ?= 2
 # A folder made by `make wheelhouse`: when set, every install reads it alone (pip --no-index).
 WHEELHOUSE  ?=
 PIP_FROM    := $(if $(WHEELHOUSE),--no-index --find-links $(abspath $(WHEELHOUSE)))
@@ -65,8 +66,10 @@ kernel: setup
 lab: kernel
 	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks $(ROOT_FLAG) $(LAB_ARGS)
 
+# Test files run in WORKERS processes (pytest-xdist; WORKERS=0 runs them in this one), one file
+# per worker at a time, so each notebook still runs top to bottom in its own fresh kernel.
 test: setup
-	COURSE_QUICK=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+	COURSE_QUICK=1 $(BIN)/python -m pytest -n $(WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-unit: setup
 	COURSE_QUICK=1 $(BIN)/python -m pytest tests $(PYTEST_ARGS)
