@@ -169,3 +169,21 @@ def test_cold_runs_start_with_empty_caches_and_leave_none_behind(monkeypatch):
     assert not any(os.path.exists(folder) for folder in seen.values())
     with runner._empty_caches(False):
         assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/somewhere/warm"
+
+
+def test_a_machine_much_slower_than_the_reference_is_warned_about():
+    stated = stamp.stated_quick_seconds("| notebook | what | minutes |\n|---|---|---|\n"
+                                        "| [`00_a.ipynb`](x) | a | 0.5 / 0.4 / 0.2 |\n"
+                                        "| [`01_b.ipynb`](x) | b | ? / ? / ? |\n"
+                                        "| [`02_c.ipynb`](x) | c | 1.0 / 0.8 / 0.5 |\n\nafter the table\n")
+    assert stated == {"00_a.ipynb": 12.0, "02_c.ipynb": 30.0}
+    on_pace = [runner.NotebookRun("00_a.ipynb", True, 14.0, "quick"), runner.NotebookRun("02_c.ipynb", True, 33.0, "quick")]
+    ready, lines = workshop.verdict([], on_pace, stated=stated)
+    assert ready and "should hold here" in lines[-1] and "1.1x" in lines[-1]
+    slow = [runner.NotebookRun("00_a.ipynb", True, 60.0, "quick"), runner.NotebookRun("02_c.ipynb", True, 60.0, "quick"),
+            runner.NotebookRun("01_b.ipynb", True, 500.0, "quick")]  # no stated time: not counted
+    ready, lines = workshop.verdict([], slow, stated=stated)
+    assert ready and "WARNING" in lines[-1] and "2.9x" in lines[-1] and lines[-1].index("00_a") < lines[-1].index("02_c")
+    assert workshop.pace_lines(slow, {}) == []
+    # the README the course ships states a quick time for every notebook that has been stamped
+    assert stamp.stated_quick_seconds((ROOT / "README.md").read_text())

@@ -36,6 +36,27 @@ def _minutes(seconds: float | None) -> str:
     return f"{seconds / 60:.1f}"
 
 
+def stated_quick_seconds(readme: str) -> dict[str, float]:
+    """Return {notebook: seconds} of the quick-mode minutes README's notebook table states.
+
+    Rows whose quick figure is not stamped yet ("?") are left out.
+    """
+    stated, in_table = {}, False
+    for line in readme.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        if cells and cells[0] == "notebook":
+            in_table = True
+        elif in_table and not cells:
+            break
+        elif in_table and len(cells) >= 3 and (match := NOTEBOOK_RE.search(cells[0])):
+            quick = cells[2].split("/")[-1].strip()
+            try:
+                stated[match.group(1)] = float(quick) * 60
+            except ValueError:
+                continue
+    return stated
+
+
 def load_summary(path: Path | None) -> dict[str, Any] | None:
     """Return a run summary, or None when ``path`` is None or missing."""
     if path is None or not path.exists():

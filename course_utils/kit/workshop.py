@@ -26,6 +26,8 @@ from .runner import NotebookRun, course_notebooks, run_course, write_summary
 
 #: The whole course in quick mode should fit in this many seconds on a 2-core laptop.
 QUICK_BUDGET_S = 12 * 60
+#: Slower than the reference machine by more than this factor: the stated times will not hold.
+SLOW_FACTOR = 1.5
 
 
 #: What the two kinds of "offline" mean, for the output.
@@ -42,7 +44,7 @@ def network_line() -> str:
 
 def verdict(doctor_failures: Sequence[str], runs: Sequence[NotebookRun],
             budget_s: float = QUICK_BUDGET_S,
-            network: str = "Python guard") -> tuple[bool, list[str]]:
+            network: str = "Python guard", stated: dict[str, float] | None = None) -> tuple[bool, list[str]]:
     """Return (ready, lines to print): READY only when the doctor and every notebook pass."""
     fixes = list(doctor_failures)
     for run in runs:
@@ -62,7 +64,27 @@ def verdict(doctor_failures: Sequence[str], runs: Sequence[NotebookRun],
     if runs and total > budget_s:
         lines.append(f"  note: {total / 60:.1f} min is over the {budget_s / 60:.0f}-minute budget "
                      "for a 2-core laptop; plan for slower machines or a second warm-up run.")
+    lines += pace_lines(runs, stated or {})
     return not fixes, lines
+
+
+def pace_lines(runs: Sequence[NotebookRun], stated: dict[str, float],
+               slow_factor: float = SLOW_FACTOR) -> list[str]:
+    """Return a warning when this machine ran quick mode more than ``slow_factor`` times slower than
+    the reference machine's stated times (README's table), naming the notebooks furthest behind."""
+    pairs = [(r.notebook, r.seconds, stated[r.notebook]) for r in runs if r.ok and stated.get(r.notebook)]
+    if not pairs:
+        return []
+    factor = sum(mine for _, mine, _ in pairs) / sum(ref for _, _, ref in pairs)
+    if factor <= slow_factor:
+        return [f"  pace: {factor:.1f}x the reference machine's quick-mode time (README's table); "
+                "the times the course states should hold here."]
+    worst = sorted(pairs, key=lambda p: p[1] / p[2], reverse=True)[:3]
+    return [f"  WARNING: this machine took {factor:.1f}x the reference machine's quick-mode time, so the "
+            f"times README and each notebook state will not hold here: expect about {factor:.1f}x them "
+            "(first runs and full mode too). Slowest against the reference: "
+            + ", ".join(f"{name} {mine:.0f} s vs {ref:.0f} s" for name, mine, ref in worst)
+            + ". A busy machine (close other programs) or a laptop on battery saving is the usual cause."]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -107,7 +129,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         with config.environment(COURSE_RESULTS=os.environ.get("COURSE_RESULTS") or str(results), COURSE_QUICK="1"):
             bench.record("workshop.quick_total_s", summary["total_s"], "s",
                          notebooks=len(runs), machine=summary["machine"])
-    ready, lines = verdict(failures, runs,
+    from .stamp import stated_quick_seconds
+
+    stated = stated_quick_seconds((config.REPO_ROOT / "README.md").read_text(encoding="utf-8"))
+    ready, lines = verdict(failures, runs, stated=stated,
                            network="network removed" if network == NETWORK_REMOVED else "Python guard only")
     print("\n".join(lines))
     print(f"(summary: {out / 'summary.json'})")
