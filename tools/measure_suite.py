@@ -1,0 +1,79 @@
+"""Time `make test` from a clean clone and say where the time goes (per test file and notebook).
+
+    python tools/measure_suite.py [--workers N] [--keep] [--results build/suite-results.jsonl]
+
+Clones this repository's committed HEAD into a temporary folder, runs `make test` there (the
+environment build included, as CI and a newcomer pay it), prints the wall time of the whole command,
+the environment build's share, and the slowest test files and notebooks (summed from pytest's JUnit
+report), and records the headline result ``suite.make_test_s`` with the clone's own Python.
+Run it on a quiet machine: it measures this machine, not the code alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def per_file_seconds(junit: Path) -> dict[str, float]:
+    """Return {test file or notebook: summed seconds of its test cases} from a JUnit XML report."""
+    totals: collections.Counter[str] = collections.Counter()
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        parts = case.get("classname", "?").split(".")  # notebooks.00_setup.ipynb, tests.test_x[.TestClass]
+        name = ".".join(parts[-2:]) if parts[-1] == "ipynb" else (parts[1] + ".py" if len(parts) > 1 else parts[0])
+        totals[name] += float(case.get("time", 0))
+    return dict(totals)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python tools/measure_suite.py")
+    parser.add_argument("--workers", default="2", help="WORKERS for make test (0: one process)")
+    parser.add_argument("--keep", action="store_true", help="keep the clone (its path is printed)")
+    parser.add_argument("--results", type=Path, default=REPO / "build" / "suite-results.jsonl")
+    parser.add_argument("--top", type=int, default=25)
+    args = parser.parse_args(argv)
+    clone = Path(tempfile.mkdtemp(prefix="course-suite-"))
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
+    junit = clone / "build" / "junit.xml"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COURSE_", "PYTEST_"))}
+    start = time.perf_counter()
+    setup = subprocess.run(["make", "setup"], cwd=clone, env=env)
+    setup_s = time.perf_counter() - start
+    test = subprocess.run(["make", "test", f"WORKERS={args.workers}", f"PYTEST_ARGS=--junitxml={junit}"],
+                          cwd=clone, env=env) if setup.returncode == 0 else setup
+    total_s = time.perf_counter() - start
+    print(f"\nmake test (clean clone, WORKERS={args.workers}): {total_s / 60:.1f} min "
+          f"({setup_s / 60:.1f} building .venv, {(total_s - setup_s) / 60:.1f} pytest); exit {test.returncode}")
+    if junit.exists():
+        files = per_file_seconds(junit)
+        notebooks = sum(v for k, v in files.items() if k.endswith(".ipynb"))
+        print(f"summed test time: notebooks {notebooks / 60:.1f} min, unit tests "
+              f"{(sum(files.values()) - notebooks) / 60:.1f} min (summed over workers)")
+        for name, seconds in sorted(files.items(), key=lambda kv: -kv[1])[:args.top]:
+            print(f"  {seconds:7.1f} s  {name}")
+    if test.returncode == 0:
+        args.results.parent.mkdir(parents=True, exist_ok=True)
+        code = ("import sys; from course_utils import bench; bench.record('suite.make_test_s', float(sys.argv[1]), "
+                "'s', workers=sys.argv[2], setup_s=float(sys.argv[3]))")
+        subprocess.run([str(clone / ".venv" / "bin" / "python"), "-c", code, str(total_s), args.workers, str(setup_s)],
+                       cwd=clone, env={**env, "COURSE_RESULTS": str(args.results.resolve())}, check=True)
+        print(f"recorded suite.make_test_s in {args.results}")
+    if args.keep:
+        print(f"clone kept at {clone}")
+    else:
+        shutil.rmtree(clone, ignore_errors=True)
+    return test.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
