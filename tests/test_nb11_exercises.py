@@ -1,0 +1,70 @@
+"""Notebook 11's checkers: other right answers are accepted, the notebook's stubs get a hint, not a crash."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from course_utils import exercises
+from course_utils.exercises import nb11
+
+
+def _attention_where(q, k, v, mask):
+    scores = torch.einsum("bhqd,bhkd->bhqk", q, k) * q.shape[-1] ** -0.5
+    return torch.where(mask, scores, torch.tensor(float("-inf"))).softmax(-1) @ v
+
+
+def _attention_exp(q, k, v, mask):   # an explicit softmax, max-subtracted
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, float("-inf"))
+    weights = (scores - scores.amax(-1, keepdim=True)).exp()
+    return weights / weights.sum(-1, keepdim=True) @ v
+
+
+def _window_other_form(window):
+    return lambda b, h, q_idx, kv_idx: (kv_idx <= q_idx) & (kv_idx > q_idx - window)
+
+
+def _sparsity_loop(mask, block):
+    n = mask.shape[0] // block
+    empty = sum(not bool(mask[i * block:(i + 1) * block, j * block:(j + 1) * block].any())
+                for i in range(n) for j in range(n))
+    return torch.tensor(empty / (n * n))   # a 0-d tensor is accepted too
+
+
+@pytest.mark.parametrize("name, answer", [("11.attention", _attention_where), ("11.attention", _attention_exp),
+                                          ("11.sliding_window", _window_other_form),
+                                          ("11.block_sparsity", _sparsity_loop)])
+def test_other_right_answers_are_accepted(name, answer):
+    fb = exercises.check(name, answer, strict=True)
+    assert fb.correct, fb.message
+
+
+def test_notebook_stubs_get_a_hint():
+    """The starting code in the notebook is wrong on purpose: each gets 'Not yet' and a hint."""
+    def stub_window(window):
+        return lambda b, h, q_idx, kv_idx: q_idx >= kv_idx
+
+    stubs = {"11.attention": lambda q, k, v, mask: torch.zeros_like(q), "11.sliding_window": stub_window,
+             "11.block_sparsity": lambda mask, block: 0.0}
+    for name, stub in stubs.items():
+        fb = exercises.check(name, stub, strict=True)
+        assert not fb.correct and len(fb.message) > 40, fb
+
+
+def test_block_sparsity_agrees_with_create_block_mask():
+    """The reference counts what FlexAttention's BlockMask reports, on a mask of its own size."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    window = nb11.make_sliding_window(200)
+    block_mask = create_block_mask(window, None, None, 1024, 1024, device="cpu")
+    dense = nb11.dense_mask(window, 1024)
+    assert math.isclose(nb11.block_sparsity(dense, block_mask.BLOCK_SIZE[0]) * 100, block_mask.sparsity(), abs_tol=1e-6)
+
+
+def test_a_mask_mod_that_returns_a_float_gets_a_hint():
+    fb = exercises.check("11.sliding_window", lambda window: (lambda b, h, q, kv: (q - kv).float()), strict=True)
+    assert not fb.correct and "boolean tensor" in fb.message
+    fb = exercises.check("11.sliding_window", lambda window: 3, strict=True)
+    assert not fb.correct and "inner function" in fb.message
