@@ -11,6 +11,7 @@
 - ``report``: the headline results beside the reference machine's (Markdown + HTML).
 - ``stamp``: write measured times and "last passed" into README's table and each notebook.
 - ``lab``: install the course's Jupyter kernel and JupyterLab settings.
+- ``wheelhouse``: can a classroom install the course with no internet (build, check, install offline)?
 
 Import the modules themselves (``from course_utils.kit import doctor``); nothing is imported here.
 """
