@@ -15,6 +15,7 @@ The top level holds what the notebooks teach with; each module or sub-package an
 - ``expect``: does this call fail the way the lesson says?
 - ``fresh``: what does this script report when run in a new process with empty compile caches?
 - ``trace_report``: what does tlparse's report on a ``TORCH_TRACE`` log contain?
+- ``tokentimes``: when did each streamed token arrive (time to first token, inter-token gaps, their percentiles)?
 - ``session``: start a notebook (seed, fresh compiler state, thread policy, summary line).
 - ``data``: give me the course's offline data sets.
 - ``models``: give me the small models the notebooks share.
@@ -54,13 +55,14 @@ _SUBMODULES = {
     "session",
     "size",
     "threads",
+    "tokentimes",
     "toolchain",
     "trace_report",
 }
 
 __all__ = ["__version__", "bench", "breaks", "compat", "config", "cpu", "data", "deploy", "device",
            "exercises", "expect", "fresh", "inductor_code", "kit", "models", "serving", "session", "size", "threads",
-           "toolchain", "trace_report"]
+           "tokentimes", "toolchain", "trace_report"]
 
 
 class _NoCudaRuntimeFilter(logging.Filter):
