@@ -22,6 +22,7 @@ The top level holds what the notebooks teach with; each module or sub-package an
 - ``serving``: serve the tiny GPT (and MiniLM embeddings) over HTTP, and load-test it.
 - ``exercises``: is my answer right?
 - ``deploy``: run an exported model outside Python (ONNX Runtime, the C++ AOTInductor loader).
+- ``distributed``: train on several processes (torchrun jobs: DDP, FSDP2, DTensor, checkpoints, restarts).
 - ``kit``: run the course itself (doctor, environment report, offline guard, notebook runner,
   workshop check, report, stamp, JupyterLab set-up, command line); infrastructure, not teaching.
 
@@ -45,6 +46,7 @@ _SUBMODULES = {
     "data",
     "deploy",
     "device",
+    "distributed",
     "exercises",
     "expect",
     "fresh",
@@ -61,8 +63,8 @@ _SUBMODULES = {
 }
 
 __all__ = ["__version__", "bench", "breaks", "compat", "config", "cpu", "data", "deploy", "device",
-           "exercises", "expect", "fresh", "inductor_code", "kit", "models", "serving", "session", "size", "threads",
-           "tokentimes", "toolchain", "trace_report"]
+           "distributed", "exercises", "expect", "fresh", "inductor_code", "kit", "models", "serving", "session", "size",
+           "threads", "tokentimes", "toolchain", "trace_report"]
 
 
 class _NoCudaRuntimeFilter(logging.Filter):
