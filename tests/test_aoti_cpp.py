@@ -265,3 +265,27 @@ def test_two_builds_of_one_folder_at_once_build_it_once(tmp_path):
         builds = list(pool.map(lambda _: cmake_build.build_project(source, "probe", tmp_path / "build"), range(2)))
     assert sorted(b.rebuilt for b in builds) == [False, True]
     assert cmake_build.run_program([builds[0].binary]) == "once\n"
+
+
+def test_a_change_in_cpp_common_makes_every_program_stale(tmp_path):
+    import os
+    import time
+
+    from course_utils.deploy import cmake_build
+
+    project, common = tmp_path / "prog", tmp_path / "common"
+    project.mkdir()
+    common.mkdir()
+    (project / "main.cpp").write_text("int main() {}\n")
+    (common / "shared.h").write_text("// shared\n")
+    binary = tmp_path / "build" / "prog"
+    binary.parent.mkdir()
+    binary.write_text("binary")
+    built = time.time() - 100
+    os.utime(binary, (built, built))
+    for path in (project / "main.cpp", common / "shared.h"):
+        os.utime(path, (built - 10, built - 10))
+    assert cmake_build._is_fresh(binary, project)
+    os.utime(common / "shared.h", (built + 10, built + 10))  # edited after the binary was built
+    assert not cmake_build._is_fresh(binary, project)
+    assert (config_common := cmake_build.config.REPO_ROOT / "cpp" / "common" / "tensor_file.h").is_file(), config_common

@@ -130,3 +130,12 @@ def test_a_fresh_environment_from_the_wheelhouse_runs_notebook_00_with_the_netwo
                           "no:cacheprovider", "notebooks/00_setup.ipynb"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=1800)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+
+def test_its_checksum_is_the_data_package_s(tmp_path):
+    """wheelhouse.sha256 repeats data.files.sha256_of so that it needs no torch; both must agree."""
+    from course_utils.data.files import sha256_of
+
+    path = tmp_path / "blob"
+    path.write_bytes(bytes(range(256)) * 5000)
+    assert wheelhouse.sha256(path) == sha256_of(path)

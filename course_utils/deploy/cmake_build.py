@@ -132,9 +132,11 @@ def default_build_dir(name: str) -> Path:
 
 
 def _is_fresh(binary: Path, source_dir: Path) -> bool:
+    """Return whether ``binary`` is newer than every file of its project and of the shared ``../common``."""
     if not binary.exists():
         return False
-    newest = max(p.stat().st_mtime for p in source_dir.iterdir() if p.is_file())
+    folders = [source_dir, source_dir.parent / "common"]
+    newest = max(p.stat().st_mtime for folder in folders if folder.is_dir() for p in folder.iterdir() if p.is_file())
     return binary.stat().st_mtime > newest
 
 

@@ -79,7 +79,11 @@ def distribution_of(filename: str) -> tuple[str, str] | None:
 
 
 def sha256(path: Path) -> str:
-    """Return the hex sha256 of a file, read in 1 MiB blocks."""
+    """Return the hex sha256 of a file, read in 1 MiB blocks.
+
+    The same as ``course_utils.data.files.sha256_of``, written again because importing ``data``
+    imports torch and this module must run without the course environment (a test ties the two).
+    """
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):

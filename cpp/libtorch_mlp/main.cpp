@@ -22,6 +22,8 @@
 
 #include <torch/torch.h>
 
+#include "tensor_file.h"  // the course's tensor file format (cpp/common)
+
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -33,43 +35,10 @@
 #include <string>
 #include <vector>
 
+using course::read_tensor;
+using course::write_tensor;
+
 namespace {
-
-// ---- the tensor file format ---------------------------------------------------------------
-
-constexpr std::array<char, 8> kMagic = {'A', 'O', 'T', 'I', 'T', 'N', 'S', 'R'};
-
-torch::Tensor read_tensor(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open " + path);
-  std::array<char, 8> magic{};
-  in.read(magic.data(), magic.size());
-  if (!in || magic != kMagic) throw std::runtime_error(path + " is not a tensor file (bad magic)");
-  int64_t ndim = 0;
-  in.read(reinterpret_cast<char*>(&ndim), sizeof ndim);
-  if (!in || ndim < 0 || ndim > 16) throw std::runtime_error(path + ": bad number of dimensions");
-  std::vector<int64_t> sizes(static_cast<size_t>(ndim));
-  in.read(reinterpret_cast<char*>(sizes.data()), static_cast<std::streamsize>(ndim * sizeof(int64_t)));
-  if (!in) throw std::runtime_error(path + ": truncated header");
-  torch::Tensor t = torch::empty(sizes, torch::kFloat);
-  in.read(reinterpret_cast<char*>(t.data_ptr<float>()),
-          static_cast<std::streamsize>(t.numel() * sizeof(float)));
-  if (!in) throw std::runtime_error(path + ": fewer values than the shape says");
-  return t;
-}
-
-void write_tensor(const std::string& path, const torch::Tensor& tensor) {
-  torch::Tensor t = tensor.to(torch::kCPU, torch::kFloat).contiguous();
-  std::ofstream out(path, std::ios::binary);
-  if (!out) throw std::runtime_error("cannot write " + path);
-  out.write(kMagic.data(), kMagic.size());
-  const int64_t ndim = t.dim();
-  out.write(reinterpret_cast<const char*>(&ndim), sizeof ndim);
-  for (int64_t size : t.sizes()) out.write(reinterpret_cast<const char*>(&size), sizeof size);
-  out.write(reinterpret_cast<const char*>(t.data_ptr<float>()),
-            static_cast<std::streamsize>(t.numel() * sizeof(float)));
-  if (!out) throw std::runtime_error("failed writing " + path);
-}
 
 // ---- the model: course_utils/models/mlp.py, in C++ ----------------------------------------
 
