@@ -55,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nmake test (clean clone, WORKERS={args.workers}): {total_s / 60:.1f} min "
           f"({setup_s / 60:.1f} building .venv, {(total_s - setup_s) / 60:.1f} pytest); exit {test.returncode}")
     if junit.exists():
+        args.results.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(junit, args.results.parent / "suite-junit.xml")  # per test case, for a closer look
         files = per_file_seconds(junit)
         notebooks = sum(v for k, v in files.items() if k.endswith(".ipynb"))
         print(f"summed test time: notebooks {notebooks / 60:.1f} min, unit tests "
