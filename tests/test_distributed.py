@@ -157,6 +157,7 @@ def test_dtensor_placements_and_the_sharded_matmul(gloo_loopback):
     assert "all_gather_into_tensor" in r["redistribute"]["Shard(0)->Replicate()"]["comms"]
     assert r["matmul"]["comms_in_matmul"] == {} and r["matmul"]["comms_to_replicate"] == {"all_reduce": 1}
     assert r["matmul"]["max_abs_err"] < 1e-5
+    assert r["matmul_rows"]["comms_in_matmul"] == {} and r["matmul_rows"]["out_placement"] == "S(0)"
 
 
 def test_distributed_checkpoint_reloads_exactly_in_two_ranks_and_in_one(gloo_loopback, tmp_path):

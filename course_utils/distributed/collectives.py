@@ -7,6 +7,8 @@ gathered to rank 0, and the bytes each one moved into a rank.
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.distributed as dist
 
@@ -17,11 +19,16 @@ def main(argv: list[str] | None = None) -> None:
     """Run all-reduce, all-gather and reduce-scatter on every rank and emit what each rank got."""
     p = runtime.parser("collectives on gloo")
     p.add_argument("--per-rank", type=int, default=4, help="elements per rank (a multiple of the world size)")
+    p.add_argument("--dist-backend", default="gloo", choices=["gloo", "nccl"], help="nccl: one GPU per rank")
     args = p.parse_args(argv)
-    rank, world = runtime.init()
+    rank, world = runtime.init(args.dist_backend)
+    device = torch.device("cpu")
+    if args.dist_backend == "nccl":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
     n = args.per_rank
-    mine = torch.arange(1, n + 1, dtype=torch.float32) + rank * n
-    runtime.log(f"starts with {mine.tolist()} (backend {dist.get_backend()}, world size {world})")
+    mine = (torch.arange(1, n + 1, dtype=torch.float32) + rank * n).to(device)
+    runtime.log(f"starts with {mine.cpu().tolist()} (backend {dist.get_backend()}, world size {world})")
 
     reduced = mine.clone()
     dist.all_reduce(reduced, op=dist.ReduceOp.SUM)        # every rank: the elementwise sum
@@ -29,16 +36,18 @@ def main(argv: list[str] | None = None) -> None:
     gathered = [torch.empty_like(mine) for _ in range(world)]
     dist.all_gather(gathered, mine)                       # every rank: everyone's tensor
 
-    scattered = torch.empty(n // world)
-    dist.reduce_scatter_tensor(scattered, mine) if dist.get_backend() != "gloo" else _reduce_scatter_gloo(
-        scattered, mine, world)                           # rank r: slice r of the sum
+    scattered = torch.empty(n // world, device=device)
+    if dist.get_backend() == "gloo":                      # rank r: slice r of the sum
+        _reduce_scatter_gloo(scattered, mine, world)
+    else:
+        dist.reduce_scatter_tensor(scattered, mine)
 
     outputs = {"input": mine, "all_reduce": reduced, "all_gather": torch.cat(gathered), "reduce_scatter": scattered}
     per_rank: dict[str, list[list[float]]] = {}
     for name, tensor in outputs.items():
         everyone = [torch.empty_like(tensor) for _ in range(world)]
         dist.all_gather(everyone, tensor)
-        per_rank[name] = [t.tolist() for t in everyone]
+        per_rank[name] = [t.cpu().tolist() for t in everyone]
     runtime.emit({"world": world, "backend": dist.get_backend(), "n": n, "per_rank": per_rank})
     runtime.finish()
 

@@ -3,8 +3,9 @@
 ``torchrun --nproc-per-node 2 -m course_utils.distributed.dtensor``: a (rows x cols) matrix is
 distributed over a 1-D mesh of the ranks in several placements; the result holds each rank's
 local shape per placement, the collectives each ``redistribute`` ran, and for ``A @ B`` with A
-split by columns and B by rows: the output's placement, the collectives counted by
-``CommDebugMode`` when the result is made whole, and its error against the plain product.
+split by columns and B by rows (and A by rows, B replicated): the output's placement, the
+collectives counted by ``CommDebugMode`` in the product and when the result is made whole, and its
+error against the plain product.
 """
 
 from __future__ import annotations
@@ -57,6 +58,13 @@ def main(argv: list[str] | None = None) -> None:
     result["matmul"] = {"out_placement": str(c.placements[0]), "comms_in_matmul": comms(mode),
                         "comms_to_replicate": comms(to_full),
                         "max_abs_err": float((whole.to_local() - a @ b).abs().max())}
+    a_rows = distribute_tensor(a, mesh, [Shard(0)])   # A split by rows, B whole on every rank
+    b_full = distribute_tensor(b, mesh, [Replicate()])
+    with CommDebugMode() as by_rows:
+        c_rows = a_rows @ b_full
+    result["matmul_rows"] = {"out_placement": str(c_rows.placements[0]), "comms_in_matmul": comms(by_rows),
+                             "local_shape": list(c_rows.to_local().shape),
+                             "max_abs_err": float((c_rows.full_tensor() - a @ b).abs().max())}
     runtime.log(f"A(Shard(1)) @ B(Shard(0)) -> {c.placements[0]}; to Replicate: {comms(to_full)}")
     runtime.emit(result)
     runtime.finish()

@@ -5,8 +5,8 @@ DDP training of ``--steps`` steps; after every ``--every`` steps rank 0 writes a
 (model, optimizer, step, losses so far), atomically. With ``--kill-at S``, rank 1 of the first
 attempt kills itself (SIGKILL, as a crashed machine would vanish) at step S; torchrun notices,
 stops the other rank and starts both again, and they resume from the last checkpoint. The result
-holds the restart count (``TORCHELASTIC_RESTART_COUNT``), the step resumed from, the losses and a
-fingerprint of the final weights, to compare with a run that never failed.
+holds the restart count (``TORCHELASTIC_RESTART_COUNT``), the step resumed from, the losses, a
+fingerprint of the final weights (to compare with a run that never failed) and each step's seconds.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +69,9 @@ def main(argv: list[str] | None = None) -> None:
         runtime.log(f"attempt {restarts}: no checkpoint, starting from step 0")
     ddp = DDP(model)
     step_fn = runtime.maybe_compile(ddp, args.backend)
+    step_s: list[float] = []
     for step in range(start, args.steps):
+        began = time.perf_counter()
         if step == args.kill_at and rank == 1 and restarts == 0:
             runtime.log(f"dies at step {step} (SIGKILL)")
             os.kill(os.getpid(), signal.SIGKILL)
@@ -80,12 +83,14 @@ def main(argv: list[str] | None = None) -> None:
         total = loss.detach().clone()
         dist.all_reduce(total)
         losses.append(float(total) / world)
+        step_s.append(time.perf_counter() - began)
         if (step + 1) % args.every == 0 or step + 1 == args.steps:
             if rank == 0:
                 save(path, model, opt, step + 1, losses)
             dist.barrier()  # nobody runs ahead of a checkpoint being written
     result: dict[str, Any] = {"world": world, "restarts": restarts, "resumed_from": start, "steps": args.steps,
-                              "losses": losses, "fingerprint": fingerprint(model)}
+                              "losses": losses, "fingerprint": fingerprint(model),
+                              "batch": args.batch, "step_s": step_s[1:]}  # the first step warms up
     runtime.log(f"finished {args.steps} steps after {restarts} restart(s); weights {result['fingerprint']}")
     runtime.emit(result)
     runtime.finish()
