@@ -174,3 +174,19 @@ def test_a_killed_rank_is_restarted_from_the_checkpoint_with_the_same_result(glo
     clean = job("elastic", [*args, "--dir", tmp_path / "b"])
     assert failed["restarts"] == 1 and failed["resumed_from"] == 2 and clean["restarts"] == 0
     assert failed["fingerprint"] == clean["fingerprint"] and failed["losses"] == clean["losses"]
+
+
+def test_an_interrupt_while_streaming_stops_every_worker(gloo_loopback, tmp_path):
+    """A notebook interrupt arrives as KeyboardInterrupt in the middle of the output: nothing may outlive it."""
+    psutil = pytest.importorskip("psutil")
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+
+    def interrupt_on_first_rank_line(line):
+        if line.startswith("[rank"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        launch.run_job("elastic", ["--dir", tmp_path, "--steps", 100000, "--backend", "none"],
+                       echo=interrupt_on_first_rank_line, env=GUARD, timeout_s=120)
+    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    assert not left, f"processes outlived the interrupt: {left}"
