@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import config
+from .. import config, fresh
 from ..serving.server import free_port
 from .runtime import RESULT_MARKER
 
@@ -92,17 +92,16 @@ def multinode_command(module: str, args: Sequence[str] = (), *, nnodes: int, npr
 
 
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Return the environment of a job: this one, the course's ``PYTHONPATH``, unbuffered output, one thread each."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = config.child_pythonpath(environ=env)
-    env["PYTHONUNBUFFERED"] = "1"
-    env.setdefault("OMP_NUM_THREADS", "1")   # what torchrun would set anyway (and print a banner about)
-    env.setdefault("KINETO_LOG_LEVEL", "6")  # keep the profiler's start/stop lines out of the output
-    for key, value in (extra or {}).items():
-        if not isinstance(value, str):
-            raise TypeError(f"environment values must be strings; {key}={value!r}")
-        env[key] = value
-    return env
+    """Return the environment of a job: this one, the course's ``PYTHONPATH``, unbuffered output, one thread each.
+
+    Built by ``fresh.child_env`` (the course's one recipe for a Python child); ``extra`` comes last.
+    """
+    own = {"PYTHONUNBUFFERED": "1"}
+    for key, value in (("OMP_NUM_THREADS", "1"),    # what torchrun would set anyway (and print a banner about)
+                       ("KINETO_LOG_LEVEL", "6")):  # keep the profiler's start/stop lines out of the output
+        if key not in os.environ:
+            own[key] = value
+    return fresh.child_env({**own, **(extra or {})})
 
 
 def parse_result(lines: Sequence[str]) -> dict[str, Any]:
