@@ -36,11 +36,8 @@ def _minutes(seconds: float | None) -> str:
     return f"{seconds / 60:.1f}"
 
 
-def stated_quick_seconds(readme: str) -> dict[str, float]:
-    """Return {notebook: seconds} of the quick-mode minutes README's notebook table states.
-
-    Rows whose quick figure is not stamped yet ("?") are left out.
-    """
+def stated_minutes(readme: str) -> dict[str, tuple[str, str, str]]:
+    """Return {notebook: (first run, full, quick)} minutes as README's notebook table states them ("?" where unknown)."""
     stated, in_table = {}, False
     for line in readme.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
@@ -49,12 +46,24 @@ def stated_quick_seconds(readme: str) -> dict[str, float]:
         elif in_table and not cells:
             break
         elif in_table and len(cells) >= 3 and (match := NOTEBOOK_RE.search(cells[0])):
-            quick = cells[2].split("/")[-1].strip()
-            try:
-                stated[match.group(1)] = float(quick) * 60
-            except ValueError:
-                continue
+            figures = [v.strip() for v in cells[2].split("/")]
+            figures = ["?"] * (3 - len(figures)) + figures if len(figures) < 3 else figures[:3]
+            stated[match.group(1)] = tuple(figures)  # type: ignore[assignment]
     return stated
+
+
+def stated_quick_seconds(readme: str) -> dict[str, float]:
+    """Return {notebook: seconds} of the quick-mode minutes README's notebook table states.
+
+    Rows whose quick figure is not stamped yet ("?") are left out.
+    """
+    out = {}
+    for name, (_, _, quick) in stated_minutes(readme).items():
+        try:
+            out[name] = float(quick) * 60
+        except ValueError:
+            continue
+    return out
 
 
 def load_summary(path: Path | None) -> dict[str, Any] | None:
@@ -77,17 +86,23 @@ def _machine(summary: dict[str, Any]) -> str:
 
 
 def time_line(name: str, cold: dict[str, Any] | None, full: dict[str, Any] | None,
-              quick: dict[str, Any] | None) -> str | None:
-    """Return the notebook's stamped time sentence, or None when no run of it passed."""
+              quick: dict[str, Any] | None, carried: Sequence[str] | None = None) -> str | None:
+    """Return the notebook's stamped time sentence, or None when no run of it passed.
+
+    ``carried``: README's (first run, full, quick) minutes, used for a mode these runs lack, so
+    the notebook and its README row always state the same figures.
+    """
     parts, src = [], None
-    for summary, words in ((cold, "the first time (every cache empty)"),
-                           (full, "after that (compile cache warm)"),
-                           (quick, "in quick mode")):
+    for i, (summary, words) in enumerate(((cold, "the first time (every cache empty)"),
+                                          (full, "after that (compile cache warm)"),
+                                          (quick, "in quick mode"))):
         run = _passed(summary).get(name)
         if run:
             parts.append(f"{_minutes(run['seconds'])} min {words}")
             src = src or summary
-    if not parts:
+        elif carried and carried[i] not in ("?", ""):
+            parts.append(f"{carried[i]} min {words}")
+    if src is None:
         return None
     return (f"{TIME_OPEN}{', '.join(parts)}; measured by `make stamp` on the reference machine "
             f"({_machine(src)}, torch {src['torch']}, {src['date']}). A slower or busy laptop takes "
@@ -101,12 +116,12 @@ def time_cell(nb: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def stamp_notebook(path: Path, cold: dict[str, Any] | None, full: dict[str, Any] | None,
-                   quick: dict[str, Any] | None) -> bool:
+                   quick: dict[str, Any] | None, carried: Sequence[str] | None = None) -> bool:
     """Rewrite the time line of notebook ``path`` in place; return whether it was stamped.
 
     ValueError when no Markdown cell of the notebook has the ``<!-- stamp:time -->`` markers.
     """
-    line = time_line(path.name, cold, full, quick)
+    line = time_line(path.name, cold, full, quick, carried)
     if line is None:
         return False
     nb = json.loads(path.read_text(encoding="utf-8"))
@@ -176,7 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     text, n = stamp_table(args.readme.read_text(encoding="utf-8"), quick, full, cold)
     args.readme.write_text(text, encoding="utf-8")
     print(f"stamped {n} notebook rows in {args.readme}")
+    stated = stated_minutes(text)  # what the table says now, runs and carried figures alike
     done = [p.name for p in sorted(args.notebooks.glob("[0-9][0-9]_*.ipynb"))
-            if stamp_notebook(p, cold, full, quick)]
+            if stamp_notebook(p, cold, full, quick, stated.get(p.name))]
     print(f"stamped the time line of {len(done)} notebooks in {args.notebooks}")
     return 0
