@@ -230,16 +230,22 @@ def test_build_project_refuses_a_folder_without_cmakelists(tmp_path):
         cmake_build.build_project(tmp_path, "nothing", tmp_path / "build")
 
 
+def _probe_project(tmp_path, main_cpp: str):
+    """A one-file CMake project "probe" under tmp_path/src whose main.cpp is ``main_cpp``."""
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.18)\nproject(probe CXX)\n"
+                                           "add_executable(probe main.cpp)\n")
+    (source / "main.cpp").write_text(main_cpp)
+    return source
+
+
 def test_build_project_reports_a_compile_error_and_builds_a_fixed_project(tmp_path):
     from course_utils.deploy import cmake_build
 
     if cmake_build.toolchain_problem():
         pytest.skip(cmake_build.toolchain_problem())
-    source = tmp_path / "src"
-    source.mkdir()
-    (source / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.18)\nproject(probe CXX)\n"
-                                           "add_executable(probe main.cpp)\n")
-    (source / "main.cpp").write_text("int main() { return missing_name; }\n")
+    source = _probe_project(tmp_path, "int main() { return missing_name; }\n")
     with pytest.raises(RuntimeError, match="missing_name"):
         cmake_build.build_project(source, "probe", tmp_path / "build")
     (source / "main.cpp").write_text('#include <cstdio>\nint main() { std::puts("probe ran"); return 0; }\n')
@@ -256,11 +262,7 @@ def test_two_builds_of_one_folder_at_once_build_it_once(tmp_path):
 
     if cmake_build.toolchain_problem():
         pytest.skip(cmake_build.toolchain_problem())
-    source = tmp_path / "src"
-    source.mkdir()
-    (source / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.18)\nproject(probe CXX)\n"
-                                           "add_executable(probe main.cpp)\n")
-    (source / "main.cpp").write_text('#include <cstdio>\nint main() { std::puts("once"); return 0; }\n')
+    source = _probe_project(tmp_path, '#include <cstdio>\nint main() { std::puts("once"); return 0; }\n')
     with ThreadPoolExecutor(2) as pool:
         builds = list(pool.map(lambda _: cmake_build.build_project(source, "probe", tmp_path / "build"), range(2)))
     assert sorted(b.rebuilt for b in builds) == [False, True]
