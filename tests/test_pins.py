@@ -40,7 +40,7 @@ def constraints(path: str = "constraints.txt") -> dict[str, str]:
 def conda_pins() -> dict[str, str]:
     pins = {}
     for line in (ROOT / "environment.yml").read_text().splitlines():
-        m = re.match(r"^\s+-\s+([A-Za-z0-9_.\-]+)==([^\s#]+)", line)
+        m = re.match(r"^\s+-\s+([A-Za-z0-9_.\-]+)(?:\[[A-Za-z0-9_,\-]+\])?==([^\s#]+)", line)
         if m:
             pins[norm(m.group(1))] = m.group(2)
     return pins
