@@ -9,6 +9,8 @@ STAMP       := $(VENV)/.course-installed
 LAB_ARGS    ?=
 PYTEST_ARGS ?=
 WORKERS     ?= 2
+# notebooks `make workshop-check` runs at once (each in its own kernel); JOBS=1 for one by one
+JOBS        ?= 2
 # A folder made by `make wheelhouse`: when set, every install reads it alone (pip --no-index).
 WHEELHOUSE  ?=
 PIP_FROM    := $(if $(WHEELHOUSE),--no-index --find-links $(abspath $(WHEELHOUSE)))
@@ -32,7 +34,7 @@ help:
 	@echo "make test-unit run only the unit tests"
 	@echo "make doctor    check this machine can run the course"
 	@echo "make execute NB=notebooks/00_setup.ipynb   re-run a notebook in full mode and store its outputs"
-	@echo "make workshop-check   doctor + every notebook in quick mode, offline: READY or NOT READY"
+	@echo "make workshop-check   doctor + every notebook in quick mode, offline: READY or NOT READY (JOBS=2 at a time)"
 	@echo "make report    run the course in full mode, then build/report/report.{md,html}"
 	@echo "make report-cold  the course in full mode with empty caches (a first run's times)"
 	@echo "make stamp     write measured times and 'last passed' into README's table and each notebook"
@@ -90,7 +92,7 @@ execute: kernel
 
 # NETNS=1: inside an empty network namespace where Linux allows it (the output says which mode ran).
 workshop-check: setup
-	$(BIN)/python -m course_utils workshop-check $(if $(filter 1 yes true,$(NETNS)),--netns)
+	$(BIN)/python -m course_utils workshop-check --jobs $(JOBS) $(if $(filter 1 yes true,$(NETNS)),--netns)
 
 report: setup
 	$(BIN)/python -m course_utils report --run

@@ -199,3 +199,52 @@ def test_a_figure_no_run_measured_this_time_is_carried_from_readme_into_the_note
     assert stamp.time_line("11_x.ipynb", None, None, None, carried=("3.9", "2.0", "1.0")) is None  # nothing ran
     assert stamp.stated_minutes("| notebook | a | m |\n|---|---|---|\n| [`11_x.ipynb`](x) | a | 0.5 / 0.2 |\n") == {
         "11_x.ipynb": ("?", "0.5", "0.2")}
+
+
+def test_two_jobs_run_every_notebook_in_its_own_kernel_longest_first(tmp_path, capsys):
+    """Two at a time: both kernels really overlap, each notebook runs whole in its own kernel, the
+    longest expected one starts first, and the runs come back in the order asked."""
+    marker = tmp_path / "started"
+    marker.mkdir()
+    # each notebook notes its kernel's pid and when it started, then waits until both kernels are up
+    src = ("import os, time, pathlib\nd = pathlib.Path({d!r})\n(d / '{name}').write_text(str(os.getpid()))\n"
+           "deadline = time.time() + 60\nwhile len(list(d.iterdir())) < 2 and time.time() < deadline:\n"
+           "    time.sleep(0.05)\nassert len(list(d.iterdir())) >= 2, 'the other notebook never ran alongside'\n")
+    paths = [_notebook(tmp_path / f"0{i}_{n}.ipynb", src.format(d=str(marker), name=n), "x = 1\nprint(x)")
+             for i, n in enumerate(("a", "b"))]
+    runs = runner.run_course(paths, jobs=2, expected_s={"01_b.ipynb": 60.0, "00_a.ipynb": 1.0})
+    assert [r.notebook for r in runs] == ["00_a.ipynb", "01_b.ipynb"] and all(r.ok for r in runs)
+    pids = {p.name: p.read_text() for p in marker.iterdir()}
+    assert len(set(pids.values())) == 2  # two fresh kernels
+    printed = capsys.readouterr().out
+    assert "00_a.ipynb" in printed and "01_b.ipynb" in printed
+    with pytest.raises(ValueError, match="jobs"):
+        runner.run_course(paths, jobs=0)
+
+
+def test_parallel_summary_gives_the_workshop_line_not_per_notebook_minutes(tmp_path):
+    runs = [runner.NotebookRun("00_a.ipynb", True, 30.0, "quick"), runner.NotebookRun("01_b.ipynb", True, 20.0, "quick")]
+    summary = runner.write_summary(runs, tmp_path / "s.json", jobs=2, wall_s=30.0)
+    assert summary["jobs"] == 2 and summary["wall_s"] == 30.0 and summary["total_s"] == 50.0
+    assert stamp.per_notebook(summary) is None
+    assert stamp.per_notebook(runner.write_summary(runs, tmp_path / "t.json")) is not None
+    readme = "intro <!-- stamp:workshop -->(not measured yet)<!-- /stamp:workshop --> more\n"
+    assert stamp.stated_workshop_seconds(readme, 2) is None
+    text, done = stamp.stamp_workshop(readme, summary)
+    assert done and "took 0.5 min with 2 notebooks at a time" in text and text.endswith(" more\n")
+    assert stamp.stated_workshop_seconds(text, 2) == 30.0 and stamp.stated_workshop_seconds(text, 1) is None
+    failed = dict(summary, runs=[dict(r, ok=False) for r in summary["runs"]])
+    assert stamp.stamp_workshop(readme, failed) == (readme, False)  # a failed check states no time
+
+
+def test_parallel_pace_compares_elapsed_time_with_the_reference_run():
+    runs = [runner.NotebookRun("00_a.ipynb", True, 40.0, "quick")]
+    ready, lines = workshop.verdict([], runs, jobs=2, wall_s=40.0, stated_wall_s=36.0)
+    assert ready and "2 at a time" in lines[0] and "1.1x" in lines[-1] and "should hold" in lines[-1]
+    ready, lines = workshop.verdict([], runs, jobs=2, wall_s=90.0, stated_wall_s=36.0)
+    assert ready and "WARNING" in lines[-1] and "2.5x" in lines[-1]
+    ready, lines = workshop.verdict([], runs, jobs=2, wall_s=40.0, stated_wall_s=None)
+    assert "no reference time" in lines[-1]
+    # the shipped README states the reference machine's time for the Makefile's default JOBS=2
+    readme = (ROOT / "README.md").read_text()
+    assert stamp.WORKSHOP_OPEN in readme and stamp.WORKSHOP_CLOSE in readme

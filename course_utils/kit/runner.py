@@ -2,7 +2,10 @@
 
 Used by ``make workshop-check`` (quick mode, offline) and ``make report`` (full mode).
 Each notebook runs in a fresh kernel of this Python (like ``pytest --nbval-current-env``);
-the executed copy goes to the build directory, never over the notebook in git.
+the executed copy goes to the build directory, never over the notebook in git. With ``jobs=2``
+two kernels run at once (each notebook still alone in its own kernel, top to bottom); their
+seconds are then measured on a shared machine, so the summary says ``jobs`` and ``make stamp``
+takes per-notebook minutes only from runs of one notebook at a time.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -112,28 +116,45 @@ def _empty_caches(cold: bool) -> Iterator[None]:
 
 def run_course(paths: Sequence[Path], *, quick: bool = True, offline: bool = False,
                results: Path | None = None, out_dir: Path | None = None,
-               echo: bool = True, cold: bool = False) -> list[NotebookRun]:
-    """Run every notebook in ``paths`` in order, printing one line each as it finishes.
+               echo: bool = True, cold: bool = False, jobs: int = 1,
+               expected_s: Mapping[str, float] | None = None) -> list[NotebookRun]:
+    """Run every notebook in ``paths``, printing one line each as it finishes; return the runs in
+    the order of ``paths``.
 
-    ``cold=True`` runs them as on a machine that never ran the course: Inductor's and the course's
-    caches and build folder start empty (and are thrown away afterwards), so the times include
-    every first compile and export.
+    ``jobs`` notebooks run at once (each in its own fresh kernel); with more than one, the
+    longest first by ``expected_s`` (seconds per notebook name, e.g. README's stated times), so
+    the last to finish is a short one. ``cold=True`` runs them as on a machine that never ran the
+    course: Inductor's and the course's caches and build folder start empty (and are thrown away
+    afterwards), so the times include every first compile and export.
     """
-    runs = []
-    with _empty_caches(cold):
-        for path in paths:
-            run = run_notebook(path, quick=quick, offline=offline, results=results, out_dir=out_dir)
-            runs.append(run)
-            if echo:
-                status = "passed" if run.ok else "FAILED"
-                tail = f"  {run.error}" if run.error else ""
-                print(f"{run.notebook:<28} {status:<7} {run.seconds:7.1f} s{tail}", flush=True)
-    return runs
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+
+    def one(path: Path) -> NotebookRun:
+        run = run_notebook(path, quick=quick, offline=offline, results=results, out_dir=out_dir)
+        if echo:
+            status = "passed" if run.ok else "FAILED"
+            tail = f"  {run.error}" if run.error else ""
+            print(f"{run.notebook:<28} {status:<7} {run.seconds:7.1f} s{tail}", flush=True)
+        return run
+
+    # the environment is set once around the whole run: kernels started in threads inherit it
+    with _empty_caches(cold), _environment(quick, offline, results):
+        if jobs == 1:
+            return [one(path) for path in paths]
+        expected = expected_s or {}
+        order = sorted(paths, key=lambda p: -expected.get(p.name, 0.0))
+        with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="course-notebook") as pool:
+            futures = {pool.submit(one, path): path for path in order}
+            done = {futures[f]: f.result() for f in as_completed(futures)}
+    return [done[path] for path in paths]
 
 
-def write_summary(runs: Sequence[NotebookRun], path: Path, *, cold: bool = False) -> dict:
-    """Write the runs plus torch version, Python, date, machine, CPU class and whether the caches
-    started empty to ``path`` (JSON); return it."""
+def write_summary(runs: Sequence[NotebookRun], path: Path, *, cold: bool = False, jobs: int = 1,
+                  wall_s: float | None = None) -> dict:
+    """Write the runs plus torch version, Python, date, machine, CPU class, whether the caches
+    started empty, how many notebooks ran at once (``jobs``) and the elapsed time (``wall_s``) to
+    ``path`` (JSON); return it. ``total_s`` is the sum of the notebooks' seconds."""
     import platform
 
     import torch
@@ -149,6 +170,8 @@ def write_summary(runs: Sequence[NotebookRun], path: Path, *, cold: bool = False
         "cold": cold,
         "runs": [asdict(r) for r in runs],
         "total_s": round(sum(r.seconds for r in runs), 1),
+        "jobs": jobs,
+        "wall_s": round(wall_s if wall_s is not None else sum(r.seconds for r in runs), 1),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")

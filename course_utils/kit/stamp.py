@@ -7,6 +7,8 @@ Reads the summaries of three runs of the whole course on one machine:
 - ``make workshop-check`` (quick mode),
 
 and rewrites, for each notebook that passed, README's minutes column ("first run / full / quick"),
+(a quick-mode run with several notebooks at a time gives no per-notebook minutes, since they shared
+the machine: it stamps README's workshop line between ``<!-- stamp:workshop -->`` markers instead),
 its "last passed" column ("torch 2.14.1, 2026-11-30"), and the notebook's own time line: the text
 between ``<!-- stamp:time -->`` and ``<!-- /stamp:time -->`` in its introduction. Nothing in
 those places is typed by hand, so README and notebook never disagree; ``make stamp`` regenerates
@@ -28,6 +30,9 @@ STAMP_HEADER = "last passed (torch, date)"
 MINUTES_HEADER = "minutes on the reference machine (first run / full / quick)"
 TIME_OPEN, TIME_CLOSE = "<!-- stamp:time -->", "<!-- /stamp:time -->"
 TIME_RE = re.compile(re.escape(TIME_OPEN) + r".*?" + re.escape(TIME_CLOSE), re.S)
+WORKSHOP_OPEN, WORKSHOP_CLOSE = "<!-- stamp:workshop -->", "<!-- /stamp:workshop -->"
+WORKSHOP_RE = re.compile(re.escape(WORKSHOP_OPEN) + r"(.*?)" + re.escape(WORKSHOP_CLOSE), re.S)
+WORKSHOP_FIGURE_RE = re.compile(r"took ([0-9.]+) min with (\d+) notebooks? at a time")
 
 
 def _minutes(seconds: float | None) -> str:
@@ -64,6 +69,39 @@ def stated_quick_seconds(readme: str) -> dict[str, float]:
         except ValueError:
             continue
     return out
+
+
+def stated_workshop_seconds(readme: str, jobs: int) -> float | None:
+    """Return the seconds README's workshop line states for ``make workshop-check`` with ``jobs``
+    notebooks at a time on the reference machine, or None when it states none for that many."""
+    match = WORKSHOP_RE.search(readme)
+    figure = WORKSHOP_FIGURE_RE.search(match.group(1)) if match else None
+    if figure is None or int(figure.group(2)) != jobs:
+        return None
+    return float(figure.group(1)) * 60
+
+
+def workshop_line(quick: dict[str, Any]) -> str:
+    """Return README's stamped workshop sentence for a quick-mode run (its elapsed time)."""
+    jobs = quick.get("jobs", 1)
+    wall = quick.get("wall_s", quick["total_s"])
+    return (f"{WORKSHOP_OPEN}On the reference machine ({_machine(quick)}, torch {quick['torch']}, "
+            f"{quick['date']}) `make workshop-check` took {wall / 60:.1f} min with {jobs} "
+            f"notebook{'s' if jobs != 1 else ''} at a time, caches warm.{WORKSHOP_CLOSE}")
+
+
+def stamp_workshop(readme: str, quick: dict[str, Any] | None) -> tuple[str, bool]:
+    """Return README with its workshop line stamped from ``quick`` (when every notebook passed)."""
+    if not quick or not quick["runs"] or not all(r["ok"] for r in quick["runs"]) \
+            or not WORKSHOP_RE.search(readme):
+        return readme, False
+    line = workshop_line(quick)
+    return WORKSHOP_RE.sub(lambda _: line, readme), True
+
+
+def per_notebook(summary: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Return ``summary`` when its per-notebook seconds are one-at-a-time figures, else None."""
+    return summary if summary and summary.get("jobs", 1) == 1 else None
 
 
 def load_summary(path: Path | None) -> dict[str, Any] | None:
@@ -188,9 +226,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"no run summaries ({args.cold}, {args.full}, {args.quick}): run `make report-cold`, "
               "`make report` and/or `make workshop-check` first")
         return 1
-    text, n = stamp_table(args.readme.read_text(encoding="utf-8"), quick, full, cold)
+    text, workshop = stamp_workshop(args.readme.read_text(encoding="utf-8"), quick)
+    quick = per_notebook(quick)  # several notebooks at a time: no per-notebook minutes from it
+    text, n = stamp_table(text, quick, full, cold)
     args.readme.write_text(text, encoding="utf-8")
-    print(f"stamped {n} notebook rows in {args.readme}")
+    print(f"stamped {n} notebook rows{' and the workshop line' if workshop else ''} in {args.readme}")
     stated = stated_minutes(text)  # what the table says now, runs and carried figures alike
     done = [p.name for p in sorted(args.notebooks.glob("[0-9][0-9]_*.ipynb"))
             if stamp_notebook(p, cold, full, quick, stated.get(p.name))]
