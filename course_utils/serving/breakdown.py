@@ -1,0 +1,141 @@
+"""Where a server's time goes under load: its threads' CPU seconds, its engine's phases, core pinning.
+
+``Snapshot.take(url, pid)`` reads a running course server's ``/metrics`` (the worker's seconds per
+phase, decoding steps, rows per step, prefills) and, on Linux, the CPU seconds of each of the
+server process's threads from ``/proc``; ``snapshot_b.since(snapshot_a)`` gives what happened in
+between as a ``Breakdown``. ``pin_process`` puts every thread of a process on the given cores
+(``os.sched_setaffinity``, Linux), so a load generator and a server can each have their own.
+Where the OS offers neither, the functions say so (empty dicts, ``False``) instead of failing.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+#: The engine's phases (``serve_engine_seconds_total{phase=...}``).
+PHASES = ("prefill", "decode", "idle", "other")
+
+
+def thread_cpu_seconds(pid: int) -> dict[int, float]:
+    """Return {thread id: CPU seconds (user + system)} of process ``pid``; {} where there is no
+    ``/proc`` (not Linux) or the process is gone."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    out = {}
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return {}
+    for task in tasks:
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # the thread ended meanwhile
+        out[int(task.name)] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return out
+
+
+def pin_process(pid: int, cores: set[int]) -> bool:
+    """Put every thread of process ``pid`` on ``cores``; return False where the OS cannot
+    (no ``sched_setaffinity``, no ``/proc``, or a core that does not exist)."""
+    if not hasattr(os, "sched_setaffinity") or not cores:
+        return False
+    try:
+        tids = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()] if pid != 0 else [0]
+        for tid in tids:
+            os.sched_setaffinity(tid, cores)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def own_core_plan(n_cores: int | None = None) -> tuple[set[int], set[int]] | None:
+    """Return (server cores, client cores): the first core usable by this process for the server,
+    the rest for the load generator; None with fewer than two cores or no affinity support."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    usable = sorted(os.sched_getaffinity(0))
+    if n_cores is not None:
+        usable = usable[:n_cores]
+    if len(usable) < 2:
+        return None
+    return {usable[0]}, set(usable[1:])
+
+
+def _metric_values(text: str) -> dict[str, float]:
+    values = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "serve_engine_seconds_total":
+                values[f"phase:{sample.labels.get('phase')}"] = sample.value
+            elif sample.name in ("serve_batch_size_count", "serve_batch_size_sum",
+                                 "serve_prefill_batch_size_count", "serve_prefill_batch_size_sum",
+                                 "serve_tokens_generated_total"):
+                values[sample.name] = sample.value
+    return values
+
+
+@dataclass
+class Breakdown:
+    """What a server did between two snapshots."""
+
+    wall_s: float
+    phases_s: dict[str, float]
+    steps: int
+    mean_rows: float
+    prefills: int
+    mean_prefill_size: float
+    tokens: int
+    #: CPU seconds of each server thread that used any, busiest first
+    thread_cpu_s: list[float] = field(default_factory=list)
+
+    def share(self, seconds: float) -> float:
+        """Return ``seconds`` as a fraction of the wall time."""
+        return seconds / self.wall_s if self.wall_s > 0 else 0.0
+
+    def lines(self) -> list[str]:
+        """Return a readable report, one finding per line."""
+        out = [f"{self.tokens:,} tokens in {self.wall_s:.2f} s: {self.steps:,} decoding steps with "
+               f"{self.mean_rows:.1f} rows on average; {self.prefills:,} prefills of "
+               f"{self.mean_prefill_size:.1f} prompts on average"]
+        worker = " + ".join(f"{p} {self.share(self.phases_s.get(p, 0.0)):.0%}" for p in PHASES)
+        out.append(f"model worker thread, share of the wall time by phase: {worker}")
+        if self.thread_cpu_s:
+            busy = ", ".join(f"{self.share(s):.0%}" for s in self.thread_cpu_s[:3])
+            out.append(f"server threads on a CPU, share of the wall time (busiest first): {busy}")
+        return out
+
+
+@dataclass
+class Snapshot:
+    """The counters of a running server at one moment."""
+
+    at: float
+    values: dict[str, float]
+    threads: dict[int, float]
+
+    @classmethod
+    def take(cls, url: str, pid: int | None = None, timeout: float = 10.0) -> Snapshot:
+        """Read ``url``'s ``/metrics`` and, when ``pid`` is given, its threads' CPU seconds."""
+        text = httpx.get(f"{url}/metrics", timeout=timeout, trust_env=False).text
+        return cls(time.perf_counter(), _metric_values(text), thread_cpu_seconds(pid) if pid else {})
+
+    def since(self, earlier: Snapshot) -> Breakdown:
+        """Return what happened between ``earlier`` and this snapshot."""
+        def delta(key: str) -> float:
+            return self.values.get(key, 0.0) - earlier.values.get(key, 0.0)
+
+        steps, prefills = delta("serve_batch_size_count"), delta("serve_prefill_batch_size_count")
+        cpu = sorted((s - earlier.threads.get(tid, 0.0) for tid, s in self.threads.items()), reverse=True)
+        return Breakdown(wall_s=self.at - earlier.at,
+                         phases_s={p: delta(f"phase:{p}") for p in PHASES},
+                         steps=int(steps), mean_rows=delta("serve_batch_size_sum") / steps if steps else 0.0,
+                         prefills=int(prefills),
+                         mean_prefill_size=delta("serve_prefill_batch_size_sum") / prefills if prefills else 0.0,
+                         tokens=int(delta("serve_tokens_generated_total")),
+                         thread_cpu_s=[c for c in cpu if c > 0.005])

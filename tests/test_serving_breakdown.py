@@ -1,0 +1,94 @@
+"""serving.breakdown: threads' CPU seconds, core pinning, and the engine's counters between snapshots."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from course_utils.models.checkpoint import load_tiny_gpt
+from course_utils.serving import ServeSettings
+from course_utils.serving.breakdown import Snapshot, _metric_values, own_core_plan, pin_process, thread_cpu_seconds
+from course_utils.serving.metrics import ServingMetrics
+from course_utils.serving.server import ThreadedServer
+
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+
+@linux
+def test_a_busy_thread_gains_cpu_seconds_and_a_missing_process_has_none():
+    before = thread_cpu_seconds(os.getpid())
+    assert threading.get_native_id() in before
+    done = threading.Event()
+    tid: list[int] = []
+
+    def spin() -> None:
+        tid.append(threading.get_native_id())
+        end = time.process_time() + 0.3
+        while time.process_time() < end:
+            pass
+        done.wait(10)  # stay alive until measured
+
+    t = threading.Thread(target=spin)
+    t.start()
+    time.sleep(0.05)
+    deadline = time.time() + 10
+    while thread_cpu_seconds(os.getpid()).get(tid[0], 0.0) < 0.1 and time.time() < deadline:
+        time.sleep(0.05)
+    assert thread_cpu_seconds(os.getpid())[tid[0]] >= 0.1
+    done.set()
+    t.join()
+    assert thread_cpu_seconds(2**22 + 12345) == {}
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this OS")
+def test_pinning_puts_every_thread_on_the_cores_asked_and_refuses_what_cannot_be():
+    old = os.sched_getaffinity(0)
+    first = min(old)
+    try:
+        assert pin_process(os.getpid(), {first})
+        assert os.sched_getaffinity(0) == {first}
+        assert not pin_process(os.getpid(), set())
+        assert not pin_process(os.getpid(), {10_000})  # no such core
+        assert not pin_process(2**22 + 12345, {first})  # no such process
+    finally:
+        pin_process(os.getpid(), old)
+    assert own_core_plan(1) is None
+    if len(old) >= 2:
+        server, client = own_core_plan()
+        assert len(server) == 1 and server.isdisjoint(client) and server | client == old
+
+
+def test_breakdown_reads_the_engine_counters_between_two_snapshots():
+    metrics = ServingMetrics()
+    first = Snapshot(0.0, _metric_values(metrics.render().decode()), {1: 1.0, 2: 0.5})
+    for rows in (4, 6):
+        metrics.batch_size.observe(rows)
+    metrics.prefill_size.observe(3)
+    metrics.tokens.inc(13)
+    metrics.engine_seconds.labels("decode").inc(0.5)
+    metrics.engine_seconds.labels("prefill").inc(0.25)
+    later = Snapshot(2.0, _metric_values(metrics.render().decode()), {1: 2.0, 2: 0.5, 3: 0.4})
+    b = later.since(first)
+    assert (b.wall_s, b.steps, b.mean_rows, b.prefills, b.mean_prefill_size, b.tokens) == (2.0, 2, 5.0, 1, 3.0, 13)
+    assert b.phases_s["decode"] == 0.5 and b.phases_s["prefill"] == 0.25 and b.phases_s["idle"] == 0.0
+    assert b.thread_cpu_s == [1.0, 0.4]  # busiest first; a thread that did nothing is left out
+    text = "\n".join(b.lines())
+    assert "2 decoding steps with 5.0 rows" in text and "decode 25%" in text and "50%, 20%" in text
+
+
+def test_breakdown_of_a_real_server_counts_the_tokens_it_streamed():
+    model, tok = load_tiny_gpt()
+    with ThreadedServer(ServeSettings(embed=False, threads=1), model=model, tokenizer=tok) as srv:
+        before = Snapshot.take(srv.url, os.getpid())
+        with httpx.Client(timeout=30) as client:
+            for _ in range(2):
+                r = client.post(srv.url + "/generate", json={"prompt": "The ", "max_new_tokens": 5})
+                assert r.status_code == 200
+        b = Snapshot.take(srv.url, os.getpid()).since(before)
+    assert b.tokens == 10 and b.prefills == 2 and b.steps == 8  # each request: a prefill gives token 1, 4 steps the rest
+    assert b.phases_s["decode"] > 0 and b.wall_s > 0
