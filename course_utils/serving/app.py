@@ -17,8 +17,11 @@ API (all JSON unless said otherwise):
 - ``GET /health`` → ``{"status": "ok", ...}``; 503 with ``"stopping"`` during shutdown, or with
   ``"error"`` and a ``"reason"`` when a worker thread died and the server cannot serve.
 - ``GET /metrics`` → Prometheus text format.
+- ``/v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completions``: the OpenAI-compatible
+  API on the same engine, for any OpenAI client (see ``openai_api``; its errors use the OpenAI
+  shape ``{"error": {...}}`` and 400 for bad input).
 
-Every error answer is JSON ``{"detail": ...}``. A 422 lists, per problem, the field (``loc``),
+Every other error answer is JSON ``{"detail": ...}``. A 422 lists, per problem, the field (``loc``),
 the rule (``msg``) and its ``type``, never the value sent (it may be huge or not printable).
 Bodies over ``max_body_bytes`` get 413; a ``Host`` header that does not name loopback (or an
 ``allow_hosts`` name) gets 400 (see ``guards``).
@@ -40,13 +43,13 @@ from ..data.text import CharTokenizer
 from ..models.gpt import TinyGPT
 from .embed import MODEL_NAME, EmbedError, EmbedUnavailable, EmbedWorker
 from .engine import MAX_TEMPERATURE, MIN_TEMPERATURE, GenerationEngine, GenRequest, QueueFull, ShuttingDown
+from .engine_process import EngineProcess, merged_metrics
 from .guards import BodyLimit, HostCheck
 from .metrics import ServingMetrics
-from .settings import MAX_TEXTS_PER_REQUEST, ServeSettings
+from .openai_api import openai_router
+from .settings import MAX_SEED, MAX_TEXTS_PER_REQUEST, RETRY_AFTER_S, ServeSettings
 from .sse import format_event, token_event
 
-RETRY_AFTER_S = "1"
-MAX_SEED = 2**63 - 1
 MAX_ERRORS_SHOWN = 20
 
 
@@ -129,7 +132,9 @@ def create_app(settings: ServeSettings | None = None, *, model: TinyGPT | None =
 
         model, tokenizer = load_tiny_gpt(settings.model)
     metrics = ServingMetrics()
-    engine = GenerationEngine(model, settings, metrics)
+    # the worker as a thread of this process, or (engine_process) in a child process of its own
+    engine: GenerationEngine | EngineProcess = (
+        EngineProcess if settings.engine_process else GenerationEngine)(model, settings, metrics)
     GenerateRequest = generate_request_model(settings, tokenizer)
     state: dict[str, Any] = {"status": "starting", "embedder": None}
 
@@ -164,6 +169,7 @@ def create_app(settings: ServeSettings | None = None, *, model: TinyGPT | None =
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.serving = state
+    app.include_router(openai_router(engine, tokenizer, settings))
 
     def begin_shutdown() -> None:
         state["status"] = "stopping"
@@ -268,6 +274,8 @@ def create_app(settings: ServeSettings | None = None, *, model: TinyGPT | None =
 
     @app.get("/metrics")
     async def prometheus() -> Response:
+        if isinstance(engine, EngineProcess):  # the engine's metrics live in its process
+            return Response(merged_metrics(await engine.metrics_text(), metrics), media_type=metrics.content_type)
         return Response(metrics.render(), media_type=metrics.content_type)
 
     return app

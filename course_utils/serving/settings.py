@@ -10,6 +10,10 @@ from typing import Any, get_args, get_origin, get_type_hints
 BATCHING_MODES = ("iteration", "static", "none")
 #: The most texts one ``/embed`` request may carry.
 MAX_TEXTS_PER_REQUEST = 64
+#: The largest sampling seed a request may carry (``/generate`` and ``/v1``).
+MAX_SEED = 2**63 - 1
+#: Seconds a 503 answer asks the client to wait before retrying (its ``Retry-After``).
+RETRY_AFTER_S = "1"
 
 
 def default_threads() -> int:
@@ -56,6 +60,8 @@ class ServeSettings:
     max_prompt_chars: int = _opt(256, "longest prompt accepted (422 beyond)")
     max_new_tokens_limit: int = _opt(256, "largest max_new_tokens a request may ask for (422 beyond)")
     compile: bool = _opt(False, "torch.compile the decoding step (slow to start on a CPU)")
+    engine_process: bool = _opt(False, "run the model worker in a process of its own, so it never waits for "
+                                "the HTTP event loop's GIL (see serving.engine_process)")
     embed: bool = _opt(True, "serve /embed with all-MiniLM-L6-v2")
     threads: int | None = _opt(None, "torch threads of the model worker (default: 1 on small machines, "
                                "at most 4)")

@@ -10,6 +10,9 @@ Every server of the course (``app``, ``litserve_app``) writes its token stream w
 - a failure after the stream started: ``event: error`` then ``data: {"detail", "status"}``.
 
 The parser turns them into ``("token", text)``, ``("end", data)`` and ``("error", data)``.
+
+The OpenAI-compatible routes (``openai_api``) write that API's stream with the same
+``format_event``: ``data: {chunk}`` events with no type, then ``DONE``, a data line that is not JSON.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ ERROR = "error"
 _TOKEN_TYPES = (None, "message")
 
 Event = tuple[str, Any]
+
+#: The last event of an OpenAI-style stream.
+DONE = "data: [DONE]\n\n"
 
 
 class MalformedStream(ValueError):

@@ -1,0 +1,604 @@
+"""The OpenAI-compatible ``/v1`` API: returns an ``APIRouter`` that ``create_app`` mounts beside ``/generate``.
+
+Any client that speaks the OpenAI API (the official ``openai`` package, and the many tools built
+on it) can use the course's server: ``OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="unused")``.
+The routes run on the same ``GenerationEngine`` as ``/generate`` (same queue, same batches):
+
+- ``GET /v1/models`` and ``GET /v1/models/{id}``: the one model, ``"tiny-gpt"``.
+- ``POST /v1/completions``: ``prompt`` (a string, or a list holding one string), ``max_tokens``
+  (default ``min(64, max_new_tokens_limit)``, at most ``max_new_tokens_limit``),
+  ``temperature`` (default 1 as in the OpenAI API; 0 is greedy, otherwise between the engine's
+  ``MIN_TEMPERATURE`` and ``MAX_TEMPERATURE``), ``seed`` (0 .. 2**63-1; same seed, same text),
+  ``stop`` (a string or up to 4; the text ends before the first one and the stop string is not
+  returned), ``stream``, ``stream_options.include_usage``.
+- ``POST /v1/chat/completions``: ``messages`` (roles system/developer/user/assistant, content a
+  string or a list of text parts) and the same parameters (``max_completion_tokens`` or its older
+  name ``max_tokens``). The tiny GPT is a plain character-level text model trained on Python
+  source, not a chat model: the messages become one prompt through ``chat_prompt`` (a plain
+  transcript, one ``Role: content`` line per message, then ``"Assistant:"``) and the answer is
+  the model's continuation of that transcript, not a real reply.
+
+A token is one character here, so ``usage`` counts characters: ``prompt_tokens`` those of the
+prompt, ``completion_tokens`` those the model generated up to the end of the answer (including a
+stop string it wrote). ``finish_reason`` is ``"length"`` or ``"stop"``. With ``"stream": true``
+the answer is ``text/event-stream``: ``data: {chunk}`` events (a chat stream's first chunk carries
+``delta.role``, its last one the ``finish_reason``; with ``include_usage`` one more chunk with
+empty ``choices`` and the ``usage``), then ``data: [DONE]``. A failure after the stream started
+ends it with ``data: {"error": {...}}`` (the official client raises ``APIError``) and no
+``[DONE]``. A client that disconnects frees its batch row, as on ``/generate``.
+
+Requests follow the API's field names; what this server cannot do is refused, never silently
+ignored: ``n`` other than 1, ``best_of`` > 1, ``echo``, ``logprobs``, ``suffix``, ``top_p`` < 1,
+penalties other than 0, a ``logit_bias``, tools, a JSON ``response_format``, token-id prompts.
+Harmless bookkeeping fields (``user``, ``metadata``, ``store``, ``service_tier``,
+``parallel_tool_calls``) are accepted and ignored. Unknown fields are rejected, as the OpenAI API
+does ("Unrecognized request argument supplied"), so a typo is not mistaken for a setting.
+
+Every error is ``{"error": {"message", "type", "param", "code"}}``: 400 ``invalid_request_error``
+for bad input (including malformed JSON and schema violations, which ``/generate`` answers with
+its own 422), 404 for an unknown model, 503 + ``Retry-After`` when the queue is full or the server
+is stopping, 504 when no batch slot freed up within ``queue_timeout_s``, 500 when generating failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..data.text import CharTokenizer
+from .engine import MAX_TEMPERATURE, MIN_TEMPERATURE, GenerationEngine, GenRequest, QueueFull, ShuttingDown
+from .settings import MAX_SEED, RETRY_AFTER_S, ServeSettings
+from .sse import DONE, format_event
+
+#: The id clients pass as ``model``.
+MODEL_ID = "tiny-gpt"
+#: The ``owned_by`` of ``/v1/models``.
+OWNER = "course_utils"
+#: At most this many stop strings, as in the OpenAI API.
+MAX_STOP = 4
+#: Default new tokens (capped by the server's ``max_new_tokens_limit``), as on ``/generate``.
+DEFAULT_MAX_TOKENS = 64
+#: The chat template's name for each role.
+ROLE_NAMES = {"system": "System", "developer": "System", "user": "User", "assistant": "Assistant"}
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class OpenAIError(Exception):
+    """An answer in the OpenAI error shape; ``response()`` turns it into HTTP."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
+                 kind: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = _printable(message)
+        self.param = param
+        self.code = code
+        self.kind = kind or ("invalid_request_error" if status < 500 else "server_error")
+
+    def body(self) -> dict[str, Any]:
+        """Return ``{"error": {"message", "type", "param", "code"}}``."""
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+
+    def response(self) -> JSONResponse:
+        """Return the JSON answer (with ``Retry-After`` on a 503)."""
+        headers = {"Retry-After": RETRY_AFTER_S} if self.status == 503 else None
+        return JSONResponse(self.body(), status_code=self.status, headers=headers)
+
+
+def _printable(text: str, limit: int = 500) -> str:
+    """Return ``text`` cut to ``limit`` characters, with anything UTF-8 cannot encode escaped."""
+    return str(text)[:limit].encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _param(loc: Sequence[Any]) -> str | None:
+    """Return an error location as the API names parameters: ``messages[0].content``."""
+    parts = [p for p in loc if p != "body"]
+    if not parts or not isinstance(parts[0], str):
+        return None
+    out = parts[0]
+    for p in parts[1:]:
+        if isinstance(p, int):
+            out += f"[{p}]"
+        elif not p.startswith(("function-", "tagged-union")):  # pydantic's names for union branches
+            out += f".{p}"
+    return _printable(out, 200)
+
+
+def validation_error(exc: RequestValidationError) -> OpenAIError:
+    """Return the 400 for a body that failed validation: the first problem, said as the API says
+    it, naming the parameter but never echoing the value sent."""
+    errors = list(exc.errors())
+    if not errors:
+        return OpenAIError(400, "invalid request body")
+    err = errors[0]
+    kind, param = err.get("type", ""), _param(err.get("loc", ()))
+    msg = str(err.get("msg", "")).removeprefix("Value error, ")
+    if kind == "json_invalid":
+        detail = err.get("ctx", {}).get("error", "")
+        message, param, code = f"the request body is not valid JSON: {detail}", None, "invalid_json"
+    elif kind == "extra_forbidden":
+        message, code = f"Unrecognized request argument supplied: {param}", "unknown_parameter"
+    elif kind == "missing":
+        message, code = f"Missing required parameter: '{param}'.", "missing_required_parameter"
+    elif param is None:
+        message, code = f"the request body must be a JSON object ({msg})", "invalid_type"
+    else:
+        message, code = f"Invalid value for '{param}': {msg}", "invalid_value"
+    if len(errors) > 1:
+        message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+    return OpenAIError(400, message, param=param, code=code)
+
+
+class OpenAIRoute(APIRoute):
+    """A route whose validation errors and ``OpenAIError``s answer in the OpenAI error shape
+    (the app-wide handler keeps answering 422 for the other routes)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        """Return the handler, wrapped to translate errors."""
+        handler = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except RequestValidationError as exc:
+                return validation_error(exc).response()
+            except OpenAIError as err:
+                return err.response()
+
+        return route
+
+
+# ---- request bodies ---------------------------------------------------------------------------
+
+def _only(value: Any, allowed: Sequence[Any], message: str) -> Any:
+    if value is not None and value not in allowed:
+        raise ValueError(message)
+    return value
+
+
+class StreamOptions(BaseModel):
+    """``stream_options``: ``include_usage`` adds a last chunk with the usage."""
+
+    model_config = ConfigDict(extra="ignore")
+    include_usage: bool | None = None
+
+
+class _Common(BaseModel):
+    """The parameters both generation endpoints take."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model: str
+    max_tokens: int | None = Field(None, ge=1, strict=True)
+    temperature: float | None = Field(None, ge=0.0, le=MAX_TEMPERATURE)
+    top_p: float | None = None
+    n: int | None = Field(None, strict=True)
+    seed: int | None = Field(None, ge=0, le=MAX_SEED, strict=True)
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    stop: str | list[str] | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None  # accepted, ignored
+    metadata: dict[str, str] | None = None  # accepted, ignored
+    store: bool | None = None  # accepted, ignored: nothing is stored
+    service_tier: str | None = None  # accepted, ignored
+
+    @field_validator("temperature")
+    @classmethod
+    def _greedy_or_in_range(cls, value: float | None) -> float | None:
+        if value is not None and 0 < value < MIN_TEMPERATURE:  # the logits would overflow
+            raise ValueError(f"temperature must be 0 (greedy) or between {MIN_TEMPERATURE} and {MAX_TEMPERATURE}")
+        return value
+
+    @field_validator("top_p")
+    @classmethod
+    def _whole_distribution(cls, value: float | None) -> float | None:
+        return _only(value, (1, 1.0), "only top_p=1 is supported (sampling uses the whole distribution; "
+                                      "use temperature)")
+
+    @field_validator("n")
+    @classmethod
+    def _one_choice(cls, value: int | None) -> int | None:
+        return _only(value, (1,), "only n=1 is supported (send one request per completion)")
+
+    @field_validator("frequency_penalty", "presence_penalty")
+    @classmethod
+    def _no_penalty(cls, value: float | None) -> float | None:
+        return _only(value, (0, 0.0), "penalties are not supported (only 0)")
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _no_bias(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        if value:
+            raise ValueError("logit_bias is not supported")
+        return value
+
+    @field_validator("stop")
+    @classmethod
+    def _stops(cls, value: str | list[str] | None) -> list[str] | None:
+        stops = [value] if isinstance(value, str) else value
+        if stops is None:
+            return None
+        if len(stops) > MAX_STOP:
+            raise ValueError(f"at most {MAX_STOP} stop sequences, got {len(stops)}")
+        if any(not s for s in stops):
+            raise ValueError("a stop sequence must not be empty")
+        return stops
+
+    def stops(self) -> list[str]:
+        """Return the stop strings as a list (empty when none)."""
+        return list(self.stop or [])  # the validator made it a list
+
+
+class CompletionRequest(_Common):
+    """Body of ``POST /v1/completions``."""
+
+    prompt: Any  # checked by the validator: the API's union is wider than what a char model takes
+    echo: bool | None = None
+    logprobs: int | None = None
+    best_of: int | None = Field(None, strict=True)
+    suffix: str | None = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _one_text_prompt(cls, value: Any) -> str:
+        if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str):
+            value = value[0]
+        if isinstance(value, str):
+            if not value:
+                raise ValueError("the prompt must not be empty")
+            return value
+        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            raise ValueError("one prompt per request (a list holding one string is accepted)")
+        if isinstance(value, list) and value and all(isinstance(v, int | list) for v in value):
+            raise ValueError("token-id prompts are not supported: send the prompt as text")
+        raise ValueError("the prompt must be a string")
+
+    @field_validator("echo")
+    @classmethod
+    def _no_echo(cls, value: bool | None) -> bool | None:
+        return _only(value, (False,), "echo is not supported")
+
+    @field_validator("logprobs")
+    @classmethod
+    def _no_logprobs(cls, value: int | None) -> int | None:
+        return _only(value, (), "logprobs are not supported")
+
+    @field_validator("best_of")
+    @classmethod
+    def _no_best_of(cls, value: int | None) -> int | None:
+        return _only(value, (1,), "only best_of=1 is supported")
+
+    @field_validator("suffix")
+    @classmethod
+    def _no_suffix(cls, value: str | None) -> str | None:
+        return _only(value, (), "suffix (inserting text) is not supported")
+
+
+class TextPart(BaseModel):
+    """A text part of a message's content (the only kind a text model reads)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    """One message of a chat: a role and its text."""
+
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart]
+    name: str | None = None  # accepted, ignored
+
+    def text(self) -> str:
+        """Return the content as one string (text parts joined)."""
+        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+
+class ChatRequest(_Common):
+    """Body of ``POST /v1/chat/completions``."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1, strict=True)
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = None  # accepted, ignored
+    response_format: dict[str, Any] | None = None
+
+    @field_validator("logprobs")
+    @classmethod
+    def _no_logprobs(cls, value: bool | None) -> bool | None:
+        return _only(value, (False,), "logprobs are not supported")
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _no_top_logprobs(cls, value: int | None) -> int | None:
+        return _only(value, (), "logprobs are not supported")
+
+    @field_validator("tools")
+    @classmethod
+    def _no_tools(cls, value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        if value:
+            raise ValueError("this model cannot call tools")
+        return value
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _no_tool_choice(cls, value: Any) -> Any:
+        return _only(value, ("none",), "this model cannot call tools (tool_choice may only be 'none')")
+
+    @field_validator("response_format")
+    @classmethod
+    def _text_only(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None and value != {"type": "text"}:
+            raise ValueError("only {'type': 'text'} is supported (the model cannot promise JSON)")
+        return value
+
+    def new_tokens(self) -> int | None:
+        """Return the requested number of new tokens (``max_completion_tokens`` wins)."""
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+
+def chat_prompt(messages: Sequence[ChatMessage]) -> str:
+    """Return the prompt a chat becomes: one ``"Role: content"`` line per message (System, User
+    or Assistant), then ``"Assistant:"``, which the model continues."""
+    lines = [f"{ROLE_NAMES[m.role]}: {m.text()}" for m in messages]
+    return "\n".join([*lines, "Assistant:"])
+
+
+# ---- reading the engine's events --------------------------------------------------------------
+
+class StopScanner:
+    """Cuts streamed text before the first stop string, holding back only what could still
+    become one, so streamed pieces always join to the non-streamed text."""
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        self.stops = [s for s in stops if s]
+        self.pending = ""
+        self.emitted = 0  # characters handed out
+        self.matched: str | None = None  # the stop string that ended the text
+
+    def feed(self, text: str) -> str:
+        """Take new text; return the part that can be sent now (``matched`` is set once a stop string
+        appears: nothing after it is ever returned)."""
+        if self.matched is not None:
+            return ""
+        self.pending += text
+        hits = [(i, s) for s in self.stops if (i := self.pending.find(s)) >= 0]
+        if hits:
+            cut, self.matched = min(hits)
+            out, self.pending = self.pending[:cut], ""
+        else:
+            hold = max((k for s in self.stops for k in range(1, len(s))
+                        if self.pending.endswith(s[:k])), default=0)
+            out = self.pending[:len(self.pending) - hold]
+            self.pending = self.pending[len(out):]
+        self.emitted += len(out)
+        return out
+
+    def flush(self) -> str:
+        """Return what is held back (the text ended without a stop string)."""
+        out, self.pending = self.pending, ""
+        self.emitted += len(out)
+        return out
+
+    @property
+    def generated(self) -> int:
+        """Return the characters the answer used: those sent plus the stop string that ended it."""
+        return self.emitted + len(self.matched or "")
+
+
+@dataclass
+class Outcome:
+    """How a generation ended: a ``finish_reason``, or the error event's info."""
+
+    finish_reason: str | None = None
+    error: dict[str, Any] | None = None
+
+
+async def _texts(req: GenRequest, first: tuple[str, Any], chars: str) -> AsyncIterator[tuple[str, Any]]:
+    """Yield ``("text", str)`` for every run of tokens already waiting, then the end or error event."""
+    item = first
+    while True:
+        ids: list[int] = []
+        last = None
+        while True:  # everything already waiting goes in one piece
+            kind, value = item
+            if kind != "token":
+                last = item
+                break
+            ids.append(value)
+            if req.events.empty():
+                break
+            item = req.events.get_nowait()
+        if ids:
+            yield ("text", "".join(chars[i] for i in ids))
+        if last is not None:
+            yield last
+            return
+        item = await req.events.get()
+
+
+async def _answer(req: GenRequest, first: tuple[str, Any], chars: str, scanner: StopScanner,
+                  outcome: Outcome) -> AsyncIterator[str]:
+    """Yield the answer's text as it is generated, cut at a stop string; fills ``outcome``."""
+    async for kind, value in _texts(req, first, chars):
+        if kind == "text":
+            out = scanner.feed(value)
+            if out:
+                yield out
+            if scanner.matched is not None:
+                req.cancel()  # free the batch row now: the rest would be thrown away
+                outcome.finish_reason = "stop"
+                return
+        elif kind == "end":
+            rest = scanner.flush()
+            if rest:
+                yield rest
+            outcome.finish_reason = "length"
+            return
+        else:
+            outcome.error = value
+            return
+
+
+def _engine_error(info: dict[str, Any]) -> OpenAIError:
+    """Return the error for an engine error event (503 shutdown, 500 failure)."""
+    if info.get("status") == 503:
+        return OpenAIError(503, str(info.get("detail")), code="server_unavailable")
+    return OpenAIError(500, str(info.get("detail")), code="generation_failed")
+
+
+# ---- the router -------------------------------------------------------------------------------
+
+def openai_router(engine: GenerationEngine, tokenizer: CharTokenizer, settings: ServeSettings) -> APIRouter:
+    """Return the ``/v1`` router, serving on ``engine`` within ``settings``' limits."""
+    router = APIRouter(prefix="/v1", route_class=OpenAIRoute, tags=["OpenAI-compatible"])
+    created = int(time.time())
+    chars = tokenizer.chars
+    limit = settings.max_new_tokens_limit
+    default_new = min(DEFAULT_MAX_TOKENS, limit)
+    model_card = {"id": MODEL_ID, "object": "model", "created": created, "owned_by": OWNER}
+
+    def check_model(name: str) -> None:
+        if name != MODEL_ID:
+            raise OpenAIError(404, f"The model '{_printable(name, 100)}' does not exist; this server serves "
+                                   f"'{MODEL_ID}' (see GET /v1/models)", param="model", code="model_not_found")
+
+    def encode(prompt: str, param: str) -> list[int]:
+        if len(prompt) > settings.max_prompt_chars:
+            raise OpenAIError(400, f"the prompt is {len(prompt)} characters; this server takes at most "
+                                   f"{settings.max_prompt_chars}", param=param, code="context_length_exceeded")
+        try:
+            return tokenizer.encode(prompt)
+        except ValueError as err:
+            raise OpenAIError(400, f"the prompt has {err} (this character-level model knows "
+                                   f"{len(chars)} characters)", param=param, code="invalid_value") from None
+
+    def new_tokens(value: int | None, param: str) -> int:
+        if value is None:
+            return default_new
+        if value > limit:
+            raise OpenAIError(400, f"{param} is {value}; this server generates at most {limit} tokens",
+                              param=param, code="invalid_value")
+        return value
+
+    async def start(ids: list[int], max_new: int, body: _Common) -> tuple[GenRequest, tuple[str, Any]]:
+        """Queue the request and wait for its first event; raise ``OpenAIError`` if it fails before that."""
+        temperature = 1.0 if body.temperature is None else body.temperature
+        try:
+            req = engine.submit(ids, max_new, temperature, body.seed)
+        except (QueueFull, ShuttingDown) as err:
+            raise OpenAIError(503, str(err), code="server_unavailable") from None
+        try:
+            first = await asyncio.wait_for(req.events.get(), timeout=settings.queue_timeout_s)
+        except TimeoutError:  # two classes on Python 3.10, one from 3.11
+            req.cancel()
+            raise OpenAIError(504, f"timed out: no batch slot within {settings.queue_timeout_s} s",
+                              code="timeout") from None
+        except BaseException:
+            req.cancel()
+            raise
+        if first[0] == "error":
+            raise _engine_error(first[1])
+        return req, first
+
+    def usage(prompt: int, scanner: StopScanner) -> dict[str, int]:
+        return {"prompt_tokens": prompt, "completion_tokens": scanner.generated,
+                "total_tokens": prompt + scanner.generated}
+
+    async def respond(body: _Common, ids: list[int], max_new: int, chat: bool) -> Response:
+        req, first = await start(ids, max_new, body)
+        scanner, outcome = StopScanner(body.stops()), Outcome()
+        answer = _answer(req, first, chars, scanner, outcome)
+        prefix = "chatcmpl-" if chat else "cmpl-"
+        head = {"id": prefix + uuid.uuid4().hex[:24],
+                "object": "chat.completion" if chat else "text_completion",
+                "created": int(time.time()), "model": MODEL_ID}
+
+        def choice(text: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
+            if not chat:
+                return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+            if body.stream:
+                delta: dict[str, str] = {"role": "assistant"} if role else {}
+                if text is not None:
+                    delta["content"] = text
+                return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            return {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                    "finish_reason": finish}
+
+        if not body.stream:
+            try:
+                text = "".join([piece async for piece in answer])
+            finally:
+                req.cancel()  # no-op when finished; frees the row when this handler is cancelled
+            if outcome.error is not None:
+                raise _engine_error(outcome.error)
+            return JSONResponse({**head, "choices": [choice(text, outcome.finish_reason)],
+                                 "usage": usage(len(ids), scanner)})
+
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        chunk_head = {**head, "object": "chat.completion.chunk" if chat else "text_completion"}
+        if include_usage:
+            chunk_head["usage"] = None
+
+        async def events() -> AsyncIterator[str]:
+            try:
+                if chat:
+                    yield format_event({**chunk_head, "choices": [choice("", None, role=True)]})
+                async for piece in answer:
+                    yield format_event({**chunk_head, "choices": [choice(piece, None)]})
+                if outcome.error is not None:
+                    yield format_event(_engine_error(outcome.error).body())
+                    return
+                yield format_event({**chunk_head, "choices": [choice(None if chat else "", outcome.finish_reason)]})
+                if include_usage:
+                    yield format_event({**chunk_head, "choices": [], "usage": usage(len(ids), scanner)})
+                yield DONE
+            finally:
+                req.cancel()  # a client that went away frees its batch row at the next step
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
+
+    @router.get("/models")
+    async def list_models() -> dict[str, Any]:
+        """The models this server serves: one."""
+        return {"object": "list", "data": [model_card]}
+
+    @router.get("/models/{model_id}")
+    async def get_model(model_id: str) -> dict[str, Any]:
+        """One model's card (404 for any other id)."""
+        check_model(model_id)
+        return model_card
+
+    @router.post("/completions", response_model=None)
+    async def completions(body: CompletionRequest) -> Response:
+        """Continue a prompt (OpenAI's legacy completions)."""
+        check_model(body.model)
+        ids = encode(body.prompt, "prompt")
+        return await respond(body, ids, new_tokens(body.max_tokens, "max_tokens"), chat=False)
+
+    @router.post("/chat/completions", response_model=None)
+    async def chat_completions(body: ChatRequest) -> Response:
+        """Continue a chat transcript (see ``chat_prompt``; the model is not a chat model)."""
+        check_model(body.model)
+        ids = encode(chat_prompt(body.messages), "messages")
+        param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
+        return await respond(body, ids, new_tokens(body.new_tokens(), param), chat=True)
+
+    return router

@@ -1,0 +1,357 @@
+"""The OpenAI-compatible /v1 API over real HTTP, called with the official ``openai`` client (and raw
+httpx for the wire format): models, completions, chat, streaming, stop strings, errors."""
+
+import copy
+import json
+import random
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+import torch
+from openai import OpenAI
+
+from course_utils.models.checkpoint import load_tiny_gpt
+from course_utils.serving import ServeSettings
+from course_utils.serving.loadgen import SSEParser
+from course_utils.serving.openai_api import MODEL_ID, ChatMessage, StopScanner, chat_prompt
+from course_utils.serving.server import ThreadedServer
+
+TIMEOUT = httpx.Timeout(30.0)
+PROMPT = "The "  # the tiny GPT continues it with English-like words (spaces and " the" come early)
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    return load_tiny_gpt()
+
+
+@pytest.fixture(scope="module")
+def server(gpt):
+    model, tok = gpt
+    with ThreadedServer(ServeSettings(embed=False, threads=1), model=model, tokenizer=tok) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    with OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=30.0) as c:
+        yield c
+
+
+def generate_text(url: str, prompt: str, n: int, **extra) -> str:
+    """Return the text /generate streams for ``prompt``."""
+    parser, events = SSEParser(), []
+    body = {"prompt": prompt, "max_new_tokens": n, **extra}
+    with httpx.Client(timeout=TIMEOUT) as c, c.stream("POST", url + "/generate", json=body) as resp:
+        assert resp.status_code == 200
+        for line in resp.iter_lines():
+            events += parser.feed(line)
+    assert events[-1][0] == "end"
+    return "".join(v for k, v in events if k == "token")
+
+
+def sse_data(url: str, path: str, body: dict) -> tuple[httpx.Response, list[str]]:
+    """POST a streaming request; return the response and the ``data:`` payloads in order."""
+    with httpx.Client(timeout=TIMEOUT) as c, c.stream("POST", url + path, json=body) as resp:
+        lines = list(resp.iter_lines())
+    assert all(not ln or ln.startswith("data: ") for ln in lines), lines[:5]
+    return resp, [ln[6:] for ln in lines if ln]
+
+
+def active(url: str) -> int:
+    return httpx.get(url + "/health", timeout=TIMEOUT).json()["active"]
+
+
+# ---- pure parts -------------------------------------------------------------------------------
+
+def test_chat_prompt_is_a_plain_transcript_ending_with_the_assistant_turn():
+    msgs = [ChatMessage(role="system", content="Be brief."), ChatMessage(role="user", content="Hi"),
+            ChatMessage(role="assistant", content=[{"type": "text", "text": "Hel"}, {"type": "text", "text": "lo"}]),
+            ChatMessage(role="developer", content="x")]
+    assert chat_prompt(msgs) == "System: Be brief.\nUser: Hi\nAssistant: Hello\nSystem: x\nAssistant:"
+
+
+@pytest.mark.parametrize("stops, text, expected, matched", [
+    ([], "abc def", "abc def", None),
+    (["de"], "abc def", "abc ", "de"),
+    (["zz", " d"], "abc def", "abc", " d"),
+    (["cd", "bc"], "abcd", "a", "bc"),  # the earliest occurrence wins
+    (["xyz"], "abxy", "abxy", None),  # held back, then flushed at the end
+])
+def test_stop_scanner_cuts_before_the_first_stop_whatever_the_split(stops, text, expected, matched):
+    rng = random.Random(0)
+    for _ in range(30):
+        cuts = sorted(rng.sample(range(1, len(text)), rng.randint(0, len(text) - 1)))
+        pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]
+        scanner = StopScanner(stops)
+        out = [scanner.feed(p) for p in pieces]
+        if scanner.matched is None:
+            out.append(scanner.flush())
+        assert "".join(out) == expected and scanner.matched == matched
+        assert scanner.generated == len(expected) + len(matched or "")
+        for s in stops:  # no piece ever showed a stop string's start that turned out to be one
+            assert s not in "".join(out)
+
+
+def test_stop_scanner_holds_back_only_a_possible_stop_start():
+    scanner = StopScanner(["\nUser:"])
+    assert scanner.feed("hello\nUs") == "hello"
+    assert scanner.feed("e") == ""
+    assert scanner.feed("d it") == "\nUsed it"
+
+
+# ---- the official client ----------------------------------------------------------------------
+
+def test_models_list_and_retrieve(client):
+    models = client.models.list()
+    assert [m.id for m in models.data] == [MODEL_ID]
+    assert client.models.retrieve(MODEL_ID).owned_by == "course_utils"
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        client.models.retrieve("gpt-4o")
+
+
+def test_greedy_completion_equals_generate(server, client):
+    reply = client.completions.create(model=MODEL_ID, prompt=PROMPT, max_tokens=24, temperature=0)
+    (choice,) = reply.choices
+    assert choice.text == generate_text(server.url, PROMPT, 24)
+    assert choice.finish_reason == "length" and len(choice.text) == 24
+    assert reply.object == "text_completion" and reply.model == MODEL_ID and reply.id.startswith("cmpl-")
+    assert (reply.usage.prompt_tokens, reply.usage.completion_tokens, reply.usage.total_tokens) == (4, 24, 28)
+    listed = client.completions.create(model=MODEL_ID, prompt=[PROMPT], max_tokens=24, temperature=0)
+    assert listed.choices[0].text == choice.text
+
+
+def test_streamed_completion_joins_to_the_non_streamed_text(client):
+    whole = client.completions.create(model=MODEL_ID, prompt=PROMPT, max_tokens=40, temperature=0)
+    chunks = list(client.completions.create(model=MODEL_ID, prompt=PROMPT, max_tokens=40, temperature=0,
+                                            stream=True, stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == whole.choices[0].text
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 40
+    assert len({c.id for c in chunks}) == 1
+
+
+def test_chat_completion_continues_the_templated_transcript(client):
+    messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is the "}]
+    reply = client.chat.completions.create(model=MODEL_ID, messages=messages, max_completion_tokens=16,
+                                           temperature=0)
+    (choice,) = reply.choices
+    assert choice.message.role == "assistant" and choice.finish_reason == "length"
+    prompt = chat_prompt([ChatMessage(**m) for m in messages])
+    plain = client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=16, temperature=0)
+    assert choice.message.content == plain.choices[0].text and len(choice.message.content) == 16
+    assert reply.object == "chat.completion" and reply.id.startswith("chatcmpl-")
+    assert reply.usage.prompt_tokens == len(prompt) and reply.usage.completion_tokens == 16
+
+    chunks = list(client.chat.completions.create(model=MODEL_ID, messages=messages, max_tokens=16,
+                                                 temperature=0, stream=True))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == choice.message.content
+    assert chunks[-1].choices[0].finish_reason == "length" and chunks[-1].object == "chat.completion.chunk"
+
+
+def test_a_stop_string_ends_the_text_before_it(server, client):
+    full = generate_text(server.url, PROMPT, 48)
+    stop = " the"
+    assert stop in full[1:], full  # the greedy continuation of PROMPT has one a few words in
+    cut = full.index(stop)
+    reply = client.completions.create(model=MODEL_ID, prompt=PROMPT, max_tokens=48, temperature=0,
+                                      stop=["~~~", stop])
+    assert reply.choices[0].text == full[:cut] and reply.choices[0].finish_reason == "stop"
+    assert reply.usage.completion_tokens == cut + len(stop)
+    chunks = list(client.completions.create(model=MODEL_ID, prompt=PROMPT, max_tokens=48, temperature=0,
+                                            stop=stop, stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == full[:cut]
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    chat = client.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": "Hi"}],
+                                          max_tokens=30, temperature=0, stop="\n")
+    assert "\n" not in chat.choices[0].message.content
+
+
+def test_seeded_sampling_is_reproducible(client):
+    kwargs = {"model": MODEL_ID, "prompt": PROMPT, "max_tokens": 20, "temperature": 1.0, "seed": 7}
+    a = client.completions.create(**kwargs).choices[0].text
+    b = client.completions.create(**kwargs).choices[0].text
+    streamed = "".join(c.choices[0].text for c in client.completions.create(**kwargs, stream=True))
+    assert a == b == streamed and len(a) == 20
+
+
+BAD = [  # (endpoint, kwargs, exception, param, fragment of the message)
+    ("c", {"n": 2}, openai.BadRequestError, "n", "only n=1"),
+    ("c", {"best_of": 3}, openai.BadRequestError, "best_of", "best_of=1"),
+    ("c", {"echo": True}, openai.BadRequestError, "echo", "echo is not supported"),
+    ("c", {"logprobs": 2}, openai.BadRequestError, "logprobs", "logprobs are not supported"),
+    ("c", {"suffix": "x"}, openai.BadRequestError, "suffix", "not supported"),
+    ("c", {"top_p": 0.5}, openai.BadRequestError, "top_p", "top_p=1"),
+    ("c", {"presence_penalty": 1.0}, openai.BadRequestError, "presence_penalty", "penalties"),
+    ("c", {"model": "gpt-4o"}, openai.NotFoundError, "model", "does not exist"),
+    ("c", {"prompt": "caf\u00e9"}, openai.BadRequestError, "prompt", "not in the vocabulary"),
+    ("c", {"prompt": "x" * 257}, openai.BadRequestError, "prompt", "at most 256"),
+    ("c", {"prompt": ""}, openai.BadRequestError, "prompt", "must not be empty"),
+    ("c", {"prompt": ["a", "b"]}, openai.BadRequestError, "prompt", "one prompt per request"),
+    ("c", {"prompt": [1, 2, 3]}, openai.BadRequestError, "prompt", "token-id prompts"),
+    ("c", {"max_tokens": 257}, openai.BadRequestError, "max_tokens", "at most 256"),
+    ("c", {"max_tokens": 0}, openai.BadRequestError, "max_tokens", "greater than or equal to 1"),
+    ("c", {"temperature": 1e-5}, openai.BadRequestError, "temperature", "0 (greedy) or between"),
+    ("c", {"temperature": 2.5}, openai.BadRequestError, "temperature", "less than or equal to 2"),
+    ("c", {"seed": -1}, openai.BadRequestError, "seed", "greater than or equal to 0"),
+    ("c", {"stop": ["a", "b", "c", "d", "e"]}, openai.BadRequestError, "stop", "at most 4"),
+    ("c", {"extra_body": {"frobnicate": 1}}, openai.BadRequestError, "frobnicate", "Unrecognized request argument"),
+    ("m", {"messages": []}, openai.BadRequestError, "messages", "at least 1"),
+    ("m", {"messages": [{"role": "tool", "content": "x", "tool_call_id": "1"}]}, openai.BadRequestError,
+     "messages[0].role", "Input should be"),
+    ("m", {"messages": [{"role": "user", "content": "\u00fcber"}]}, openai.BadRequestError, "messages",
+     "not in the vocabulary"),
+    ("m", {"messages": [{"role": "user", "content": "x" * 300}]}, openai.BadRequestError, "messages", "at most 256"),
+    ("m", {"tools": [{"type": "function", "function": {"name": "f"}}]}, openai.BadRequestError, "tools",
+     "cannot call tools"),
+    ("m", {"response_format": {"type": "json_object"}}, openai.BadRequestError, "response_format", "JSON"),
+    ("m", {"max_completion_tokens": 1000}, openai.BadRequestError, "max_completion_tokens", "at most 256"),
+    ("m", {"logprobs": True}, openai.BadRequestError, "logprobs", "not supported"),
+]
+
+
+@pytest.mark.parametrize("endpoint, kwargs, exc, param, fragment", BAD,
+                         ids=[f"{e}-{next(iter(k))}-{i}" for i, (e, k, *_) in enumerate(BAD)])
+def test_bad_input_raises_the_clients_error_with_a_helpful_message(client, endpoint, kwargs, exc, param, fragment):
+    base = ({"model": MODEL_ID, "prompt": "a", "max_tokens": 4} if endpoint == "c" else
+            {"model": MODEL_ID, "messages": [{"role": "user", "content": "a"}], "max_tokens": 4})
+    create = client.completions.create if endpoint == "c" else client.chat.completions.create
+    with pytest.raises(exc) as info:
+        create(**{**base, **kwargs})
+    body = info.value.body
+    assert fragment in body["message"] and body["param"] == param, body
+    assert body["type"] == "invalid_request_error"
+
+
+def test_the_server_still_serves_after_bad_input(client):
+    for _ in range(3):
+        with pytest.raises(openai.BadRequestError):
+            client.completions.create(model=MODEL_ID, prompt="caf\u00e9", max_tokens=4)
+    assert len(client.completions.create(model=MODEL_ID, prompt=PROMPT, max_tokens=5).choices[0].text) == 5
+
+
+# ---- the wire format --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("raw, param", [
+    (b'{"model": "tiny-gpt", "prompt": "a"', None),  # malformed JSON
+    (b'{"model": "tiny-gpt", "prompt": "a", "temperature": NaN}', "temperature"),
+    (b'{"model": "tiny-gpt", "prompt": "\\ud800"}', "prompt"),  # a lone surrogate
+    (b'{"prompt": "a"}', "model"),
+    (b'[1, 2]', None),
+])
+def test_raw_errors_have_the_openai_shape(server, raw, param):
+    resp = httpx.post(server.url + "/v1/completions", content=raw, timeout=TIMEOUT,
+                      headers={"content-type": "application/json"})
+    assert resp.status_code == 400
+    body = resp.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}
+    assert body["error"]["type"] == "invalid_request_error" and body["error"]["param"] == param
+    assert body["error"]["message"]
+
+
+def test_generate_keeps_its_422_format(server):
+    resp = httpx.post(server.url + "/generate", json={"prompt": "a", "n": 2}, timeout=TIMEOUT)
+    assert resp.status_code == 422 and resp.json()["detail"][0]["loc"] == ["body", "n"]
+
+
+def test_raw_stream_is_data_chunks_then_done(server):
+    body = {"model": MODEL_ID, "prompt": PROMPT, "max_tokens": 12, "temperature": 0, "stream": True}
+    resp, data = sse_data(server.url, "/v1/completions", body)
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
+    assert data[-1] == "[DONE]"
+    chunks = [json.loads(d) for d in data[:-1]]
+    assert "".join(c["choices"][0]["text"] for c in chunks) == generate_text(server.url, PROMPT, 12)
+    assert [c["choices"][0]["finish_reason"] for c in chunks][-1] == "length"
+    resp, data = sse_data(server.url, "/v1/chat/completions",
+                          {"model": MODEL_ID, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5,
+                           "stream": True})
+    assert data[-1] == "[DONE]" and json.loads(data[0])["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+
+
+def test_disconnect_mid_stream_frees_the_batch_row(server):
+    body = {"model": MODEL_ID, "prompt": PROMPT, "max_tokens": 256, "stream": True}
+    with httpx.Client(timeout=TIMEOUT) as c, c.stream("POST", server.url + "/v1/completions", json=body) as resp:
+        for i, _ in enumerate(resp.iter_lines()):
+            if i >= 4:
+                break  # leaving the block closes the connection mid-stream
+    deadline = time.monotonic() + 10
+    while active(server.url) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert active(server.url) == 0
+
+
+# ---- overload and failures --------------------------------------------------------------------
+
+class SlowAndFragile:
+    """A forward pre-hook on the token embedding: every forward sleeps a little (streams last long
+    enough to act on), and ``fail_next_decode`` makes the next decoding step raise."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.fail_next_decode = False
+        model.tok_emb.register_forward_pre_hook(self)
+
+    def __call__(self, module: torch.nn.Module, args: tuple) -> None:
+        time.sleep(0.005)
+        if args[0].shape[-1] == 1 and self.fail_next_decode:
+            self.fail_next_decode = False
+            raise RuntimeError("injected failure")
+
+
+@pytest.fixture(scope="module")
+def fragile(gpt):
+    """One request at a time, a short queue timeout and a model that fails on demand."""
+    model, tok = gpt
+    model = copy.deepcopy(model)
+    hook = SlowAndFragile(model)
+    settings = ServeSettings(embed=False, threads=1, batching="none", queue_timeout_s=0.3)
+    with ThreadedServer(settings, model=model, tokenizer=tok) as srv, \
+            OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=30.0) as c:
+        yield srv, hook, c
+
+
+def test_no_free_slot_in_time_is_504(fragile):
+    srv, _, c = fragile
+    started = threading.Event()
+
+    def long_stream() -> None:
+        for _ in c.completions.create(model=MODEL_ID, prompt=PROMPT, max_tokens=150, stream=True):
+            started.set()
+
+    worker = threading.Thread(target=long_stream)
+    worker.start()
+    try:
+        assert started.wait(10)
+        with pytest.raises(openai.APIStatusError) as info:
+            c.completions.create(model=MODEL_ID, prompt=PROMPT, max_tokens=4)
+        assert info.value.status_code == 504 and "no batch slot" in info.value.body["message"]
+    finally:
+        worker.join(30)
+
+
+def test_a_failure_mid_stream_sends_an_error_chunk_and_the_server_goes_on(fragile):
+    srv, hook, c = fragile
+    stream = c.completions.create(model=MODEL_ID, prompt=PROMPT, max_tokens=100, stream=True)
+    got = []
+    with pytest.raises(openai.APIError, match="generation failed"):
+        for chunk in stream:
+            got.append(chunk.choices[0].text)
+            hook.fail_next_decode = True
+    assert got  # it failed after the stream started
+    with pytest.raises(openai.InternalServerError, match="generation failed"):
+        hook.fail_next_decode = True
+        c.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": "Hi"}], max_tokens=50)
+    hook.fail_next_decode = False
+    assert len(c.completions.create(model=MODEL_ID, prompt=PROMPT, max_tokens=3).choices[0].text) == 3
+
+
+def test_a_stopping_server_answers_503_with_retry_after(gpt):
+    model, tok = gpt
+    with ThreadedServer(ServeSettings(embed=False, threads=1), model=model, tokenizer=tok) as srv:
+        srv.app.state.begin_shutdown()
+        resp = httpx.post(srv.url + "/v1/completions", json={"model": MODEL_ID, "prompt": "a"}, timeout=TIMEOUT)
+        assert resp.status_code == 503 and resp.headers["retry-after"] == "1"
+        assert resp.json()["error"]["type"] == "server_error" and "shutting down" in resp.json()["error"]["message"]
