@@ -184,27 +184,65 @@ class KVCache:
 
 @torch.no_grad()
 def prefill(model: TinyGPT, idx: torch.Tensor, lengths: torch.Tensor, cache: KVCache,
-            first_row: int = 0) -> torch.Tensor:
-    """Run prompts ``idx`` ``(m, T)`` (right-padded; row ``i`` has ``lengths[i]`` real tokens)
-    and store their keys/values in cache rows ``first_row .. first_row + m - 1``.
+            first_row: int = 0, start: torch.Tensor | None = None) -> torch.Tensor:
+    """Return the logits after each prompt's last real token, ``(m, vocab)``, having run prompts
+    ``idx`` ``(m, T)`` (right-padded; row ``i`` has ``lengths[i]`` real tokens) and stored their
+    keys/values in cache rows ``first_row .. first_row + m - 1``.
 
-    Returns the logits after each prompt's last real token, ``(m, vocab)``. Right padding is
-    exact: with a causal mask a real position never attends to a padded one.
+    ``start`` (``(m,)``, optional) says how many positions of each row are already in the cache
+    (a shared prefix copied in by a prefix cache): row ``i``'s tokens then sit at positions
+    ``start[i] ..``, attend to the row's first ``start[i]`` cached positions and causally to each
+    other, and only they are computed. Without it (or with all zeros) every row starts at 0.
+    Right padding is exact either way: a real position never attends to a padded one.
     """
     m, t = idx.shape
-    if t > cache.max_len:
-        raise ValueError(f"prompt length {t} exceeds the cache's max_len {cache.max_len}")
     if first_row + m > cache.capacity:
         raise ValueError(f"rows {first_row}..{first_row + m - 1} exceed capacity {cache.capacity}")
     lengths = lengths.to(device=idx.device, dtype=torch.long)
     if int(lengths.min()) < 1 or int(lengths.max()) > t:
         raise ValueError("every prompt needs between 1 and T real tokens")
     rows = slice(first_row, first_row + m)
+    if start is not None:
+        start = start.to(device=idx.device, dtype=torch.long)
+        if start.shape != (m,) or int(start.min()) < 0:
+            raise ValueError(f"start must hold {m} cached lengths >= 0, got {tuple(start.shape)}")
+        if int(start.max()) > 0:
+            return _prefill_after(model, idx, lengths, cache, first_row, start)
+    if t > cache.max_len:
+        raise ValueError(f"prompt length {t} exceeds the cache's max_len {cache.max_len}")
     hidden, present = model.forward_cached(idx, torch.arange(t, device=idx.device))
     for layer, (k, v) in enumerate(present):
         cache.k[layer, rows, :, :t] = k
         cache.v[layer, rows, :, :t] = v
     cache.lengths[rows] = lengths
+    return model.logits(hidden[torch.arange(m, device=idx.device), lengths - 1])
+
+
+def _prefill_after(model: TinyGPT, idx: torch.Tensor, lengths: torch.Tensor, cache: KVCache,
+                   first_row: int, start: torch.Tensor) -> torch.Tensor:
+    """``prefill`` for rows whose first ``start[i]`` positions are cached: returns the same logits."""
+    m, t = idx.shape
+    if int((start + lengths).max()) > cache.max_len:
+        raise ValueError(f"a cached prefix plus its prompt exceeds the cache's max_len {cache.max_len}")
+    rows = slice(first_row, first_row + m)
+    past_len = int(start.max())
+    j = torch.arange(t, device=idx.device)
+    # padded tokens may run past the last position; clamp them (nobody sees their results)
+    pos = (start[:, None] + j).clamp(max=model.config.block_size - 1)
+    # (m, 1, t, past_len + t): cached key p is visible when p < start[i]; new keys causally
+    visible = (torch.arange(past_len, device=idx.device) < start[:, None])[:, None, :].expand(m, t, past_len)
+    causal = torch.ones(t, t, dtype=torch.bool, device=idx.device).tril().expand(m, t, t)
+    mask = torch.cat([visible, causal], dim=2)[:, None]
+    past = [(cache.k[layer, rows, :, :past_len], cache.v[layer, rows, :, :past_len])
+            for layer in range(model.config.n_layer)]
+    hidden, present = model.forward_cached(idx, pos, past, mask)
+    # write only the real tokens, at each row's own positions
+    r, c = (j < lengths[:, None]).nonzero(as_tuple=True)
+    dest_rows, dest_pos = r + first_row, start[r] + c
+    # two index tensors split by slices: the indexed dim comes first, (tokens, n_layer, n_head, head_dim)
+    cache.k[:, dest_rows, :, dest_pos] = torch.stack([k for k, _ in present])[:, r, :, c]
+    cache.v[:, dest_rows, :, dest_pos] = torch.stack([v for _, v in present])[:, r, :, c]
+    cache.lengths[rows] = start + lengths
     return model.logits(hidden[torch.arange(m, device=idx.device), lengths - 1])
 
 

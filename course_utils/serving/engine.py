@@ -17,6 +17,20 @@ A failure ends only the requests it touches: sampling one row fails that row, a 
 newcomers, a decoding step the running batch; the worker logs it and goes on serving. Only
 if the worker thread itself dies does the engine stop: ``failure`` then says why (``/health``
 reports it) and every later request gets 503.
+
+Prefix caching (``prefix_cache_mb``, on by default, 0 turns it off): the full 16-token blocks of
+every prompt prefilled are kept (keys and values, every layer) in a ``PrefixCache`` under chained
+hashes; a newcomer whose prompt starts with known blocks gets them copied into its row and
+prefills only the rest (always at least its last token). Greedy outputs are the same with and
+without it; ``serve_prefix_cache_hit_tokens`` / ``serve_prefix_cache_lookup_tokens`` on /metrics
+say how much prompt work it saved.
+
+No paged KV cache: each sequence keeps one row of ``max_prompt_chars + max_new_tokens_limit``
+positions. At the defaults that is 32 rows x 512 positions x 4 KiB = 64 MiB, small for a CPU
+machine, while a paged cache must gather each row's blocks before attention (torch has no CPU
+kernel that reads them in place): measured on a 2-core machine (1 torch thread), one
+decoding step took 5-7.5x as long with the gather (8 rows of 128 tokens: 4.6 ms against 0.93 ms;
+32 rows of 384: 40 ms against 5.8 ms), for a memory saving this server does not need.
 """
 
 from __future__ import annotations
@@ -34,6 +48,7 @@ import torch
 
 from ..models.gpt import KVCache, TinyGPT, decode_core, decode_step, pad_prompts, prefill
 from .metrics import ServingMetrics
+from .prefix_cache import PrefixCache
 from .settings import ServeSettings
 
 Event = tuple[str, Any]
@@ -125,6 +140,8 @@ class GenerationEngine:
         self.rows: list[GenRequest] = []
         self.cache = KVCache(model.config, self.capacity, max_len=self.max_len)
         self.last = torch.zeros(self.capacity, dtype=torch.long)
+        mib = settings.prefix_cache_mb
+        self.prefix: PrefixCache | None = PrefixCache(int(mib * 2**20)) if mib > 0 else None
         # Compile only the tensor work of a step (decode_core); decode_step keeps the
         # bookkeeping that reads Python numbers out of tensors, which would break the graph.
         self._core: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = (
@@ -139,6 +156,7 @@ class GenerationEngine:
         self.errors = 0  # failures that ended some requests while the worker went on
         metrics.queue_depth.set_function(self.queue.qsize)
         metrics.active.set_function(lambda: len(self.rows))
+        metrics.prefix_bytes.set_function(lambda: self.prefix.bytes if self.prefix is not None else 0)
 
     def warm_up(self) -> float:
         """Compile the decoding step before traffic arrives (when ``compile`` is on), so no
@@ -352,8 +370,13 @@ class GenerationEngine:
     def _prefill(self, reqs: list[GenRequest], out: list[tuple[GenRequest, Event]]) -> None:
         first_row = len(self.rows)
         try:
-            idx, lengths = pad_prompts([r.ids for r in reqs])
-            logits = prefill(self.model, idx, lengths, self.cache, first_row=first_row)
+            starts = self._load_prefixes(reqs, first_row)
+            idx, lengths = pad_prompts([r.ids[s:] for r, s in zip(reqs, starts)])
+            logits = prefill(self.model, idx, lengths, self.cache, first_row=first_row,
+                             start=torch.tensor(starts) if any(starts) else None)
+            if self.prefix is not None:
+                for i, req in enumerate(reqs):
+                    self.prefix.store(req.ids, self.cache, first_row + i)
         except Exception as err:  # only the newcomers are affected; the running rows go on
             self.cache.lengths[first_row:first_row + len(reqs)] = 0
             self._fail(reqs, out, err)
@@ -361,6 +384,15 @@ class GenerationEngine:
         self.metrics.prefill_size.observe(len(reqs))
         self.rows.extend(reqs)
         self._emit(logits, first_row, out)
+
+    def _load_prefixes(self, reqs: list[GenRequest], first_row: int) -> list[int]:
+        """Copy each newcomer's longest cached prefix into its row; return how many tokens each got."""
+        if self.prefix is None:
+            return [0] * len(reqs)
+        starts = [self.prefix.load(req.ids, self.cache, first_row + i) for i, req in enumerate(reqs)]
+        self.metrics.prefix_lookup_tokens.inc(sum(len(req.ids) for req in reqs))
+        self.metrics.prefix_hit_tokens.inc(sum(starts))
+        return starts
 
     def _decode(self, out: list[tuple[GenRequest, Event]]) -> float:
         """One decoding step for every live row; return the seconds the model took."""

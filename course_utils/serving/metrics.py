@@ -57,6 +57,12 @@ class ServingMetrics:
         self.requests = Counter("serve_requests", "Generation requests by outcome", ["outcome"], registry=r)
         self.engine_seconds = Counter("serve_engine_seconds", "Worker thread time by phase "
                                       "(prefill, decode, waiting for requests, bookkeeping)", ["phase"], registry=r)
+        self.prefix_lookup_tokens = Counter("serve_prefix_cache_lookup_tokens", "Prompt tokens looked up in "
+                                            "the prefix cache", registry=r)
+        self.prefix_hit_tokens = Counter("serve_prefix_cache_hit_tokens", "Prompt tokens whose keys and values "
+                                         "came from the prefix cache (not computed)", registry=r)
+        self.prefix_bytes = Gauge("serve_prefix_cache_bytes", "Bytes of keys and values held by the prefix cache",
+                                  registry=r)
         self.token_rate = TokenRate()
         self.tokens_per_s = Gauge("serve_tokens_per_second", "Tokens generated per second (2 s window)", registry=r)
         self.tokens_per_s.set_function(self.token_rate.rate)

@@ -59,6 +59,8 @@ class ServeSettings:
     queue_timeout_s: float = _opt(30.0, "longest wait for the first token (504 beyond)")
     max_prompt_chars: int = _opt(256, "longest prompt accepted (422 beyond)")
     max_new_tokens_limit: int = _opt(256, "largest max_new_tokens a request may ask for (422 beyond)")
+    prefix_cache_mb: float = _opt(16.0, "memory for the keys and values of prompt blocks seen before (MiB); "
+                                  "a prompt that starts like an earlier one computes only the rest (0: off)")
     compile: bool = _opt(False, "torch.compile the decoding step (slow to start on a CPU)")
     engine_process: bool = _opt(False, "run the model worker in a process of its own, so it never waits for "
                                 "the HTTP event loop's GIL (see serving.engine_process)")
@@ -92,6 +94,7 @@ class ServeSettings:
             "queue_timeout_s": self.queue_timeout_s > 0,
             "max_prompt_chars": self.max_prompt_chars >= 1,
             "max_new_tokens_limit": self.max_new_tokens_limit >= 1,
+            "prefix_cache_mb": self.prefix_cache_mb >= 0,
             "threads": self.threads is None or self.threads >= 1,
             "graceful_timeout_s": self.graceful_timeout_s > 0,
             "stream_interval_ms": self.stream_interval_ms >= 0,
