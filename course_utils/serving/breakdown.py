@@ -22,15 +22,32 @@ from prometheus_client.parser import text_string_to_metric_families
 PHASES = ("prefill", "decode", "idle", "other")
 
 
-def thread_cpu_seconds(pid: int) -> dict[int, float]:
-    """Return {thread id: CPU seconds (user + system)} of process ``pid``; {} where there is no
-    ``/proc`` (not Linux) or the process is gone."""
+def process_tree(pid: int) -> list[int]:
+    """Return ``pid`` and its descendants (Linux ``/proc``; just ``[pid]`` elsewhere)."""
+    out, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        out.append(current)
+        try:
+            for task in Path(f"/proc/{current}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return out
+
+
+def thread_cpu_seconds(pid: int, children: bool = True) -> dict[int, float]:
+    """Return {thread id: CPU seconds (user + system)} of process ``pid`` and, with ``children``,
+    of every process it started (a server's engine process); {} where there is no ``/proc``
+    (not Linux) or the process is gone."""
     tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    out = {}
-    try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        return {}
+    out: dict[int, float] = {}
+    tasks = []
+    for proc in process_tree(pid) if children else [pid]:
+        try:
+            tasks += list(Path(f"/proc/{proc}/task").iterdir())
+        except OSError:
+            continue
     for task in tasks:
         try:
             fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
@@ -40,13 +57,17 @@ def thread_cpu_seconds(pid: int) -> dict[int, float]:
     return out
 
 
-def pin_process(pid: int, cores: set[int]) -> bool:
-    """Put every thread of process ``pid`` on ``cores``; return False where the OS cannot
-    (no ``sched_setaffinity``, no ``/proc``, or a core that does not exist)."""
+def pin_process(pid: int, cores: set[int], children: bool = True) -> bool:
+    """Put every thread of process ``pid`` (and, with ``children``, of the processes it started)
+    on ``cores``; return False where the OS cannot (no ``sched_setaffinity``, no ``/proc``, or a
+    core that does not exist)."""
     if not hasattr(os, "sched_setaffinity") or not cores:
         return False
     try:
-        tids = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()] if pid != 0 else [0]
+        tids = [int(t.name) for proc in (process_tree(pid) if children else [pid])
+                for t in Path(f"/proc/{proc}/task").iterdir()]
+        if not tids:
+            return False
         for tid in tids:
             os.sched_setaffinity(tid, cores)
     except (OSError, ValueError):
