@@ -9,6 +9,13 @@ different stream format. Percentiles follow the course's nearest-rank rule (``pe
 
 A request counts as ok when it got 200, well-formed events, exactly ``max_new_tokens``
 tokens with indices 0..n-1 in order, and a final ``end`` event.
+
+Two options serve a fleet of replicas (both off by default, which changes nothing):
+``retries=k`` sends a request again, up to ``k`` more times, when an attempt failed in a way a
+retry can fix (a dropped connection, a cut-off or error-ended stream, HTTP 408, 429 or 5xx; never
+another 4xx); a request is idempotent given its prompt and seed, so a retried request that then
+succeeds is ok, not lost. ``count_header="x-served-by"`` counts the successful answers by the
+value of that response header (``LoadReport.served_by``), to see which replicas served them.
 """
 
 from __future__ import annotations
@@ -26,6 +33,9 @@ from .sse import MalformedStream, SSEParser
 
 __all__ = ["DEFAULT_PROMPTS", "LoadReport", "MalformedStream", "SSEParser", "StreamParser", "run_load",
            "run_load_async", "sse_body"]
+
+#: HTTP statuses worth another attempt (besides every 5xx): request timeout, too many requests.
+RETRY_STATUSES = frozenset({408, 429})
 
 DEFAULT_PROMPTS = (
     "The ", "A class ", "def ", "import ", "If the ", "for x in ", "The object ", "print(",
@@ -46,7 +56,12 @@ class StreamParser(Protocol):
 
 @dataclass
 class LoadReport:
-    """What a load run measured. Times in milliseconds, rates per second of wall time."""
+    """What a load run measured. Times in milliseconds, rates per second of wall time.
+
+    ``n_ok``, ``n_failed`` and ``n_malformed`` count requests by their final outcome; with
+    retries, ``retries`` counts the extra attempts, ``statuses`` and ``errors`` cover every
+    attempt, and a retried request's times run from its first attempt.
+    """
 
     n_requests: int
     n_ok: int
@@ -62,10 +77,12 @@ class LoadReport:
     statuses: dict[str, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
+    retries: int = 0
+    served_by: dict[str, int] = field(default_factory=dict)
 
     @property
     def n_lost(self) -> int:
-        """Requests that did not complete correctly (failed or malformed)."""
+        """Requests that never got a complete, valid answer (failed or malformed, after any retries)."""
         return self.n_requests - self.n_ok
 
     def as_dict(self) -> dict[str, Any]:
@@ -86,12 +103,15 @@ async def run_load_async(url: str, *, concurrency: int, n_requests: int,
                          timeout_s: float = 60.0, path: str = "/generate",
                          body: Callable[[str, int], dict[str, Any]] = sse_body,
                          parse: Callable[[], StreamParser] = SSEParser,
-                         keep_texts: bool = False) -> LoadReport:
+                         keep_texts: bool = False, retries: int = 0, retry_backoff_s: float = 0.05,
+                         count_header: str | None = None) -> LoadReport:
     """Send ``n_requests`` requests from ``concurrency`` concurrent clients; see ``run_load``."""
     import httpx
 
     if concurrency < 1 or n_requests < 1:
         raise ValueError("concurrency and n_requests must be >= 1")
+    if retries < 0 or retry_backoff_s < 0:
+        raise ValueError(f"retries and retry_backoff_s must be >= 0, got {retries} and {retry_backoff_s}")
     prompts = list(prompts or DEFAULT_PROMPTS)
     next_index = 0
     ttft: list[float] = []
@@ -99,11 +119,23 @@ async def run_load_async(url: str, *, concurrency: int, n_requests: int,
     statuses: dict[str, int] = {}
     errors: list[str] = []
     texts: list[str] = [""] * n_requests
-    counts = {"ok": 0, "failed": 0, "malformed": 0, "tokens": 0}
+    counts = {"ok": 0, "failed": 0, "malformed": 0, "tokens": 0, "retries": 0}
+    served_by: dict[str, int] = {}
 
     async def one(client: httpx.AsyncClient, i: int) -> None:
-        parser = parse()
         start = time.perf_counter()
+        for n in range(retries + 1):
+            if n:
+                counts["retries"] += 1
+                await asyncio.sleep(retry_backoff_s * n)
+            outcome, retriable = await attempt(client, i, start)
+            if outcome == "ok" or not retriable:
+                break
+        counts[outcome] += 1
+
+    async def attempt(client: httpx.AsyncClient, i: int, start: float) -> tuple[str, bool]:
+        """One attempt at request ``i``; return its outcome and whether a retry could help."""
+        parser = parse()
         first: float | None = None
         pieces: list[str] = []
         ended = False
@@ -128,9 +160,9 @@ async def run_load_async(url: str, *, concurrency: int, n_requests: int,
                 statuses[str(resp.status_code)] = statuses.get(str(resp.status_code), 0) + 1
                 if resp.status_code != 200:
                     await resp.aread()
-                    counts["failed"] += 1
                     errors.append(f"HTTP {resp.status_code}: {resp.text[:200]}")
-                    return
+                    return "failed", resp.status_code in RETRY_STATUSES or resp.status_code >= 500
+                served = resp.headers.get(count_header, "(none)") if count_header else None
                 if hasattr(parser, "feed_bytes"):
                     chunks = resp.aiter_raw()
                     feed = parser.feed_bytes  # type: ignore[attr-defined]
@@ -142,24 +174,23 @@ async def run_load_async(url: str, *, concurrency: int, n_requests: int,
                 finish = getattr(parser, "finish", None)
                 take(finish() if finish is not None else parser.feed(""))
         except (MalformedStream, json.JSONDecodeError) as err:
-            counts["malformed"] += 1
             errors.append(f"malformed: {err}")
-            return
+            return "malformed", True
         except Exception as err:  # transport errors, error events, timeouts
-            counts["failed"] += 1
             errors.append(f"{type(err).__name__}: {err}")
-            return
+            return "failed", True
         if not ended or len(pieces) != max_new_tokens:
-            counts["malformed"] += 1
             errors.append(f"stream ended={ended} with {len(pieces)} of {max_new_tokens} tokens")
-            return
+            return "malformed", True
         done = time.perf_counter()
-        counts["ok"] += 1
         counts["tokens"] += len(pieces)
+        if served is not None:
+            served_by[served] = served_by.get(served, 0) + 1
         ttft.append(1e3 * ((first or done) - start))
         latency.append(1e3 * (done - start))
         if keep_texts:
             texts[i] = "".join(pieces)
+        return "ok", False
 
     async def worker(client: httpx.AsyncClient) -> None:
         nonlocal next_index
@@ -179,7 +210,8 @@ async def run_load_async(url: str, *, concurrency: int, n_requests: int,
         n_malformed=counts["malformed"], wall_s=wall, tokens=counts["tokens"],
         tokens_per_s=counts["tokens"] / wall, requests_per_s=counts["ok"] / wall,
         ttft_ms=percentiles(ttft, (50, 95)), latency_ms=percentiles(latency, (50, 95, 99)),
-        concurrency=concurrency, statuses=statuses, errors=errors, texts=texts)
+        concurrency=concurrency, statuses=statuses, errors=errors, texts=texts,
+        retries=counts["retries"], served_by=served_by)
 
 
 def run_load(url: str, **kwargs: Any) -> LoadReport:
@@ -187,7 +219,8 @@ def run_load(url: str, **kwargs: Any) -> LoadReport:
 
     Notebooks already run an event loop, so the coroutine runs in a fresh thread with its own
     loop. Keyword arguments: ``concurrency``, ``n_requests``, ``prompts``, ``max_new_tokens``
-    (32), ``timeout_s`` (60, per request), ``path``, ``body``, ``parse``, ``keep_texts``.
+    (32), ``timeout_s`` (60, per request), ``path``, ``body``, ``parse``, ``keep_texts``,
+    ``retries`` (0), ``retry_backoff_s`` (0.05, times the attempt number), ``count_header`` (None).
     """
     result: dict[str, Any] = {}
 

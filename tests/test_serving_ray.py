@@ -1,0 +1,189 @@
+"""Scaling out: the load generator's retries (a tiny flaky server, no Ray) and the course's server
+as two Ray Serve replicas behind Ray's proxy (one module-scoped local Ray: both replicas serve, a
+killed replica is replaced, and with retries no request is lost)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+
+import psutil
+import pytest
+import torch
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
+
+from course_utils.serving.loadgen import run_load
+from course_utils.serving.server import free_port
+from course_utils.serving.sse import END, format_event, token_event
+
+NEW_TOKENS = 6
+
+
+# ---- run_load's retries and header counts, against a server that fails on purpose ----------------
+
+def flaky_app(fail: str, failures: dict[str, int]) -> Starlette:
+    """An app whose ``/generate`` fails each prompt's first attempt as ``fail`` says, then answers."""
+
+    async def generate(request: Request):
+        body = await request.json()
+        prompt, n = body["prompt"], body["max_new_tokens"]
+        failures[prompt] = failures.get(prompt, 0) + 1
+        first = failures[prompt] == 1
+        if first and fail in ("503", "422"):
+            return JSONResponse({"detail": "try again"}, status_code=int(fail))
+
+        async def stream():
+            for i in range(n):
+                if first and fail == "cut" and i == 2:
+                    raise RuntimeError("the replica died")  # uvicorn drops the connection mid-body
+                yield token_event("x", i)
+                await asyncio.sleep(0)
+            yield format_event({"reason": "length", "tokens": n}, END)
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"x-served-by": "first" if first else "again"})
+
+    return Starlette(routes=[Route("/generate", generate, methods=["POST"])])
+
+
+@pytest.fixture
+def flaky() -> Iterator:
+    """Return ``start(fail) -> url``: runs a flaky app in a uvicorn thread until the test ends."""
+    servers = []
+
+    def start(fail: str) -> str:
+        port = free_port()
+        server = uvicorn.Server(uvicorn.Config(flaky_app(fail, {}), host="127.0.0.1", port=port,
+                                               log_level="critical", lifespan="off"))
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        servers.append((server, thread))
+        deadline = time.monotonic() + 20
+        while not server.started:
+            assert time.monotonic() < deadline, "the flaky server did not start"
+            time.sleep(0.01)
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for server, thread in servers:
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.mark.parametrize("fail", ["503", "cut"])
+def test_without_retries_a_failed_attempt_is_lost(flaky, fail):
+    report = run_load(flaky(fail), concurrency=2, n_requests=4, max_new_tokens=NEW_TOKENS,
+                      prompts=["a", "b", "c", "d"])
+    assert report.n_lost == 4 and report.n_ok == 0 and report.retries == 0
+    assert report.served_by == {}  # not asked for
+
+
+@pytest.mark.parametrize("fail", ["503", "cut"])
+def test_a_retried_request_that_succeeds_is_not_lost(flaky, fail):
+    report = run_load(flaky(fail), concurrency=2, n_requests=4, max_new_tokens=NEW_TOKENS,
+                      prompts=["a", "b", "c", "d"], retries=2, retry_backoff_s=0.01,
+                      count_header="x-served-by", keep_texts=True)
+    assert report.n_ok == 4 and report.n_lost == 0, report.errors
+    assert report.retries == 4 and len(report.errors) == 4  # one failed attempt per request
+    assert report.served_by == {"again": 4}  # only successful answers are counted
+    assert report.texts == ["x" * NEW_TOKENS] * 4
+    assert report.tokens == 4 * NEW_TOKENS
+    if fail == "503":
+        assert report.statuses == {"503": 4, "200": 4}
+
+
+def test_a_client_error_is_not_retried(flaky):
+    report = run_load(flaky("422"), concurrency=1, n_requests=2, max_new_tokens=NEW_TOKENS,
+                      prompts=["a", "b"], retries=3)
+    assert report.n_failed == 2 and report.retries == 0
+    assert report.statuses == {"422": 2}
+
+
+def test_retry_arguments_are_checked():
+    with pytest.raises(ValueError, match="retries"):
+        run_load("http://127.0.0.1:9", concurrency=1, n_requests=1, retries=-1)
+
+
+def test_ray_serving_refuses_replicas_that_do_not_fit():
+    from course_utils.serving.ray_app import ray_serving
+
+    with pytest.raises(ValueError, match="do not fit"):
+        with ray_serving(num_replicas=3, num_cpus=2):
+            pass
+    with pytest.raises(ValueError, match="route_prefix"):
+        with ray_serving(num_replicas=1, num_cpus=2, route_prefix="tiny"):
+            pass
+
+
+# ---- two Ray Serve replicas --------------------------------------------------------------------
+
+def ray_processes() -> list[psutil.Process]:
+    """Return the Ray daemons (raylet, GCS) running on this machine."""
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if proc.info["name"] in ("raylet", "gcs_server") or "/ray/core/src/ray/" in cmd:
+            found.append(proc)
+    return found
+
+
+@pytest.fixture(scope="module")
+def serving():
+    pytest.importorskip("ray.serve")
+    from course_utils.serving.ray_app import ray_serving
+
+    assert not ray_processes(), "a Ray instance is already running on this machine"
+    with ray_serving(num_replicas=2, num_cpus=2) as srv:
+        yield srv
+    deadline = time.monotonic() + 20
+    while ray_processes() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not ray_processes(), "Ray daemons outlived ray_serving"
+
+
+def test_both_replicas_serve_the_course_protocol(serving):
+    import httpx
+
+    from course_utils.models import load_tiny_gpt
+    from course_utils.serving.ray_app import SERVED_BY
+
+    health = httpx.get(serving.url + "/health", timeout=30, trust_env=False)
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    assert health.headers[SERVED_BY]
+    prompts = ["The ", "def "]
+    report = run_load(serving.url, concurrency=8, n_requests=16, max_new_tokens=NEW_TOKENS,
+                      prompts=prompts, count_header=SERVED_BY, keep_texts=True)
+    assert report.n_lost == 0, report.errors[:3]
+    assert len(report.served_by) == 2 and sum(report.served_by.values()) == 16, report.served_by
+    model, tok = load_tiny_gpt()
+    for i, prompt in enumerate(prompts):  # greedy answers equal the model's own, on either replica
+        ids = torch.tensor([tok.encode(prompt)])
+        want = tok.decode(model.generate(ids, NEW_TOKENS, temperature=0.0)[0, ids.shape[1]:].tolist())
+        assert {report.texts[j] for j in range(i, 16, 2)} == {want}
+
+
+def test_a_killed_replica_is_replaced_and_retries_lose_nothing(serving):
+    from course_utils.serving.ray_app import SERVED_BY, replica_actor_names
+
+    before = replica_actor_names()
+    assert len(before) == 2
+    result = {}
+    load = threading.Thread(target=lambda: result.update(report=run_load(
+        serving.url, concurrency=8, n_requests=48, max_new_tokens=48, retries=3,
+        count_header=SERVED_BY, timeout_s=60)))
+    load.start()
+    time.sleep(0.8)  # the load runs for several seconds; both replicas are streaming now
+    killed = serving.kill_replica()
+    load.join(120)
+    report = result["report"]
+    assert report.n_lost == 0, report.errors[:5]
+    serving.wait_for_replicas(2, timeout_s=120)
+    after = replica_actor_names()
+    assert len(after) == 2 and killed not in after and set(after) != set(before)
+    assert serving.running_replicas() == 2
