@@ -206,6 +206,9 @@ BAD = [  # (endpoint, kwargs, exception, param, fragment of the message)
     ("m", {"messages": [{"role": "user", "content": "\u00fcber"}]}, openai.BadRequestError, "messages",
      "not in the vocabulary"),
     ("m", {"messages": [{"role": "user", "content": "x" * 300}]}, openai.BadRequestError, "messages", "at most 256"),
+    ("m", {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+     openai.BadRequestError, "messages[0].content", "a string or a list of text parts"),
+    ("c", {"stop": [1]}, openai.BadRequestError, "stop", "a string or a list of strings"),
     ("m", {"tools": [{"type": "function", "function": {"name": "f"}}]}, openai.BadRequestError, "tools",
      "cannot call tools"),
     ("m", {"response_format": {"type": "json_object"}}, openai.BadRequestError, "response_format", "JSON"),
@@ -251,6 +254,33 @@ def test_raw_errors_have_the_openai_shape(server, raw, param):
     assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}
     assert body["error"]["type"] == "invalid_request_error" and body["error"]["param"] == param
     assert body["error"]["message"]
+
+
+INVALID = {  # values each field of /v1/completions must refuse (JSON carries all of them)
+    "model": [None, 1, [], {}],
+    "prompt": [None, 1, True, [], {}, "", "x" * 257, "\ud800", "caf\u00e9", [[1, 2]], ["a", None], 10**400],
+    "max_tokens": [0, -1, 257, 2**64, 10**400, 1.5, "8", True, float("nan"), [], {}],
+    "temperature": [-1, 2.5, 1e-3, 1e308, float("nan"), float("inf"), "hot", [], {}],
+    "seed": [-1, 2**63, 1.5, "7", True, float("nan"), []],
+    "stop": [1, [1], [""], "", ["a"] * 5, {}, [None]],
+    "stream": ["yes", 2, [], {}],
+    "n": [0, 2, 1.5, "1"],
+    "logit_bias": [{"1": 5}, "x", []],
+}
+
+
+def test_every_malformed_completion_field_is_400_in_the_openai_shape(server):
+    valid = {"model": MODEL_ID, "prompt": "The ", "max_tokens": 2, "temperature": 0.5, "seed": 1}
+    with httpx.Client(timeout=TIMEOUT) as c:
+        for field, values in INVALID.items():
+            for value in values:
+                raw = json.dumps({**valid, field: value}).encode()  # NaN/Infinity as bare words
+                resp = c.post(server.url + "/v1/completions", content=raw,
+                              headers={"content-type": "application/json"})
+                assert resp.status_code == 400, (field, value, resp.text[:300])
+                err = resp.json()["error"]
+                assert err["param"] == field and err["type"] == "invalid_request_error", (field, value, err)
+        assert c.post(server.url + "/v1/completions", json=valid).status_code == 200
 
 
 def test_generate_keeps_its_422_format(server):

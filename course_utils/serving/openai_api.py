@@ -101,18 +101,32 @@ def _printable(text: str, limit: int = 500) -> str:
     return str(text)[:limit].encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def _param(loc: Sequence[Any]) -> str | None:
-    """Return an error location as the API names parameters: ``messages[0].content``."""
+#: What pydantic calls the branches of a union in an error's location (``stop.str``, ``stop.list[str]``).
+_SCALAR_BRANCHES = {"str", "int", "float", "bool", "list", "dict", "none", "bytes"}
+
+
+#: How an error message names a union's branches.
+_BRANCH_NAMES = {"str": "a string", "list[str]": "a list of strings",
+                 "list[TextPart]": "a list of text parts ({'type': 'text', 'text': ...})"}
+
+
+def _is_branch(part: object) -> bool:
+    return isinstance(part, str) and (part in _SCALAR_BRANCHES or any(c in part for c in "[]-("))
+
+
+def _param(loc: Sequence[Any]) -> tuple[str | None, str | None]:
+    """Return an error location as the API names parameters (``messages[0].content``) and, when
+    it went through a union, the union's branch (pydantic names it in the location; the API does
+    not): then the parameter is the union itself, whatever failed inside the branch."""
     parts = [p for p in loc if p != "body"]
     if not parts or not isinstance(parts[0], str):
-        return None
+        return None, None
     out = parts[0]
     for p in parts[1:]:
-        if isinstance(p, int):
-            out += f"[{p}]"
-        elif not p.startswith(("function-", "tagged-union")):  # pydantic's names for union branches
-            out += f".{p}"
-    return _printable(out, 200)
+        if _is_branch(p):
+            return _printable(out, 200), str(p)
+        out += f"[{p}]" if isinstance(p, int) else f".{p}"
+    return _printable(out, 200), None
 
 
 def validation_error(exc: RequestValidationError) -> OpenAIError:
@@ -121,8 +135,9 @@ def validation_error(exc: RequestValidationError) -> OpenAIError:
     errors = list(exc.errors())
     if not errors:
         return OpenAIError(400, "invalid request body")
-    err = errors[0]
-    kind, param = err.get("type", ""), _param(err.get("loc", ()))
+    located = [(err, *_param(err.get("loc", ()))) for err in errors]
+    err, param, branch = located[0]
+    kind = err.get("type", "")
     msg = str(err.get("msg", "")).removeprefix("Value error, ")
     if kind == "json_invalid":
         detail = err.get("ctx", {}).get("error", "")
@@ -133,10 +148,14 @@ def validation_error(exc: RequestValidationError) -> OpenAIError:
         message, code = f"Missing required parameter: '{param}'.", "missing_required_parameter"
     elif param is None:
         message, code = f"the request body must be a JSON object ({msg})", "invalid_type"
+    elif branch is not None:  # every branch of the union failed: say which kinds are accepted
+        kinds = dict.fromkeys(_BRANCH_NAMES.get(b, b) for _, p, b in located if p == param and b is not None)
+        message, code = f"Invalid value for '{param}': expected {' or '.join(kinds)}", "invalid_type"
     else:
         message, code = f"Invalid value for '{param}': {msg}", "invalid_value"
-    if len(errors) > 1:
-        message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+    others = len({p for _, p, _ in located} - {param})
+    if others:
+        message += f" (and problems with {others} more parameter{'s' if others > 1 else ''})"
     return OpenAIError(400, message, param=param, code=code)
 
 
@@ -171,7 +190,7 @@ class StreamOptions(BaseModel):
     """``stream_options``: ``include_usage`` adds a last chunk with the usage."""
 
     model_config = ConfigDict(extra="ignore")
-    include_usage: bool | None = None
+    include_usage: bool | None = Field(None, strict=True)
 
 
 class _Common(BaseModel):
@@ -184,7 +203,7 @@ class _Common(BaseModel):
     top_p: float | None = None
     n: int | None = Field(None, strict=True)
     seed: int | None = Field(None, ge=0, le=MAX_SEED, strict=True)
-    stream: bool | None = False
+    stream: bool | None = Field(False, strict=True)
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
     frequency_penalty: float | None = None
@@ -192,7 +211,7 @@ class _Common(BaseModel):
     logit_bias: dict[str, float] | None = None
     user: str | None = None  # accepted, ignored
     metadata: dict[str, str] | None = None  # accepted, ignored
-    store: bool | None = None  # accepted, ignored: nothing is stored
+    store: bool | None = Field(None, strict=True)  # accepted, ignored: nothing is stored
     service_tier: str | None = None  # accepted, ignored
 
     @field_validator("temperature")
@@ -246,8 +265,8 @@ class CompletionRequest(_Common):
     """Body of ``POST /v1/completions``."""
 
     prompt: Any  # checked by the validator: the API's union is wider than what a char model takes
-    echo: bool | None = None
-    logprobs: int | None = None
+    echo: bool | None = Field(None, strict=True)
+    logprobs: int | None = Field(None, strict=True)
     best_of: int | None = Field(None, strict=True)
     suffix: str | None = None
 
@@ -313,11 +332,11 @@ class ChatRequest(_Common):
 
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1, strict=True)
-    logprobs: bool | None = None
-    top_logprobs: int | None = None
+    logprobs: bool | None = Field(None, strict=True)
+    top_logprobs: int | None = Field(None, strict=True)
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None
-    parallel_tool_calls: bool | None = None  # accepted, ignored
+    parallel_tool_calls: bool | None = Field(None, strict=True)  # accepted, ignored
     response_format: dict[str, Any] | None = None
 
     @field_validator("logprobs")
@@ -494,7 +513,7 @@ def openai_router(engine: GenerationEngine, tokenizer: CharTokenizer, settings: 
         if value is None:
             return default_new
         if value > limit:
-            raise OpenAIError(400, f"{param} is {value}; this server generates at most {limit} tokens",
+            raise OpenAIError(400, f"{param} may be at most {limit} on this server",
                               param=param, code="invalid_value")
         return value
 
