@@ -255,3 +255,16 @@ def ray_serving(num_replicas: int = 2, settings: ServeSettings | None = None, *,
         yield RayServing(url=url, num_replicas=num_replicas, startup_s=time.perf_counter() - start)
     finally:
         shutdown()
+
+
+def app_builder(args: dict[str, Any]) -> Any:
+    """Return the Serve application described by ``args`` (an application builder for a Serve
+    config file's ``import_path: course_utils.serving.ray_app:app_builder``).
+
+    ``args`` may hold ``num_replicas`` (2) and ``cpus_per_replica`` (1.0); every other key is a
+    ``ServeSettings`` field of the replicas (``max_batch_size``, ``threads`` ...).
+    """
+    rest = {key: tuple(value) if isinstance(value, list) else value for key, value in args.items()}
+    num_replicas = int(rest.pop("num_replicas", 2))
+    cpus = float(rest.pop("cpus_per_replica", 1.0))
+    return build_app(num_replicas, replica_settings(**rest), cpus)
