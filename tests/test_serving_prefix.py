@@ -236,6 +236,18 @@ def test_engine_iteration_batching_with_shared_system_prompts(gpt):
     assert sample(m_on, "serve_prefix_cache_hit_tokens_total") >= 3 * (200 // BLOCK) * BLOCK
 
 
+def test_prompts_of_one_token_answers_are_filed_too(gpt):
+    """Blocks are filed after the first token went out (at the next step); a request that ends
+    within its first step (max_new_tokens 1 or 2) still gets its prompt filed."""
+    model, tok = gpt
+    a = tok.encode(load_corpus()[7000:7000 + 2 * BLOCK + 3])
+    for new in (1, 2):
+        outs, metrics, engine = run_engine(model, [[(a, new)], [(a, 4)]])
+        assert sample(metrics, "serve_prefix_cache_hit_tokens_total") == 2 * BLOCK
+        assert len(engine.prefix) == 2 and not engine._to_store
+        assert outs[1][:new] == outs[0]
+
+
 def test_a_failing_lookup_ends_only_its_request(gpt):
     model, tok = gpt
     ids = tok.encode(load_corpus()[3000:3100])

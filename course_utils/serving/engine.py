@@ -21,7 +21,8 @@ reports it) and every later request gets 503.
 Prefix caching (``prefix_cache_mb``, on by default, 0 turns it off): the full 16-token blocks of
 every prompt prefilled are kept (keys and values, every layer) in a ``PrefixCache`` under chained
 hashes; a newcomer whose prompt starts with known blocks gets them copied into its row and
-prefills only the rest (always at least its last token). Greedy outputs are the same with and
+prefills only the rest (always at least its last token); a prompt's blocks are filed at the next step,
+after its first token went out, so filing never delays it. Greedy outputs are the same with and
 without it; ``serve_prefix_cache_hit_tokens`` / ``serve_prefix_cache_lookup_tokens`` on /metrics
 say how much prompt work it saved.
 
@@ -142,6 +143,7 @@ class GenerationEngine:
         self.last = torch.zeros(self.capacity, dtype=torch.long)
         mib = settings.prefix_cache_mb
         self.prefix: PrefixCache | None = PrefixCache(int(mib * 2**20)) if mib > 0 else None
+        self._to_store: list[GenRequest] = []  # prefilled at the last step, blocks not filed yet
         # Compile only the tensor work of a step (decode_core); decode_step keeps the
         # bookkeeping that reads Python numbers out of tensors, which would break the graph.
         self._core: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = (
@@ -238,6 +240,7 @@ class GenerationEngine:
                     except Exception as err:  # a whole step failed: end the batch's requests, go on
                         self._fail(self.rows, out, err)
                         self.rows.clear()
+                        self._to_store.clear()
                         self.cache.clear()
                         self._flush(out)
         except BaseException as err:  # the worker dies: say so loudly, keep clients informed
@@ -307,6 +310,7 @@ class GenerationEngine:
         for req in self.rows:
             self._finish(req, out, ("error", {"detail": detail, "status": 503}), "shutdown")
         self.rows.clear()
+        self._to_store.clear()
         self.cache.clear()
         while True:
             try:
@@ -336,15 +340,21 @@ class GenerationEngine:
             return req
 
     def _admit(self, out: list[tuple[GenRequest, Event]]) -> float:
-        """Admit waiting requests (per the batching policy); return seconds spent in prefill."""
+        """Admit waiting requests (per the batching policy); return seconds spent in prefill (and
+        in filing the last step's prompts in the prefix cache)."""
+        stored_s = 0.0
+        if self._to_store:
+            start = time.perf_counter()
+            self._store_prefixes(out)
+            stored_s = time.perf_counter() - start
         free = self.capacity - len(self.rows)
         if free <= 0 or (self.settings.batching != "iteration" and self.rows):
-            return 0.0
+            return stored_s
         newcomers: list[GenRequest] = []
         if not self.rows:  # idle: wait for a first request, then up to max_wait for company
             first = self._take(block=True, timeout=0.05)
             if first is None:
-                return 0.0
+                return stored_s
             newcomers.append(first)
             # static batching waits up to max_wait_ms for company; iteration-level batching
             # does not need to, since latecomers join at the next step anyway
@@ -362,10 +372,10 @@ class GenerationEngine:
                     break
                 newcomers.append(nxt)
         if not newcomers:
-            return 0.0
+            return stored_s
         start = time.perf_counter()
         self._prefill(newcomers, out)
-        return time.perf_counter() - start
+        return stored_s + time.perf_counter() - start
 
     def _prefill(self, reqs: list[GenRequest], out: list[tuple[GenRequest, Event]]) -> None:
         first_row = len(self.rows)
@@ -374,16 +384,27 @@ class GenerationEngine:
             idx, lengths = pad_prompts([r.ids[s:] for r, s in zip(reqs, starts)])
             logits = prefill(self.model, idx, lengths, self.cache, first_row=first_row,
                              start=torch.tensor(starts) if any(starts) else None)
-            if self.prefix is not None:
-                for i, req in enumerate(reqs):
-                    self.prefix.store(req.ids, self.cache, first_row + i)
         except Exception as err:  # only the newcomers are affected; the running rows go on
             self.cache.lengths[first_row:first_row + len(reqs)] = 0
             self._fail(reqs, out, err)
             return
         self.metrics.prefill_size.observe(len(reqs))
         self.rows.extend(reqs)
+        if self.prefix is not None:  # filed at the next step, once their first tokens are out
+            self._to_store.extend(reqs)
         self._emit(logits, first_row, out)
+
+    def _store_prefixes(self, out: list[tuple[GenRequest, Event]]) -> None:
+        """File the prompt blocks of the rows prefilled at the last step in the prefix cache (after
+        their first tokens went out, so filing does not delay them)."""
+        reqs, self._to_store = self._to_store, []
+        assert self.prefix is not None
+        live = [req for req in reqs if req in self.rows]
+        try:
+            for req in live:
+                self.prefix.store(req.ids, self.cache, self.rows.index(req))
+        except Exception as err:  # only these requests are affected
+            self._fail(live, out, err)
 
     def _load_prefixes(self, reqs: list[GenRequest], first_row: int) -> list[int]:
         """Copy each newcomer's longest cached prefix into its row; return how many tokens each got."""
@@ -445,6 +466,13 @@ class GenerationEngine:
                 self._finish(req, out, ("end", info), "ok")
             else:
                 continue
+            if req in self._to_store:  # it ends before its blocks were filed: file them now
+                self._to_store.remove(req)
+                if not req.cancelled:
+                    try:
+                        self.prefix.store(req.ids, self.cache, r)  # type: ignore[union-attr]
+                    except Exception as err:  # its answer is complete; the cache just misses it
+                        log.warning("could not file a prompt in the prefix cache", exc_info=err)
             last = len(self.rows) - 1
             if r != last:
                 self.cache.move_row(last, r)
