@@ -123,14 +123,10 @@ def test_ray_serving_refuses_replicas_that_do_not_fit():
 
 # ---- two Ray Serve replicas --------------------------------------------------------------------
 
-def ray_processes() -> list[psutil.Process]:
-    """Return the Ray daemons (raylet, GCS) running on this machine."""
-    found = []
-    for proc in psutil.process_iter(["name", "cmdline"]):
-        cmd = " ".join(proc.info["cmdline"] or [])
-        if proc.info["name"] in ("raylet", "gcs_server") or "/ray/core/src/ray/" in cmd:
-            found.append(proc)
-    return found
+def ray_daemons() -> list[psutil.Process]:
+    """Return the Ray daemons (raylet, GCS) this test process started."""
+    return [proc for proc in psutil.Process().children(recursive=True)
+            if proc.name() in ("raylet", "gcs_server")]
 
 
 @pytest.fixture(scope="module")
@@ -138,13 +134,25 @@ def serving():
     pytest.importorskip("ray.serve")
     from course_utils.serving.ray_app import ray_serving
 
-    assert not ray_processes(), "a Ray instance is already running on this machine"
     with ray_serving(num_replicas=2, num_cpus=2) as srv:
+        daemons = ray_daemons()
+        assert {p.name() for p in daemons} == {"raylet", "gcs_server"}
         yield srv
-    deadline = time.monotonic() + 20
-    while ray_processes() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not ray_processes(), "Ray daemons outlived ray_serving"
+    gone, alive = psutil.wait_procs(daemons, timeout=20)
+    assert not alive, f"Ray daemons outlived ray_serving: {alive}"
+
+
+def test_app_builder_reads_a_config_files_args():
+    pytest.importorskip("ray.serve")
+    from course_utils.serving.ray_app import app_builder
+
+    app = app_builder({"num_replicas": 3, "cpus_per_replica": 2, "threads": 2, "allow_hosts": ["a.example"]})
+    deployment = app._bound_deployment
+    assert deployment.num_replicas == 3 and deployment.ray_actor_options["num_cpus"] == 2
+    settings = deployment.init_args[0]
+    assert settings.threads == 2 and settings.allow_hosts == ("a.example",) and not settings.embed
+    with pytest.raises(ValueError, match="invalid settings"):
+        app_builder({"threads": -1})
 
 
 def test_both_replicas_serve_the_course_protocol(serving):
@@ -183,6 +191,7 @@ def test_a_killed_replica_is_replaced_and_retries_lose_nothing(serving):
     load.join(120)
     report = result["report"]
     assert report.n_lost == 0, report.errors[:5]
+    assert report.retries == len(report.errors)  # every cut stream was sent again, once
     serving.wait_for_replicas(2, timeout_s=120)
     after = replica_actor_names()
     assert len(after) == 2 and killed not in after and set(after) != set(before)
