@@ -13,8 +13,8 @@ The routes run on the same ``GenerationEngine`` as ``/generate`` (same queue, sa
   returned), ``stream``, ``stream_options.include_usage``.
 - ``POST /v1/chat/completions``: ``messages`` (roles system/developer/user/assistant, content a
   string or a list of text parts) and the same parameters (``max_completion_tokens`` or its older
-  name ``max_tokens``). The tiny GPT is a plain character-level text model trained on Python
-  source, not a chat model: the messages become one prompt through ``chat_prompt`` (a plain
+  name ``max_tokens``). The tiny GPT is a plain character-level text model trained on Python's
+  documentation, not a chat model: the messages become one prompt through ``chat_prompt`` (a plain
   transcript, one ``Role: content`` line per message, then ``"Assistant:"``) and the answer is
   the model's continuation of that transcript, not a real reply.
 
