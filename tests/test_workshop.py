@@ -248,3 +248,25 @@ def test_parallel_pace_compares_elapsed_time_with_the_reference_run():
     # the shipped README states the reference machine's time for the Makefile's default JOBS=2
     readme = (ROOT / "README.md").read_text()
     assert stamp.WORKSHOP_OPEN in readme and stamp.WORKSHOP_CLOSE in readme
+
+
+def test_stamp_takes_quick_minutes_from_one_run_and_the_workshop_line_from_another(tmp_path):
+    """`stamp --quick serial.json --workshop two.json`: per-notebook minutes from the one-at-a-time
+    run, README's workshop line from the two-at-a-time run; a two-at-a-time --quick alone gives no minutes."""
+    serial = {"torch": "2.14.1", "date": "2026-11-30", "machine": "x86_64, 2 cores", "cpu_class": "x86-avx2",
+              "jobs": 1, "runs": [{"notebook": "00_setup.ipynb", "ok": True, "seconds": 42.0}], "total_s": 42.0}
+    two = dict(serial, jobs=2, wall_s=240.0, runs=[{"notebook": "00_setup.ipynb", "ok": True, "seconds": 60.0}])
+    for name, summary in (("serial.json", serial), ("two.json", two)):
+        (tmp_path / name).write_text(json.dumps(summary))
+    readme = tmp_path / "README.md"
+    readme.write_text(README.replace("intro", "intro <!-- stamp:workshop -->?<!-- /stamp:workshop -->"))
+    (tmp_path / "nbs").mkdir()
+    args = ["--full", str(tmp_path / "none.json"), "--cold", str(tmp_path / "none.json"),
+            "--readme", str(readme), "--notebooks", str(tmp_path / "nbs")]
+    assert stamp.main(["--quick", str(tmp_path / "serial.json"), "--workshop", str(tmp_path / "two.json"), *args]) == 0
+    text = readme.read_text()
+    assert "| ? / 0.5 / 0.7 |" in text and stamp.stated_workshop_seconds(text, 2) == 240.0
+    readme.write_text(README.replace("intro", "intro <!-- stamp:workshop -->?<!-- /stamp:workshop -->"))
+    assert stamp.main(["--quick", str(tmp_path / "two.json"), *args]) == 0
+    text = readme.read_text()
+    assert "| 0.5 / 0.3 |" in text and stamp.stated_workshop_seconds(text, 2) == 240.0  # minutes kept

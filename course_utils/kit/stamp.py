@@ -210,7 +210,7 @@ def stamp_table(readme: str, quick: dict[str, Any] | None, full: dict[str, Any] 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m course_utils stamp [--quick FILE] [--full FILE] [--cold FILE]``."""
+    """``python -m course_utils stamp [--quick FILE] [--full FILE] [--cold FILE] [--workshop FILE]``."""
     import argparse
 
     build = config.build_dir(create=False)
@@ -218,6 +218,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", type=Path, default=build / "workshop" / "summary.json")
     parser.add_argument("--full", type=Path, default=build / "report" / "summary.json")
     parser.add_argument("--cold", type=Path, default=build / "report-cold" / "summary.json")
+    parser.add_argument("--workshop", type=Path, default=None,
+                        help="the workshop-check summary whose elapsed time README's workshop line states "
+                             "(default: the --quick one), e.g. a two-at-a-time run beside a one-at-a-time --quick")
     parser.add_argument("--readme", type=Path, default=config.REPO_ROOT / "README.md")
     parser.add_argument("--notebooks", type=Path, default=config.REPO_ROOT / "notebooks")
     args = parser.parse_args(argv)
@@ -226,7 +229,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"no run summaries ({args.cold}, {args.full}, {args.quick}): run `make report-cold`, "
               "`make report` and/or `make workshop-check` first")
         return 1
-    text, workshop = stamp_workshop(args.readme.read_text(encoding="utf-8"), quick)
+    workshop_run = load_summary(args.workshop) if args.workshop else quick
+    text, workshop = stamp_workshop(args.readme.read_text(encoding="utf-8"), workshop_run)
     quick = per_notebook(quick)  # several notebooks at a time: no per-notebook minutes from it
     text, n = stamp_table(text, quick, full, cold)
     args.readme.write_text(text, encoding="utf-8")
