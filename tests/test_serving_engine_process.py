@@ -75,6 +75,16 @@ def test_same_greedy_text_as_the_thread_engine_and_the_metrics_come_from_the_chi
         samples = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples if not s.labels}
         assert samples["serve_tokens_generated_total"] == 4 * 12 + 16 * 6  # counted in the engine's process
         assert "serve_embed_batch_size_count" in samples  # the HTTP side's own families are kept
+        body = {"model": "tiny-gpt", "prompt": "The ", "max_tokens": 200, "temperature": 0, "stop": " the"}
+        answer = httpx.post(srv.url + "/v1/completions", json=body, timeout=TIMEOUT).json()
+        assert answer["choices"][0]["finish_reason"] == "stop", answer
+        deadline = time.time() + 10
+        while httpx.get(srv.url + "/health", timeout=TIMEOUT).json()["active"] and time.time() < deadline:
+            time.sleep(0.05)
+        text = httpx.get(srv.url + "/metrics", timeout=TIMEOUT).text
+        outcomes = {s.labels["outcome"]: s.value for f in text_string_to_metric_families(text) for s in f.samples
+                    if s.name == "serve_requests_total"}
+        assert outcomes == {"ok": 4 + 16 + 1}, outcomes  # the stop string's early end crossed the pipe as "ok"
         child = engine_pid(os.getpid())
     deadline = time.time() + 10
     while os.path.exists(f"/proc/{child}") and time.time() < deadline:

@@ -73,6 +73,17 @@ def test_a_body_over_the_limit_is_413_whether_announced_or_chunked(server):
     assert resp.status_code == 413 and "larger than" in resp.json()["detail"]
 
 
+def test_guard_answers_on_v1_paths_have_the_openai_error_shape(server):
+    resp = httpx.post(server.url + "/v1/completions", content=b" " * (LIMIT + 1), timeout=TIMEOUT, trust_env=False)
+    error = resp.json()["error"]
+    assert resp.status_code == 413 and "larger than" in error["message"] and error["code"] == "body_too_large"
+    assert error["type"] == "invalid_request_error" and "param" in error
+    resp = httpx.get(server.url + "/v1/models", headers={"host": "evil.example"}, timeout=TIMEOUT, trust_env=False)
+    assert resp.status_code == 400 and "--allow-host" in resp.json()["error"]["message"]
+    resp = httpx.get(server.url + "/v1x", headers={"host": "evil.example"}, timeout=TIMEOUT, trust_env=False)
+    assert resp.status_code == 400 and "--allow-host" in resp.json()["detail"]  # only /v1 itself and below
+
+
 def test_a_body_under_the_limit_reaches_the_app_whole(server):
     padded = b'{"prompt": "The ", ' + b" " * (LIMIT - 60) + b'"max_new_tokens": 3}'
     resp = httpx.post(server.url + "/generate", content=padded, headers={"content-type": "application/json"},

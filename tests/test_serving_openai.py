@@ -65,6 +65,22 @@ def active(url: str) -> int:
     return httpx.get(url + "/health", timeout=TIMEOUT).json()["active"]
 
 
+def outcomes(url: str) -> dict[str, float]:
+    """Return ``serve_requests_total`` by outcome, read from /metrics."""
+    counts = {}
+    for line in httpx.get(url + "/metrics", timeout=TIMEOUT).text.splitlines():
+        if line.startswith('serve_requests_total{outcome="'):
+            label, value = line.split('"')[1], line.rsplit(" ", 1)[1]
+            counts[label] = float(value)
+    return counts
+
+
+def wait_idle(url: str) -> None:
+    deadline = time.monotonic() + 10
+    while active(url) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 # ---- pure parts -------------------------------------------------------------------------------
 
 def test_chat_prompt_is_a_plain_transcript_ending_with_the_assistant_turn():
@@ -230,6 +246,13 @@ def test_bad_input_raises_the_clients_error_with_a_helpful_message(client, endpo
     assert body["type"] == "invalid_request_error"
 
 
+def test_a_body_over_the_servers_limit_is_the_clients_413_with_a_message(server, client):
+    with pytest.raises(openai.APIStatusError) as info:
+        client.completions.create(model=MODEL_ID, prompt="a" * (server.settings.max_body_bytes + 1), max_tokens=4)
+    assert info.value.status_code == 413 and info.value.code == "body_too_large"
+    assert "larger than" in info.value.body["message"], info.value.body
+
+
 def test_the_server_still_serves_after_bad_input(client):
     for _ in range(3):
         with pytest.raises(openai.BadRequestError):
@@ -303,15 +326,30 @@ def test_raw_stream_is_data_chunks_then_done(server):
 
 
 def test_disconnect_mid_stream_frees_the_batch_row(server):
+    before = outcomes(server.url)
     body = {"model": MODEL_ID, "prompt": PROMPT, "max_tokens": 256, "stream": True}
     with httpx.Client(timeout=TIMEOUT) as c, c.stream("POST", server.url + "/v1/completions", json=body) as resp:
         for i, _ in enumerate(resp.iter_lines()):
             if i >= 4:
                 break  # leaving the block closes the connection mid-stream
-    deadline = time.monotonic() + 10
-    while active(server.url) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_idle(server.url)
     assert active(server.url) == 0
+    after = outcomes(server.url)
+    assert after.get("cancelled", 0) == before.get("cancelled", 0) + 1, (before, after)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_cut_by_a_stop_string_counts_as_ok_not_cancelled(server, client, stream):
+    wait_idle(server.url)
+    before = outcomes(server.url)
+    reply = client.completions.create(model=MODEL_ID, prompt=PROMPT, max_tokens=200, temperature=0,
+                                      stop=" the", stream=stream)
+    finish = [c.choices[0].finish_reason for c in reply][-1] if stream else reply.choices[0].finish_reason
+    assert finish == "stop"
+    wait_idle(server.url)  # the row was freed early, not run to max_tokens
+    after = outcomes(server.url)
+    assert after.get("ok", 0) == before.get("ok", 0) + 1, (before, after)
+    assert after.get("cancelled", 0) == before.get("cancelled", 0), (before, after)
 
 
 # ---- overload and failures --------------------------------------------------------------------

@@ -84,9 +84,17 @@ class GenRequest:
     cancelled: bool = False
     finished: bool = False
     generator: torch.Generator | None = None
+    end_outcome: str = "cancelled"
 
-    def cancel(self) -> None:
-        """Ask the worker to drop this request at its next step (client gone, timeout)."""
+    def cancel(self, outcome: str = "cancelled") -> None:
+        """Ask the worker to drop this request at its next step.
+
+        ``outcome`` is what ``serve_requests_total`` counts it as: ``"cancelled"`` (client gone,
+        timeout) or ``"ok"`` when the caller already has its whole answer (a stop string matched).
+        The first call decides; later calls (a handler's clean-up) change nothing.
+        """
+        if not self.cancelled:
+            self.end_outcome = outcome
         self.cancelled = True
 
 
@@ -332,7 +340,7 @@ class GenerationEngine:
             except queue.Empty:
                 return None
             if req.cancelled:
-                self.metrics.requests.labels("cancelled").inc()
+                self.metrics.requests.labels(req.end_outcome).inc()
                 continue
             if time.perf_counter() - req.arrived > self.settings.queue_timeout_s:
                 self.metrics.requests.labels("timeout").inc()
@@ -456,7 +464,9 @@ class GenerationEngine:
         for r in range(len(self.rows) - 1, -1, -1):
             req = self.rows[r]
             if req.cancelled:
-                self._finish(req, out, None, "cancelled")
+                if req.end_outcome == "ok" and not req.finished:
+                    self.metrics.latency.observe(time.perf_counter() - req.arrived)
+                self._finish(req, out, None, req.end_outcome)
             elif req.generated >= req.max_new_tokens:
                 now = time.perf_counter()
                 info = {"reason": "length", "tokens": req.generated,

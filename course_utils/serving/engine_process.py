@@ -12,7 +12,7 @@ request with ``events`` and ``cancel()``, ``begin_shutdown``, ``stop``, ``failur
 ``queue`` for ``/health``). It starts a child process (``spawn``) that runs an ordinary
 ``GenerationEngine``; the two talk over one ``multiprocessing`` pipe:
 
-- parent → child: ``("submit", rid, ids, max_new_tokens, temperature, seed)``, ``("cancel", rid)``,
+- parent → child: ``("submit", rid, ids, max_new_tokens, temperature, seed)``, ``("cancel", rid, outcome)``,
   ``("metrics", ticket)``, ``("shutdown", detail)``, ``("stop",)``;
 - child → parent: ``("ready", warm_up_s)``, ``("events", [(rid, event), ...], active, queued,
   failure)`` once per flush of the worker (``stream_interval_ms``), ``("metrics", ticket, text)``,
@@ -57,11 +57,11 @@ class RemoteRequest:
     cancelled: bool = False
     finished: bool = False
 
-    def cancel(self) -> None:
-        """Ask the engine to drop this request at its next step (client gone, timeout)."""
+    def cancel(self, outcome: str = "cancelled") -> None:
+        """Ask the engine to drop this request at its next step (``GenRequest.cancel``'s outcomes)."""
         if not self.cancelled and not self.finished:
             self.cancelled = True
-            self.engine._send(("cancel", self.rid))
+            self.engine._send(("cancel", self.rid, outcome))
 
 
 class _Depth:
@@ -302,7 +302,7 @@ def _child_main(conn: Connection, model: TinyGPT, settings: ServeSettings) -> No
         elif kind == "cancel":
             req = requests.pop(msg[1], None)
             if req is not None:
-                req.cancel()
+                req.cancel(msg[2])
         elif kind == "metrics":
             send(("metrics", msg[1], metrics.render().decode()))
         elif kind == "shutdown":

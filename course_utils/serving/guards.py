@@ -8,6 +8,8 @@ Both are plain ASGI middleware, so they answer before FastAPI reads or parses an
   only; its requests still carry that name in ``Host``, which is how they are told apart.
 - ``BodyLimit``: a body over ``max_bytes`` gets 413, judged by ``Content-Length`` before
   anything is read and by counting while reading (chunked uploads), never buffering more.
+
+Their answers use ``{"detail": ...}`` like FastAPI, and the OpenAI error shape on ``/v1`` paths.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import ipaddress
 import json
 from collections.abc import Iterable
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -39,7 +42,17 @@ def is_loopback_name(name: str) -> bool:
         return False
 
 
-async def send_json(send: Send, status: int, body: dict[str, str], close: bool = False) -> None:
+def error_body(scope: Scope, message: str, code: str) -> dict[str, Any]:
+    """Return the error body a client of this path expects: the OpenAI shape under ``/v1``
+    (``{"error": {"message", "type", "param", "code"}}``, which OpenAI clients read), else FastAPI's
+    ``{"detail": message}`` like the rest of the server."""
+    path = scope.get("path", "")
+    if path == "/v1" or path.startswith("/v1/"):
+        return {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}}
+    return {"detail": message}
+
+
+async def send_json(send: Send, status: int, body: dict[str, Any], close: bool = False) -> None:
     """Send a whole JSON response through a raw ASGI ``send``."""
     data = json.dumps(body).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
@@ -65,9 +78,9 @@ class HostCheck:
         if scope["type"] == "http":
             host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
             if not self.accepts(host):
-                await send_json(send, 400, {"detail": "the Host header must name this machine's loopback "
-                                                      "(localhost, 127.0.0.1, [::1]); start the server with "
-                                                      "--allow-host NAME to accept another name"})
+                await send_json(send, 400, error_body(
+                    scope, "the Host header must name this machine's loopback (localhost, 127.0.0.1, [::1]); "
+                           "start the server with --allow-host NAME to accept another name", "host_not_allowed"))
                 return
         await self.app(scope, receive, send)
 
@@ -83,7 +96,7 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        too_large = {"detail": f"the request body is larger than {self.max_bytes} bytes"}
+        too_large = error_body(scope, f"the request body is larger than {self.max_bytes} bytes", "body_too_large")
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             await send_json(send, 413, too_large, close=True)  # (uvicorn rejects a malformed length)

@@ -462,7 +462,7 @@ async def _answer(req: GenRequest, first: tuple[str, Any], chars: str, scanner: 
             if out:
                 yield out
             if scanner.matched is not None:
-                req.cancel()  # free the batch row now: the rest would be thrown away
+                req.cancel("ok")  # free the batch row now (the rest would be thrown away); a success
                 outcome.finish_reason = "stop"
                 return
         elif kind == "end":

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -117,7 +118,12 @@ def start_ray(num_cpus: int | None = None, namespace: str = NAMESPACE) -> Any:
     own logs kept out of the notebook (``log_to_driver=False``; they stay in ``/tmp/ray``).
     """
     os.environ.update(RAY_ENV)
-    import ray
+    # In Jupyter without ipywidgets, importing Ray warns through tqdm.auto and logs a hint to install
+    # widgets; neither matters here (no progress bars or rich reprs are shown), so both are muted.
+    logging.getLogger("ray.widgets").setLevel(logging.WARNING)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        import ray
 
     from ray._private import ray_constants
 
