@@ -111,20 +111,29 @@ def build_app(num_replicas: int = 2, settings: ServeSettings | None = None,
     return deployment.bind(settings)
 
 
+def import_ray() -> Any:
+    """Import Ray with the course's environment (``RAY_ENV``) set first; return the module.
+
+    In Jupyter without ipywidgets, importing Ray warns through ``tqdm.auto`` and logs a hint to
+    install widgets; neither matters here (no progress bars or rich reprs are shown), so both are
+    muted for this import.
+    """
+    os.environ.update(RAY_ENV)
+    logging.getLogger("ray.widgets").setLevel(logging.WARNING)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        import ray
+        from ray import serve  # noqa: F401  (Serve's import is the one that reaches tqdm)
+    return ray
+
+
 def start_ray(num_cpus: int | None = None, namespace: str = NAMESPACE) -> Any:
     """Start a local Ray instance with the course's settings; return ``ray.init``'s context.
 
     ``num_cpus`` defaults to the machine's cores. No dashboard, usage statistics off, Ray's
     own logs kept out of the notebook (``log_to_driver=False``; they stay in ``/tmp/ray``).
     """
-    os.environ.update(RAY_ENV)
-    # In Jupyter without ipywidgets, importing Ray warns through tqdm.auto and logs a hint to install
-    # widgets; neither matters here (no progress bars or rich reprs are shown), so both are muted.
-    logging.getLogger("ray.widgets").setLevel(logging.WARNING)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="IProgress not found")
-        import ray
-
+    ray = import_ray()
     from ray._private import ray_constants
 
     # A one-machine Ray: with clusters off, Ray takes 127.0.0.1 as this node's address (as it does
@@ -238,6 +247,7 @@ def ray_serving(num_replicas: int = 2, settings: ServeSettings | None = None, *,
     ``num_cpus`` (default: the machine's cores) must be at least ``num_replicas * cpus_per_replica``,
     or Ray cannot place the replicas; that is checked before anything starts.
     """
+    import_ray()
     from ray import serve
 
     from .server import free_port
