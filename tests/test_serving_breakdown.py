@@ -12,7 +12,8 @@ import pytest
 
 from course_utils.models.checkpoint import load_tiny_gpt
 from course_utils.serving import ServeSettings
-from course_utils.serving.breakdown import Snapshot, _metric_values, own_core_plan, pin_process, thread_cpu_seconds
+from course_utils.serving.breakdown import (WALL_PARTS, Breakdown, Snapshot, _metric_values, own_core_plan, pin_process,
+                                           thread_cpu_seconds)
 from course_utils.serving.metrics import ServingMetrics
 from course_utils.serving.server import ThreadedServer
 
@@ -79,6 +80,23 @@ def test_breakdown_reads_the_engine_counters_between_two_snapshots():
     assert b.thread_cpu_s == [1.0, 0.4]  # busiest first; a thread that did nothing is left out
     text = "\n".join(b.lines())
     assert "2 decoding steps with 5.0 rows" in text and "decode 25%" in text and "50%, 20%" in text
+
+
+def test_wall_seconds_split_the_run_from_the_floor_to_the_idle_time():
+    b = Breakdown(wall_s=10.0, phases_s={"prefill": 2.0, "decode": 6.0, "other": 0.5, "idle": 1.0}, steps=100,
+                  mean_rows=30.0, prefills=10, mean_prefill_size=2.0, tokens=3000, thread_cpu_s=[6.8, 2.0])
+    assert b.worker_on_cpu() == pytest.approx(0.8)  # 6.8 CPU seconds over 8.5 working seconds
+    parts = b.wall_seconds(bare_tokens_per_s=1000.0)  # the floor: 3000 tokens / 1000 per s = 3 s
+    assert list(parts) == list(WALL_PARTS)
+    assert list(parts.values()) == pytest.approx([3.0, 6.0 * 0.8 - 3.0, 1.6, 0.4, 8.5 * 0.2, 1.0])
+    assert sum(parts.values()) == pytest.approx(9.5)  # everything but the 0.5 s the worker was in no phase
+    assert b.largest_loss(1000.0) == WALL_PARTS[1]
+    fast_bare = b.wall_seconds(bare_tokens_per_s=100.0)  # a floor above what decoding took is capped at it
+    assert fast_bare[WALL_PARTS[0]] == pytest.approx(4.8) and fast_bare[WALL_PARTS[1]] == 0.0
+    unknown = Breakdown(**{**b.__dict__, "thread_cpu_s": []})  # no CPU seconds: the worker counts as running
+    assert unknown.worker_on_cpu() is None and unknown.wall_seconds(1000.0)[WALL_PARTS[4]] == 0.0
+    with pytest.raises(ValueError, match="positive"):
+        b.wall_seconds(0.0)
 
 
 def test_breakdown_of_a_real_server_counts_the_tokens_it_streamed():

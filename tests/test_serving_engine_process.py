@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from course_utils.models.checkpoint import load_tiny_gpt
 from course_utils.serving import ServeSettings
-from course_utils.serving.breakdown import process_tree
+from course_utils.serving.breakdown import engine_child, process_tree
 from course_utils.serving.engine_process import EngineProcess
 from course_utils.serving.loadgen import SSEParser, run_load
 from course_utils.serving.metrics import ServingMetrics
@@ -50,15 +50,9 @@ def texts(url: str, n: int = 12) -> list[str]:
 
 
 def engine_pid(server_pid: int) -> int:
-    """The engine child among the server's descendants (not multiprocessing's resource tracker)."""
-    found = []
-    for pid in process_tree(server_pid)[1:]:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmd = f.read()
-        if b"spawn_main" in cmd and b"resource_tracker" not in cmd:
-            found.append(pid)
-    assert len(found) == 1, found
-    return found[0]
+    pid = engine_child(server_pid)
+    assert pid is not None, process_tree(server_pid)
+    return pid
 
 
 def test_same_greedy_text_as_the_thread_engine_and_the_metrics_come_from_the_child(gpt):

@@ -3,8 +3,10 @@
 ``Snapshot.take(url, pid)`` reads a running course server's ``/metrics`` (the worker's seconds per
 phase, decoding steps, rows per step, prefills) and, on Linux, the CPU seconds of each of the
 server process's threads from ``/proc``; ``snapshot_b.since(snapshot_a)`` gives what happened in
-between as a ``Breakdown``. ``pin_process`` puts every thread of a process on the given cores
-(``os.sched_setaffinity``, Linux), so a load generator and a server can each have their own.
+between as a ``Breakdown``, and ``Breakdown.wall_seconds(bare_tokens_per_s)`` splits its wall time
+into the bare model's floor and each loss beyond it. ``pin_process`` puts every thread of a
+process on the given cores (``os.sched_setaffinity``, Linux), so a load generator and a server can
+each have their own; ``engine_child`` finds a server's engine process to pin apart.
 Where the OS offers neither, the functions say so (empty dicts, ``False``) instead of failing.
 """
 
@@ -20,6 +22,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 #: The engine's phases (``serve_engine_seconds_total{phase=...}``).
 PHASES = ("prefill", "decode", "idle", "other")
+#: Where a run's wall time went (``Breakdown.wall_seconds``), the floor first.
+WALL_PARTS = (
+    "decoding at the bare model's speed (the floor)",
+    "decoding beyond that (fewer rows per step, steps slowed by the busy CPU)",
+    "prefills (a separate forward pass per group of newcomers)",
+    "worker bookkeeping (tokens, rows, metrics)",
+    "worker waiting for the GIL or a core in the middle of its work",
+    "worker idle (no request waiting)",
+)
 
 
 def process_tree(pid: int) -> list[int]:
@@ -75,6 +86,20 @@ def pin_process(pid: int, cores: set[int], children: bool = True) -> bool:
     return True
 
 
+def engine_child(server_pid: int) -> int | None:
+    """Return the pid of a course server's engine process (``engine_process=True``): its descendant
+    that ``multiprocessing`` spawned and that is not the resource tracker; None when it has none
+    (an engine thread) or the OS has no ``/proc``."""
+    for pid in process_tree(server_pid)[1:]:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"spawn_main" in cmd and b"resource_tracker" not in cmd:
+            return pid
+    return None
+
+
 def own_core_plan(n_cores: int | None = None) -> tuple[set[int], set[int]] | None:
     """Return (server cores, client cores): the first core usable by this process for the server,
     the rest for the load generator; None with fewer than two cores or no affinity support."""
@@ -118,6 +143,38 @@ class Breakdown:
     def share(self, seconds: float) -> float:
         """Return ``seconds`` as a fraction of the wall time."""
         return seconds / self.wall_s if self.wall_s > 0 else 0.0
+
+    def worker_on_cpu(self) -> float | None:
+        """Return the fraction of its working (non-idle) time the model worker actually ran, from
+        the busiest thread's CPU seconds; None where the OS does not report them."""
+        working = sum(self.phases_s.get(p, 0.0) for p in ("prefill", "decode", "other"))
+        if not self.thread_cpu_s or working <= 0:
+            return None
+        return min(1.0, self.thread_cpu_s[0] / working)
+
+    def wall_seconds(self, bare_tokens_per_s: float) -> dict[str, float]:
+        """Split the run's time into where it went, in seconds, given the bare model's tokens/s.
+
+        The floor is the bare model's time for the same tokens. The worker's phases are clock time;
+        the part of them it did not run (``worker_on_cpu``; assumed spread evenly over the phases)
+        is the wait for the GIL or a core. Where CPU seconds are unknown the worker counts as
+        always running. The keys are ``WALL_PARTS``.
+        """
+        if bare_tokens_per_s <= 0:
+            raise ValueError(f"bare_tokens_per_s must be positive, got {bare_tokens_per_s!r}")
+        ph = {p: self.phases_s.get(p, 0.0) for p in PHASES}
+        on_cpu = self.worker_on_cpu()
+        on_cpu = 1.0 if on_cpu is None else on_cpu
+        floor = self.tokens / bare_tokens_per_s
+        decode = ph["decode"] * on_cpu
+        values = (min(floor, decode), max(0.0, decode - floor), ph["prefill"] * on_cpu, ph["other"] * on_cpu,
+                  (ph["prefill"] + ph["decode"] + ph["other"]) * (1 - on_cpu), ph["idle"])
+        return dict(zip(WALL_PARTS, values))
+
+    def largest_loss(self, bare_tokens_per_s: float) -> str:
+        """Return the name of the largest part of ``wall_seconds`` beyond the floor."""
+        loss = {k: v for k, v in self.wall_seconds(bare_tokens_per_s).items() if k != WALL_PARTS[0]}
+        return max(loss, key=loss.__getitem__)
 
     def lines(self) -> list[str]:
         """Return a readable report, one finding per line."""
