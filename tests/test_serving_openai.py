@@ -338,6 +338,23 @@ def test_disconnect_mid_stream_frees_the_batch_row(server):
     assert after.get("cancelled", 0) == before.get("cancelled", 0) + 1, (before, after)
 
 
+def test_a_request_is_cancelled_as_ok_or_cancelled_and_the_first_call_decides():
+    import asyncio
+
+    from course_utils.serving.engine import GenRequest
+
+    loop = asyncio.new_event_loop()
+    try:
+        req = GenRequest([1, 2], 4, 0.0, None, loop)
+        req.cancel("ok")
+        req.cancel()  # a handler's clean-up afterwards
+        assert req.cancelled and req.end_outcome == "ok"
+        with pytest.raises(ValueError, match="outcome must be one of"):
+            GenRequest([1], 4, 0.0, None, loop).cancel("done")
+    finally:
+        loop.close()
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_an_answer_cut_by_a_stop_string_counts_as_ok_not_cancelled(server, client, stream):
     wait_idle(server.url)

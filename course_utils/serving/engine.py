@@ -68,6 +68,10 @@ class ShuttingDown(RuntimeError):
     """The server is stopping and accepts no new work (HTTP 503)."""
 
 
+#: What a cancelled request counts as in ``serve_requests_total`` (see ``GenRequest.cancel``).
+CANCEL_OUTCOMES = ("cancelled", "ok")
+
+
 @dataclass(eq=False)
 class GenRequest:
     """One generation request, shared by the route (event loop) and the worker thread."""
@@ -93,6 +97,8 @@ class GenRequest:
         timeout) or ``"ok"`` when the caller already has its whole answer (a stop string matched).
         The first call decides; later calls (a handler's clean-up) change nothing.
         """
+        if outcome not in CANCEL_OUTCOMES:
+            raise ValueError(f"outcome must be one of {CANCEL_OUTCOMES}, got {outcome!r}")
         if not self.cancelled:
             self.end_outcome = outcome
         self.cancelled = True
@@ -158,6 +164,7 @@ class GenerationEngine:
             torch.compile(decode_core, dynamic=True) if settings.compile else None)
         self._stopping = threading.Event()
         self._urgent: set[GenRequest] = set()  # requests whose events should not wait for the interval
+        self._handed_state = (0, 0)  # (rows, queued) at the last hand-over to the loop
         self._stop_detail = "server shutting down"
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -305,14 +312,20 @@ class GenerationEngine:
         self._flush(now)
 
     def _flush(self, out: list[tuple[GenRequest, Event]]) -> None:
+        """Hand ``out``'s events to the loop. An empty hand-over still goes when the rows or the queue
+        changed without an event (a cancelled request leaves silently), so a loop that reports them
+        (the engine process's pipe) is never left with a stale count."""
         self._urgent.clear()
-        if out:
-            batch = out[:]
-            out.clear()
-            try:
-                self._loop.call_soon_threadsafe(_deliver, batch)  # type: ignore[union-attr]
-            except RuntimeError:  # the loop is closed: nobody is listening any more
-                pass
+        state = (len(self.rows), self.queue.qsize())
+        if not out and state == self._handed_state:
+            return
+        self._handed_state = state
+        batch = out[:]
+        out.clear()
+        try:
+            self._loop.call_soon_threadsafe(_deliver, batch)  # type: ignore[union-attr]
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            pass
 
     def _fail_everything(self, out: list[tuple[GenRequest, Event]], detail: str) -> None:
         for req in self.rows:

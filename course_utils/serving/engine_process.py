@@ -15,7 +15,8 @@ request with ``events`` and ``cancel()``, ``begin_shutdown``, ``stop``, ``failur
 - parent → child: ``("submit", rid, ids, max_new_tokens, temperature, seed)``, ``("cancel", rid, outcome)``,
   ``("metrics", ticket)``, ``("shutdown", detail)``, ``("stop",)``;
 - child → parent: ``("ready", warm_up_s)``, ``("events", [(rid, event), ...], active, queued,
-  failure)`` once per flush of the worker (``stream_interval_ms``), ``("metrics", ticket, text)``,
+  failure)`` once per flush of the worker (``stream_interval_ms``; also with no events when a
+  cancelled request changed the rows or the queue), ``("metrics", ticket, text)``,
   ``("stopped",)``; or ``("failed", message)`` when the child could not start.
 
 Events are the engine's own (``("token", id)``, ``("end", info)``, ``("error", info)``); a full
