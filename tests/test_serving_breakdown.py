@@ -12,8 +12,8 @@ import pytest
 
 from course_utils.models.checkpoint import load_tiny_gpt
 from course_utils.serving import ServeSettings
-from course_utils.serving.breakdown import (WALL_PARTS, Breakdown, Snapshot, _metric_values, own_core_plan, pin_process,
-                                           thread_cpu_seconds)
+from course_utils.serving.breakdown import (WALL_PARTS, Breakdown, Snapshot, _metric_values, measure, own_core_plan,
+                                           pin_process, pinned, thread_cpu_seconds)
 from course_utils.serving.metrics import ServingMetrics
 from course_utils.serving.server import ThreadedServer
 
@@ -64,6 +64,20 @@ def test_pinning_puts_every_thread_on_the_cores_asked_and_refuses_what_cannot_be
         assert len(server) == 1 and server.isdisjoint(client) and server | client == old
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this OS")
+def test_pinned_holds_for_the_block_and_gives_this_process_its_cores_back():
+    old = os.sched_getaffinity(0)
+    first = min(old)
+    with pinned({os.getpid(): {first}}) as ok:
+        assert ok and os.sched_getaffinity(0) == {first}
+    assert os.sched_getaffinity(0) == old
+    with pinned({}) as ok:
+        assert not ok
+    with pinned({os.getpid(): {first}, 2**22 + 12345: {first}}) as ok:  # one pin fails: not all took
+        assert not ok
+    assert os.sched_getaffinity(0) == old
+
+
 def test_breakdown_reads_the_engine_counters_between_two_snapshots():
     metrics = ServingMetrics()
     first = Snapshot(0.0, _metric_values(metrics.render().decode()), {1: 1.0, 2: 0.5})
@@ -102,11 +116,12 @@ def test_wall_seconds_split_the_run_from_the_floor_to_the_idle_time():
 def test_breakdown_of_a_real_server_counts_the_tokens_it_streamed():
     model, tok = load_tiny_gpt()
     with ThreadedServer(ServeSettings(embed=False, threads=1), model=model, tokenizer=tok) as srv:
-        before = Snapshot.take(srv.url, os.getpid())
-        with httpx.Client(timeout=30) as client:
-            for _ in range(2):
-                r = client.post(srv.url + "/generate", json={"prompt": "The ", "max_new_tokens": 5})
-                assert r.status_code == 200
-        b = Snapshot.take(srv.url, os.getpid()).since(before)
+        def two_requests() -> list[int]:
+            with httpx.Client(timeout=30) as client:
+                return [client.post(srv.url + "/generate", json={"prompt": "The ", "max_new_tokens": 5}).status_code
+                        for _ in range(2)]
+
+        statuses, b = measure(srv.url, os.getpid(), two_requests)
+    assert statuses == [200, 200]
     assert b.tokens == 10 and b.prefills == 2 and b.steps == 8  # each request: a prefill gives token 1, 4 steps the rest
     assert b.phases_s["decode"] > 0 and b.wall_s > 0

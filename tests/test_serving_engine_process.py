@@ -49,6 +49,13 @@ def texts(url: str, n: int = 12) -> list[str]:
     return out
 
 
+def wait_idle(url: str, timeout_s: float = 10.0) -> None:
+    """Wait (at most ``timeout_s``) until /health reports no active request."""
+    deadline = time.time() + timeout_s
+    while httpx.get(url + "/health", timeout=TIMEOUT).json()["active"] and time.time() < deadline:
+        time.sleep(0.05)
+
+
 def engine_pid(server_pid: int) -> int:
     pid = engine_child(server_pid)
     assert pid is not None, process_tree(server_pid)
@@ -72,9 +79,7 @@ def test_same_greedy_text_as_the_thread_engine_and_the_metrics_come_from_the_chi
         body = {"model": "tiny-gpt", "prompt": "The ", "max_tokens": 200, "temperature": 0, "stop": " the"}
         answer = httpx.post(srv.url + "/v1/completions", json=body, timeout=TIMEOUT).json()
         assert answer["choices"][0]["finish_reason"] == "stop", answer
-        deadline = time.time() + 10
-        while httpx.get(srv.url + "/health", timeout=TIMEOUT).json()["active"] and time.time() < deadline:
-            time.sleep(0.05)
+        wait_idle(srv.url)
         text = httpx.get(srv.url + "/metrics", timeout=TIMEOUT).text
         outcomes = {s.labels["outcome"]: s.value for f in text_string_to_metric_families(text) for s in f.samples
                     if s.name == "serve_requests_total"}
@@ -132,9 +137,7 @@ def test_a_client_that_leaves_frees_its_row_and_shutdown_ends_open_streams(gpt):
         with httpx.Client(timeout=TIMEOUT) as client, \
                 client.stream("POST", srv.url + "/generate", json={"prompt": "The ", "max_new_tokens": 256}) as resp:
             next(resp.iter_lines())  # one token arrived; leave
-        deadline = time.time() + 10
-        while httpx.get(srv.url + "/health", timeout=TIMEOUT).json()["active"] and time.time() < deadline:
-            time.sleep(0.05)
+        wait_idle(srv.url)
         assert httpx.get(srv.url + "/health", timeout=TIMEOUT).json()["active"] == 0
         events: list = []
         with httpx.Client(timeout=TIMEOUT) as client, \

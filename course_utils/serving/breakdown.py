@@ -6,7 +6,8 @@ server process's threads from ``/proc``; ``snapshot_b.since(snapshot_a)`` gives 
 between as a ``Breakdown``, and ``Breakdown.wall_seconds(bare_tokens_per_s)`` splits its wall time
 into the bare model's floor and each loss beyond it. ``pin_process`` puts every thread of a
 process on the given cores (``os.sched_setaffinity``, Linux), so a load generator and a server can
-each have their own; ``engine_child`` finds a server's engine process to pin apart.
+each have their own (``pinned`` does it for a ``with`` block); ``engine_child`` finds a server's
+engine process to pin apart; ``measure(url, pid, work)`` is the before/after around one load run.
 Where the OS offers neither, the functions say so (empty dicts, ``False``) instead of failing.
 """
 
@@ -14,11 +15,16 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+
+T = TypeVar("T")
 
 #: The engine's phases (``serve_engine_seconds_total{phase=...}``).
 PHASES = ("prefill", "decode", "idle", "other")
@@ -98,6 +104,25 @@ def engine_child(server_pid: int) -> int | None:
         if b"spawn_main" in cmd and b"resource_tracker" not in cmd:
             return pid
     return None
+
+
+@contextmanager
+def pinned(plan: Mapping[int, set[int]]) -> Iterator[bool]:
+    """Pin processes for the length of a ``with`` block; yield whether every pin took.
+
+    ``plan`` maps a pid to its cores and is applied in order, each process with its children
+    except this one (a notebook's kernel keeps the servers it started where they are put). This
+    process's own affinity is given back at the end; the others are processes the block owns.
+    An empty plan pins nothing and yields False.
+    """
+    me = os.getpid()
+    before = os.sched_getaffinity(0) if me in plan and hasattr(os, "sched_getaffinity") else None
+    ok = bool(plan) and all(pin_process(pid, cores, children=pid != me) for pid, cores in plan.items())
+    try:
+        yield ok
+    finally:
+        if before is not None:
+            pin_process(me, before, children=False)
 
 
 def own_core_plan(n_cores: int | None = None) -> tuple[set[int], set[int]] | None:
@@ -217,3 +242,11 @@ class Snapshot:
                          mean_prefill_size=delta("serve_prefill_batch_size_sum") / prefills if prefills else 0.0,
                          tokens=int(delta("serve_tokens_generated_total")),
                          thread_cpu_s=[c for c in cpu if c > 0.005])
+
+
+def measure(url: str, pid: int | None, work: Callable[[], T]) -> tuple[T, Breakdown]:
+    """Run ``work()`` (a load against the server at ``url``, process ``pid``); return its result and
+    the server's ``Breakdown`` over exactly that run."""
+    before = Snapshot.take(url, pid)
+    result = work()
+    return result, Snapshot.take(url, pid).since(before)
