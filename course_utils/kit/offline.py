@@ -14,9 +14,31 @@ Where it is on: every unit test (``tests/conftest.py``); and every Python proces
 The root ``conftest.py`` sets it for everything ``make test`` starts (the notebook kernels too),
 and ``make workshop-check`` for its kernels.
 
-What it is not: a sandbox. Code that does not go through Python's socket module (a C library
-that opens its own sockets, a program that is not Python) is not stopped; on Linux
-``make workshop-check NETNS=1`` removes the network for real (``course_utils.kit.netns``).
+What it is not: a sandbox. It patches nothing; it sees only the audit events that Python's own
+socket module raises in *this* process, and only the outgoing ones listed above. These paths are
+not stopped:
+
+- native code that calls the operating system itself: C/C++ extensions and the libraries they
+  link (libcurl, gRPC's core, torch's C++ ``TCPStore`` and gloo), ``ctypes`` calls to libc's
+  ``connect`` or ``getaddrinfo``; none of them raises a Python audit event;
+- event loops written in C, such as uvloop (libuv opens and resolves its own sockets); asyncio's
+  default loop goes through the socket module and is caught;
+- other processes: programs that are not Python (``curl``, ``git``, a shell's ``/dev/tcp``) and
+  Python processes started without ``child_env()`` (an environment that was replaced, or
+  ``python -I``, ``-E`` or ``-S``, which skip ``PYTHONPATH`` or ``sitecustomize``);
+- incoming traffic and its replies: ``bind``, ``listen`` and ``accept`` are not checked, so a
+  server bound to ``0.0.0.0`` is reachable from the network, and ``send`` on a connected socket
+  carries no address; sockets connected before the guard was on, or received as a file
+  descriptor, keep working;
+- anything relayed by a local listener: loopback and Unix-domain sockets are allowed, so a
+  proxy, tunnel or daemon listening on this machine (an HTTP proxy on 127.0.0.1, ``ssh -D``,
+  Docker's socket) can carry traffic out;
+- code that switches it off: any code in the process can call ``uninstall()``.
+
+It catches accidental downloads, which is what a course needs day to day. Where "it ran with no
+network" must be a fact (an exam, CI, a readiness check you will rely on), remove the network
+for real in an empty Linux network namespace: ``make workshop-check NETNS=1``, or for any command
+``unshare -rn python -m course_utils.kit.netns CMD ...`` (``course_utils.kit.netns``).
 """
 
 from __future__ import annotations
