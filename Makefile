@@ -11,9 +11,12 @@ PYTEST_ARGS ?=
 WORKERS     ?= 2
 # notebooks `make workshop-check` runs at once (each in its own kernel); JOBS=1 for one by one
 JOBS        ?= 2
-# A folder made by `make wheelhouse`: when set, every install reads it alone (pip --no-index).
+# A folder made by `make wheelhouse`: when set, every install reads it alone (pip --no-index), and
+# only the files its check verified: `wheelhouse check` writes them with their sha256 to HASHED and
+# pip installs that file in hash-checking mode, so a file changed after the check is refused; then the
+# course itself with no folder to read (PIP_CONFIG_FILE=/dev/null: no find-links from a pip.conf either).
 WHEELHOUSE  ?=
-PIP_FROM    := $(if $(WHEELHOUSE),--no-index --find-links $(abspath $(WHEELHOUSE)))
+HASHED      := $(VENV)/wheelhouse-requirements.txt
 
 # JupyterLab refuses to run as root unless asked; only root gets the flag.
 ifeq ($(shell id -u 2>/dev/null),0)
@@ -39,7 +42,7 @@ help:
 	@echo "make report-cold  the course in full mode with empty caches (a first run's times)"
 	@echo "make stamp     write measured times and 'last passed' into README's table and each notebook"
 	@echo "make wheelhouse   download every pinned package into build/wheelhouse (or WHEELHOUSE=DIR), with checksums"
-	@echo "make lab WHEELHOUSE=DIR   (or setup, test) install from that folder only, no network"
+	@echo "make lab WHEELHOUSE=DIR   (or setup, test) install from that folder only, no network, hash-checked"
 	@echo "make wheelhouse-install   time a fresh environment built from the wheelhouse in an empty network namespace"
 	@echo "make test-min  the whole suite on the oldest supported torch (2.11), in $(MIN_VENV)"
 	@echo "make test-avx2 the whole suite as if the CPU had AVX2 only (torch, Inductor, FBGEMM capped)"
@@ -51,9 +54,14 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml constraints.txt | $(BIN)/python
-	$(if $(WHEELHOUSE),$(BIN)/python -m course_utils.kit.wheelhouse check $(WHEELHOUSE))
-	$(BIN)/python -m pip install --quiet $(PIP_FROM) --upgrade "pip>=24"
-	$(BIN)/python -m pip install --quiet $(PIP_FROM) -c constraints.txt -e ".[dev]"
+ifneq ($(WHEELHOUSE),)
+	$(BIN)/python -m course_utils.kit.wheelhouse check $(WHEELHOUSE) --requirements $(HASHED)
+	PIP_CONFIG_FILE=/dev/null $(BIN)/python -m pip install --quiet --no-index --find-links $(abspath $(WHEELHOUSE)) --require-hashes -r $(HASHED)
+	PIP_CONFIG_FILE=/dev/null $(BIN)/python -m pip install --quiet --no-index --no-build-isolation -c constraints.txt -e ".[dev]"
+else
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+endif
 	$(BIN)/python -m course_utils.kit.lab
 	@touch $(STAMP)
 	@echo "Course environment ready in $(VENV)."
