@@ -85,19 +85,19 @@ def test_breakdown_reads_the_engine_counters_between_two_snapshots():
         metrics.batch_size.observe(rows)
     metrics.prefill_size.observe(3)
     metrics.tokens.inc(13)
-    metrics.engine_seconds.labels("decode").inc(0.5)
-    metrics.engine_seconds.labels("prefill").inc(0.25)
+    metrics.engine_seconds.labels("forward").inc(0.5)
+    metrics.engine_seconds.labels("prefix").inc(0.25)
     later = Snapshot(2.0, _metric_values(metrics.render().decode()), {1: 2.0, 2: 0.5, 3: 0.4})
     b = later.since(first)
     assert (b.wall_s, b.steps, b.mean_rows, b.prefills, b.mean_prefill_size, b.tokens) == (2.0, 2, 5.0, 1, 3.0, 13)
-    assert b.phases_s["decode"] == 0.5 and b.phases_s["prefill"] == 0.25 and b.phases_s["idle"] == 0.0
+    assert b.phases_s["forward"] == 0.5 and b.phases_s["prefix"] == 0.25 and b.phases_s["idle"] == 0.0
     assert b.thread_cpu_s == [1.0, 0.4]  # busiest first; a thread that did nothing is left out
     text = "\n".join(b.lines())
-    assert "2 decoding steps with 5.0 rows" in text and "decode 25%" in text and "50%, 20%" in text
+    assert "2 forward passes with 5.0 rows" in text and "forward 25%" in text and "50%, 20%" in text
 
 
 def test_wall_seconds_split_the_run_from_the_floor_to_the_idle_time():
-    b = Breakdown(wall_s=10.0, phases_s={"prefill": 2.0, "decode": 6.0, "other": 0.5, "idle": 1.0}, steps=100,
+    b = Breakdown(wall_s=10.0, phases_s={"prefix": 2.0, "forward": 6.0, "other": 0.5, "idle": 1.0}, steps=100,
                   mean_rows=30.0, prefills=10, mean_prefill_size=2.0, tokens=3000, thread_cpu_s=[6.8, 2.0])
     assert b.worker_on_cpu() == pytest.approx(0.8)  # 6.8 CPU seconds over 8.5 working seconds
     parts = b.wall_seconds(bare_tokens_per_s=1000.0)  # the floor: 3000 tokens / 1000 per s = 3 s
@@ -123,5 +123,5 @@ def test_breakdown_of_a_real_server_counts_the_tokens_it_streamed():
 
         statuses, b = measure(srv.url, os.getpid(), two_requests)
     assert statuses == [200, 200]
-    assert b.tokens == 10 and b.prefills == 2 and b.steps == 8  # each request: a prefill gives token 1, 4 steps the rest
-    assert b.phases_s["decode"] > 0 and b.wall_s > 0
+    assert b.tokens == 10 and b.prefills == 2 and b.steps == 10  # each request: 1 pass with its prompt, 4 more
+    assert b.phases_s["forward"] > 0 and b.wall_s > 0

@@ -1,7 +1,6 @@
 """Failures inside the generation worker over real HTTP: one bad request or step never stops the
 server for everyone, and /health tells the truth when the worker cannot serve."""
 
-import copy
 import threading
 import time
 
@@ -11,7 +10,8 @@ import torch
 
 from course_utils.serving import ServeSettings
 from course_utils.models.checkpoint import load_tiny_gpt
-from course_utils.serving.engine import sample_token
+from course_utils.serving import core
+from course_utils.serving.core import sample_token
 from course_utils.serving.loadgen import SSEParser
 from course_utils.serving.server import ThreadedServer
 
@@ -28,38 +28,35 @@ def gpt():
 
 
 class Saboteur:
-    """A forward pre-hook on the token embedding that raises on demand.
+    """Wraps the core's forward pass (``core.mixed_step``) to raise on demand.
 
-    ``poison``: a token id whose presence in a prompt makes that prefill raise;
-    ``next_decode``: an exception to raise at the next decoding step (then cleared).
+    ``poison``: a token id whose presence in a prompt chunk makes the pass that computes it raise;
+    ``next_decode``: an exception to raise at the next forward pass (then cleared).
     A short sleep per forward pass keeps a long stream running while a test acts.
-    A decoding step embeds one token per row, ``(n, 1)``; a prefill embeds whole prompts, and every
-    prompt these tests send has at least two characters, so ``(m, T >= 2)``.
     """
 
-    def __init__(self, model: torch.nn.Module, poison: int) -> None:
+    def __init__(self, poison: int) -> None:
         self.poison = poison
         self.next_decode: BaseException | None = None
-        model.tok_emb.register_forward_pre_hook(self)
+        self._real = core.mixed_step
 
-    def __call__(self, module: torch.nn.Module, args: tuple) -> None:
+    def __call__(self, model, cache, rows, chunks, starts):
         time.sleep(0.002)
-        ids = args[0]
-        decoding = ids.shape[-1] == 1
-        if not decoding and bool((ids == self.poison).any()):
+        if any(len(c) > 1 and self.poison in c for c in chunks):
             raise RuntimeError("poisoned prompt")
-        if decoding and self.next_decode is not None:
+        if self.next_decode is not None:
             err, self.next_decode = self.next_decode, None
             raise err
+        return self._real(model, cache, rows, chunks, starts)
 
 
 @pytest.fixture
-def sabotaged(gpt):
-    """A server whose model fails on demand; yields (server, saboteur, poison character)."""
+def sabotaged(gpt, monkeypatch):
+    """A server whose forward pass fails on demand; yields (server, saboteur, poison character)."""
     model, tok = gpt
-    model = copy.deepcopy(model)
     poison = tok.chars.index("~") if "~" in tok.chars else len(tok.chars) - 1
-    saboteur = Saboteur(model, poison)
+    saboteur = Saboteur(poison)
+    monkeypatch.setattr(core, "mixed_step", saboteur)
     with ThreadedServer(ServeSettings(embed=False, threads=1), model=model, tokenizer=tok) as srv:
         yield srv, saboteur, tok.chars[poison]
 

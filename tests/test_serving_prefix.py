@@ -211,11 +211,11 @@ def test_engine_outputs_are_identical_with_and_without_the_prefix_cache(gpt):
     on, m_on, e_on = run_engine(model, batches, **kw)
     off, m_off, e_off = run_engine(model, batches, prefix_cache_mb=0, **kw)
     assert on == off
-    assert e_off.prefix is None and e_on.prefix is not None
+    assert e_off.core.prefix is None and e_on.core.prefix is not None
     assert sample(m_on, "serve_prefix_cache_hit_tokens_total") == 2 * BLOCK + BLOCK + 0 + 0 + 2 * BLOCK
     looked_up = sum(len(ids) for batch in batches for ids, _ in batch)
     assert sample(m_on, "serve_prefix_cache_lookup_tokens_total") == looked_up
-    assert sample(m_on, "serve_prefix_cache_bytes") == e_on.prefix.bytes > 0
+    assert sample(m_on, "serve_prefix_cache_bytes") == e_on.core.prefix.bytes > 0
     assert sample(m_off, "serve_prefix_cache_hit_tokens_total") == 0
     assert sample(m_off, "serve_prefix_cache_lookup_tokens_total") == 0
     assert b"serve_prefix_cache_hit_tokens_total" in m_on.render()
@@ -244,46 +244,49 @@ def test_prompts_of_one_token_answers_are_filed_too(gpt):
     for new in (1, 2):
         outs, metrics, engine = run_engine(model, [[(a, new)], [(a, 4)]])
         assert sample(metrics, "serve_prefix_cache_hit_tokens_total") == 2 * BLOCK
-        assert len(engine.prefix) == 2 and not engine._to_store
+        assert len(engine.core.prefix) == 2 and not engine.core._to_file
         assert outs[1][:new] == outs[0]
 
 
-def test_a_failing_lookup_ends_only_its_request(gpt):
+def test_a_failing_lookup_is_a_miss_and_the_request_is_still_answered(gpt, caplog):
+    """The core treats a prefix lookup that raises as a miss: the prompt is computed in full, the
+    answer is the same, the running request is untouched, and the failure is logged."""
     model, tok = gpt
     ids = tok.encode(load_corpus()[3000:3100])
     settings = ServeSettings(embed=False, threads=1, stream_interval_ms=0)
 
-    async def main() -> tuple[list, list, list]:
+    async def answer(req) -> tuple[list[int], tuple]:
+        toks = []
+        while (event := await req.events.get())[0] == "token":
+            toks.append(event[1])
+        return toks, event
+
+    async def main() -> tuple[list, list, list, int]:
         engine = GenerationEngine(model, settings, ServingMetrics())
         engine.start(asyncio.get_running_loop())
-        real_load = engine.prefix.load
+        real_load = engine.core.prefix.load
         try:
             running = engine.submit(ids, 40)
-            assert (await running.events.get())[0] == "token"  # it is decoding now
+            first = await running.events.get()
+            assert first[0] == "token"  # it is decoding now
 
             def broken(*args, **kwargs):
                 raise RuntimeError("lookup broke")
 
-            engine.prefix.load = broken
-            bad = engine.submit(ids, 5)
-            bad_event = await bad.events.get()
-            engine.prefix.load = real_load
-            good = engine.submit(ids, 5)
-            results = []
-            for req in (running, good):
-                events = []
-                while (event := await req.events.get())[0] == "token":
-                    events.append(event)
-                results.append(event)
-            return [bad_event], results, [engine.errors]
+            engine.core.prefix.load = broken
+            bad = await answer(engine.submit(ids, 5))
+            engine.core.prefix.load = real_load
+            good = await answer(engine.submit(ids, 5))
+            rest = await answer(running)
+            return [first[1]] + rest[0], bad, good, engine.errors
         finally:
             engine.stop()
 
-    bad, (running_end, good_end), errors = asyncio.run(main())
-    assert bad[0][0] == "error" and bad[0][1]["status"] == 500
-    assert running_end[0] == "end" and running_end[1]["tokens"] == 40
-    assert good_end[0] == "end" and good_end[1]["tokens"] == 5
-    assert errors == [1]
+    running_toks, bad, good, errors = asyncio.run(main())
+    assert bad[1][0] == "end" and bad[0] == good[0] and len(bad[0]) == 5
+    assert running_toks[:5] == good[0] and len(running_toks) == 40
+    assert errors == 0
+    assert "prefix cache lookup failed" in caplog.text
 
 
 def test_prefix_cache_setting_is_validated_and_on_the_command_line():

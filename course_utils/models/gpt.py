@@ -292,6 +292,70 @@ def decode_core(model: TinyGPT, tokens: torch.Tensor, pos: torch.Tensor, k_cache
     return model.logits(hidden[:, 0]), new_k, new_v
 
 
+@torch.no_grad()
+def mixed_step(model: TinyGPT, cache: KVCache, rows: Sequence[int], chunks: Sequence[Sequence[int]],
+               starts: Sequence[int]) -> torch.Tensor:
+    """Return the logits after the last token of each chunk, ``(m, vocab)``, having computed in one
+    forward pass ``chunks[i]`` (token ids) of the sequence in cache row ``rows[i]`` at positions
+    ``starts[i] ..`` (its first ``starts[i]`` positions are cached) and stored their keys and values.
+
+    A decoding sequence brings one token, a prompt (or a chunk of one) several. Every token goes
+    through the embeddings, the linear layers and the MLPs together, packed into one ``(N, C)``
+    batch with no padding. Each layer writes its new keys and values into the cache, then attends
+    in two groups: the one-token entries, which must come first and sit in rows ``0 .. d-1`` in
+    order, read their rows in place (one batched attention); the longer chunks, right-padded into
+    one batch, read their rows' cached positions and their own, causally.
+    """
+    m, lens = len(rows), [len(c) for c in chunks]
+    if m == 0 or len(chunks) != m or len(starts) != m or min(lens) < 1:
+        raise ValueError("need at least one sequence, and one chunk of at least one token per row")
+    d = next((i for i, n in enumerate(lens) if n > 1), m)           # the leading one-token entries
+    if list(rows[:d]) != list(range(d)) or 1 in lens[d:]:
+        raise ValueError("one-token entries must come first, in cache rows 0 .. d-1")
+    if max(s + n for s, n in zip(starts, lens)) > cache.max_len:
+        raise ValueError(f"a sequence would exceed the cache's max_len {cache.max_len}")
+    dev, n_head, mc = cache.k.device, model.config.n_head, m - d
+    tokens = torch.tensor([t for c in chunks for t in c], device=dev)                          # (N,)
+    pos = torch.tensor([s + j for s, n in zip(starts, lens) for j in range(n)], device=dev)    # (N,)
+    tok_row = torch.tensor([r for r, n in zip(rows, lens) for _ in range(n)], device=dev)      # (N,)
+    # one-token rows: query r sees keys 0 .. pos[r] of its own row (its new key included)
+    seen = max(max(starts[:d], default=0) + 1, 3)   # at least 3 keys: one shape for torch.compile
+    one_mask = (torch.arange(seen, device=dev) <= pos[:d, None])[:, None, None, :]             # (d, 1, 1, seen)
+    if mc:  # chunks, right-padded to (mc, t): `grab` picks each slot's token out of the packed N
+        c_lens = torch.tensor(lens[d:], device=dev)[:, None]                                   # (mc, 1)
+        first = torch.tensor([sum(lens[:i]) for i in range(d, m)], device=dev)[:, None]        # (mc, 1)
+        j = torch.arange(max(lens[d:]), device=dev)                                            # (t,)
+        grab = first + torch.minimum(j, c_lens - 1)          # a padded slot repeats its last token
+        real = (j < c_lens).flatten().nonzero()[:, 0]        # the real slots, in packed order
+        c_idx = torch.tensor(list(rows[d:]), device=dev)
+        c_seen = max(s + n for s, n in zip(starts[d:], lens[d:]))
+        c_pos = torch.tensor(list(starts[d:]), device=dev)[:, None] + j                        # (mc, t)
+        c_mask = (torch.arange(c_seen, device=dev) <= c_pos[:, :, None])[:, None]              # (mc, 1, t, c_seen)
+    x = model.tok_emb(tokens) + model.pos_emb(pos)                                             # (N, C)
+    for layer, block in enumerate(model.blocks):
+        n_tok, c = x.shape
+        q, k, v = block.qkv(block.ln1(x)).split(c, dim=1)
+        q, k, v = (z.view(n_tok, n_head, c // n_head) for z in (q, k, v))                      # (N, H, hd)
+        # two index tensors split by a slice: the indexed dim comes first, (N, H, hd)
+        cache.k[layer, tok_row, :, pos] = k
+        cache.v[layer, tok_row, :, pos] = v
+        parts = []
+        if d:
+            keys, vals = cache.k[layer, :d, :, :seen], cache.v[layer, :d, :, :seen]            # (d, H, seen, hd)
+            parts.append(F.scaled_dot_product_attention(q[:d, :, None], keys, vals, attn_mask=one_mask)[:, :, 0])
+        if mc:
+            keys, vals = cache.k[layer, c_idx, :, :c_seen], cache.v[layer, c_idx, :, :c_seen]  # (mc, H, c_seen, hd)
+            out = F.scaled_dot_product_attention(q[grab].transpose(1, 2), keys, vals, attn_mask=c_mask)
+            parts.append(out.transpose(1, 2).flatten(0, 1)[real])                               # (N - d, H, hd)
+        y = parts[0] if len(parts) == 1 else torch.cat(parts)                                  # (N, H, hd)
+        x = x + block.proj(y.reshape(n_tok, c))
+        x = x + block.mlp(block.ln2(x))
+    cache.lengths[torch.tensor(list(rows), device=dev)] = torch.tensor(
+        [s + n for s, n in zip(starts, lens)], device=dev)
+    last = x if d == m else x[torch.tensor([sum(lens[:i + 1]) - 1 for i in range(m)], device=dev)]
+    return model.logits(last)                                                                  # (m, vocab)
+
+
 def pad_prompts(prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-pad token-id lists into ``idx`` ``(B, longest)`` and return it with their ``lengths``."""
     if not prompts or not all(prompts):

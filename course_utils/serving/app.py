@@ -265,7 +265,7 @@ def create_app(settings: ServeSettings | None = None, *, model: TinyGPT | None =
                 "batching": settings.batching, "max_batch_size": settings.batch_capacity,
                 "max_wait_ms": settings.max_wait_ms, "embed": settings.embed,
                 "embed_model": MODEL_NAME if settings.embed else None,
-                "active": len(engine.rows), "queued": engine.queue.qsize(),
+                "active": len(engine.rows), "queued": engine.queued,
                 "max_prompt_chars": settings.max_prompt_chars,
                 "max_new_tokens_limit": settings.max_new_tokens_limit}
         if problem:

@@ -27,12 +27,12 @@ from prometheus_client.parser import text_string_to_metric_families
 T = TypeVar("T")
 
 #: The engine's phases (``serve_engine_seconds_total{phase=...}``).
-PHASES = ("prefill", "decode", "idle", "other")
+PHASES = ("forward", "prefix", "idle", "other")
 #: Where a run's wall time went (``Breakdown.wall_seconds``), the floor first.
 WALL_PARTS = (
-    "decoding at the bare model's speed (the floor)",
-    "decoding beyond that (fewer rows per step, steps slowed by the busy CPU)",
-    "prefills (a separate forward pass per group of newcomers)",
+    "forward passes at the bare model's speed (the floor)",
+    "forward passes beyond that (fewer rows per step, prompt tokens in the steps, a busy CPU)",
+    "prefix cache copies (filing and loading prompt blocks)",
     "worker bookkeeping (tokens, rows, metrics)",
     "worker waiting for the GIL or a core in the middle of its work",
     "worker idle (no request waiting)",
@@ -172,7 +172,7 @@ class Breakdown:
     def worker_on_cpu(self) -> float | None:
         """Return the fraction of its working (non-idle) time the model worker actually ran, from
         the busiest thread's CPU seconds; None where the OS does not report them."""
-        working = sum(self.phases_s.get(p, 0.0) for p in ("prefill", "decode", "other"))
+        working = sum(self.phases_s.get(p, 0.0) for p in ("forward", "prefix", "other"))
         if not self.thread_cpu_s or working <= 0:
             return None
         return min(1.0, self.thread_cpu_s[0] / working)
@@ -191,9 +191,9 @@ class Breakdown:
         on_cpu = self.worker_on_cpu()
         on_cpu = 1.0 if on_cpu is None else on_cpu
         floor = self.tokens / bare_tokens_per_s
-        decode = ph["decode"] * on_cpu
-        values = (min(floor, decode), max(0.0, decode - floor), ph["prefill"] * on_cpu, ph["other"] * on_cpu,
-                  (ph["prefill"] + ph["decode"] + ph["other"]) * (1 - on_cpu), ph["idle"])
+        forward = ph["forward"] * on_cpu
+        values = (min(floor, forward), max(0.0, forward - floor), ph["prefix"] * on_cpu, ph["other"] * on_cpu,
+                  (ph["forward"] + ph["prefix"] + ph["other"]) * (1 - on_cpu), ph["idle"])
         return dict(zip(WALL_PARTS, values))
 
     def largest_loss(self, bare_tokens_per_s: float) -> str:
@@ -203,9 +203,9 @@ class Breakdown:
 
     def lines(self) -> list[str]:
         """Return a readable report, one finding per line."""
-        out = [f"{self.tokens:,} tokens in {self.wall_s:.2f} s: {self.steps:,} decoding steps with "
-               f"{self.mean_rows:.1f} rows on average; {self.prefills:,} prefills of "
-               f"{self.mean_prefill_size:.1f} prompts on average"]
+        out = [f"{self.tokens:,} tokens in {self.wall_s:.2f} s: {self.steps:,} forward passes with "
+               f"{self.mean_rows:.1f} rows on average; {self.prefills:,} of them also computed prompts "
+               f"({self.mean_prefill_size:.1f} prompt chunks on average)"]
         worker = " + ".join(f"{p} {self.share(self.phases_s.get(p, 0.0)):.0%}" for p in PHASES)
         out.append(f"model worker thread, share of the wall time by phase: {worker}")
         if self.thread_cpu_s:

@@ -65,16 +65,6 @@ class RemoteRequest:
             self.engine._send(("cancel", self.rid, outcome))
 
 
-class _Depth:
-    """``queue.qsize()`` for ``/health``: the child's queue depth at its last flush."""
-
-    def __init__(self) -> None:
-        self.value = 0
-
-    def qsize(self) -> int:
-        return self.value
-
-
 class EngineProcess:
     """A ``GenerationEngine`` in a child process, driven from the server's event loop."""
 
@@ -99,7 +89,7 @@ class EngineProcess:
         self._stop_detail = "server shutting down"
         self._failure: str | None = None
         self._active = 0
-        self.queue = _Depth()
+        self.queued = 0  # the child's waiting requests at its last flush
 
     # ---- what the routes and /health read -------------------------------------------
     @property
@@ -207,7 +197,7 @@ class EngineProcess:
                 break
             kind = msg[0]
             if kind == "events":
-                _, batch, self._active, self.queue.value, failure = msg
+                _, batch, self._active, self.queued, failure = msg
                 if failure and self._failure is None:
                     self._failure = failure
                 self._call(self._deliver, batch)
@@ -257,7 +247,7 @@ class _PipeLoop:
     def call_soon_threadsafe(self, _fn: Any, batch: list[tuple[Any, Event]]) -> None:
         engine = self._engine[0]
         self._send(("events", [(req.rid, event) for req, event in batch], len(engine.rows),
-                    engine.queue.qsize(), engine.failure))
+                    engine.queued, engine.failure))
 
 
 def _child_main(conn: Connection, model: TinyGPT, settings: ServeSettings) -> None:
@@ -293,7 +283,7 @@ def _child_main(conn: Connection, model: TinyGPT, settings: ServeSettings) -> No
                 req = engine.submit(ids, max_new, temperature, seed)
             except (QueueFull, ShuttingDown) as err:
                 send(("events", [(rid, ("error", {"detail": str(err), "status": 503}))], len(engine.rows),
-                      engine.queue.qsize(), engine.failure))
+                      engine.queued, engine.failure))
                 continue
             req.rid = rid  # type: ignore[attr-defined]
             requests[rid] = req

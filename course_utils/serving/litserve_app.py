@@ -42,8 +42,9 @@ from .. import config
 from ..data.text import CharTokenizer
 from ..models.gpt import KVCache, TinyGPT, decode_step, pad_prompts, prefill
 from .app import generate_request_model, validation_error
-from .engine import check_limits, sample_token
-from .engine import sampling_generator as row_generator
+from .core import sample_token
+from .core import sampling_generator as row_generator
+from .engine import check_limits
 from .guards import BodyLimit, HostCheck
 from .server import http_protocol
 from .settings import ServeSettings, default_threads

@@ -47,16 +47,17 @@ class ServingMetrics:
         r = self.registry
         self.queue_depth = Gauge("serve_queue_depth", "Generation requests waiting for a batch slot", registry=r)
         self.active = Gauge("serve_active_sequences", "Sequences in the running decode batch", registry=r)
-        self.batch_size = Histogram("serve_batch_size", "Sequences per decoding step", buckets=BATCH_BUCKETS, registry=r)
-        self.prefill_size = Histogram("serve_prefill_batch_size", "Prompts per prefill", buckets=BATCH_BUCKETS, registry=r)
+        self.batch_size = Histogram("serve_batch_size", "Sequences per forward pass", buckets=BATCH_BUCKETS, registry=r)
+        self.prefill_size = Histogram("serve_prefill_batch_size", "Prompt chunks per forward pass that computed any",
+                                      buckets=BATCH_BUCKETS, registry=r)
         self.latency = Histogram("serve_request_latency_seconds", "Time from arrival to the last token",
                                  buckets=LATENCY_BUCKETS, registry=r)
         self.ttft = Histogram("serve_time_to_first_token_seconds", "Time from arrival to the first token",
                               buckets=LATENCY_BUCKETS, registry=r)
         self.tokens = Counter("serve_tokens_generated", "Tokens generated", registry=r)
         self.requests = Counter("serve_requests", "Generation requests by outcome", ["outcome"], registry=r)
-        self.engine_seconds = Counter("serve_engine_seconds", "Worker thread time by phase "
-                                      "(prefill, decode, waiting for requests, bookkeeping)", ["phase"], registry=r)
+        self.engine_seconds = Counter("serve_engine_seconds", "Worker thread time by phase (forward pass, prefix "
+                                      "cache copies, waiting for requests, bookkeeping)", ["phase"], registry=r)
         self.prefix_lookup_tokens = Counter("serve_prefix_cache_lookup_tokens", "Prompt tokens looked up in "
                                             "the prefix cache", registry=r)
         self.prefix_hit_tokens = Counter("serve_prefix_cache_hit_tokens", "Prompt tokens whose keys and values "

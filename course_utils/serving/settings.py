@@ -59,6 +59,8 @@ class ServeSettings:
     queue_timeout_s: float = _opt(30.0, "longest wait for the first token (504 beyond)")
     max_prompt_chars: int = _opt(256, "longest prompt accepted (422 beyond)")
     max_new_tokens_limit: int = _opt(256, "largest max_new_tokens a request may ask for (422 beyond)")
+    token_budget: int = _opt(256, "tokens one forward pass computes at most: one per decoding sequence, the "
+                             "rest for prompts (a longer prompt is computed in chunks over several steps)")
     prefix_cache_mb: float = _opt(16.0, "memory for the keys and values of prompt blocks seen before (MiB); "
                                   "a prompt that starts like an earlier one computes only the rest (0: off)")
     compile: bool = _opt(False, "torch.compile the decoding step (slow to start on a CPU)")
@@ -94,6 +96,7 @@ class ServeSettings:
             "queue_timeout_s": self.queue_timeout_s > 0,
             "max_prompt_chars": self.max_prompt_chars >= 1,
             "max_new_tokens_limit": self.max_new_tokens_limit >= 1,
+            "token_budget": self.token_budget >= 1,
             "prefix_cache_mb": self.prefix_cache_mb >= 0,
             "threads": self.threads is None or self.threads >= 1,
             "graceful_timeout_s": self.graceful_timeout_s > 0,
