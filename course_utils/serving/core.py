@@ -15,7 +15,7 @@ One step, in order (``EngineCore.step``):
 6. **retire** finished and cancelled sequences, freeing their rows.
 
 Cache rows: ``running[i]`` lives in row ``i`` of one ``KVCache`` (``max_len`` positions each). The
-forward pass wants the decoding sequences in rows ``0 .. d-1``; ``_arrange`` swaps rows when a
+forward pass wants its one-token entries in rows ``0 .. d-1``; ``_plan`` swaps rows when a
 retirement left a prompt still being computed among them.
 """
 
@@ -224,26 +224,22 @@ class EngineCore:
                 res.prefix_lookup += len(seq.ids)
 
     def _plan(self) -> list[tuple[Sequence, int]]:
-        """Return (sequence, tokens to compute) for this step: decoding rows first, then prompt chunks."""
-        self._arrange()
-        decoding = [(s, 1) for s in self.running if s.todo() == 1 and not s.cancelled]
-        left = max(self.token_budget - len(decoding), 1)
-        chunks = []
-        for seq in self.running:
-            if seq.todo() > 1 and not seq.cancelled and left > 0:
-                n = min(seq.todo(), left)
-                chunks.append((seq, n))
-                left -= n
-        return decoding + chunks
-
-    def _arrange(self) -> None:
-        """Put the decoding sequences in rows 0 .. d-1 (the forward pass reads them in place)."""
-        decoding = [i for i, s in enumerate(self.running) if s.todo() == 1]
-        d = len(decoding)
-        misplaced = [i for i in decoding if i >= d]
-        holes = [i for i in range(d) if self.running[i].todo() != 1]
+        """Return (sequence, tokens to compute) for this step: every decoding sequence gets one token,
+        prompts share what is left of the budget in arrival order. The one-token entries come first,
+        in rows 0 .. d-1 (the forward pass reads those rows in place), then the prompt chunks."""
+        live = [s for s in self.running if not s.cancelled]
+        plan = {s: 1 for s in live if s.todo() == 1}
+        left = max(self.token_budget - len(plan), 1)
+        for seq in live:
+            if seq.todo() > 1 and left > 0:
+                plan[seq] = min(seq.todo(), left)
+                left -= plan[seq]
+        ones = [s for s, n in plan.items() if n == 1]
+        holes = [i for i in range(len(ones)) if plan.get(self.running[i]) != 1]
+        misplaced = [self.running.index(s) for s in ones if self.running.index(s) >= len(ones)]
         for a, b in zip(holes, misplaced):
             self._swap(a, b)
+        return [(s, 1) for s in self.running[:len(ones)]] + [(s, n) for s, n in plan.items() if n > 1]
 
     def _swap(self, a: int, b: int) -> None:
         c = self.cache
