@@ -22,7 +22,7 @@ The top level holds what the notebooks teach with; each module or sub-package an
 - ``serving``: serve the tiny GPT (and MiniLM embeddings) over HTTP, and load-test it.
 - ``exercises``: is my answer right?
 - ``deploy``: run an exported model outside Python (ONNX Runtime, the C++ AOTInductor loader).
-- ``distributed``: train on several processes (torchrun jobs: DDP, FSDP2, DTensor, checkpoints, restarts).
+- ``distributed``: launch the training jobs notebook 12 writes on several processes (torchrun, loopback only).
 - ``kit``: run the course itself (doctor, environment report, offline guard, notebook runner,
   workshop check, report, stamp, JupyterLab set-up, command line); infrastructure, not teaching.
 

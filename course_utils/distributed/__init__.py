@@ -1,17 +1,16 @@
-"""Distributed training on real processes: the jobs notebook 12 launches with ``torchrun``, and the launcher.
+"""Distributed training on real processes: the launcher for the job scripts notebook 12 writes.
 
-Each job kind is a module that runs under ``torchrun`` (from a notebook through
-``launch.run_job``, or from a terminal, e.g.
-``torchrun --nproc-per-node 2 -m course_utils.distributed.ddp``) and prints its result as one
-JSON line from rank 0:
+The jobs themselves (collectives, DDP, FSDP2, DTensor, distributed checkpoints, restarts) are
+written by notebook 12's cells (``%%writefile`` into ``build/nb12/``), so the learner reads and
+edits the program that runs. This package holds only what every job needs around it:
 
-- ``collectives``: all-reduce, all-gather and reduce-scatter on gloo;
-- ``ddp``: DDP with ``torch.compile``, gradients against one process, graphs against buckets;
-- ``fsdp``: FSDP2 (``fully_shard``) with compile, bytes per rank and DTensor parameters;
-- ``dtensor``: a device mesh, placements, ``redistribute`` and a sharded matmul's traffic;
-- ``dcp``: a sharded checkpoint saved by two ranks and loaded back (also into one process);
-- ``elastic``: training that resumes from its checkpoint when torchrun restarts a killed rank.
+- ``launch``: ``run_job(script, args)`` starts a script under torchrun on this machine (a free
+  port, a rendezvous of its own, a timeout), streams its output, stops every worker at the end and
+  reads the result line; ``torchrun_command`` and ``multinode_command`` build the command lines;
+- ``loopback``: torchrun with its key-value stores and gloo bound to the loopback interface
+  (``python -m course_utils.distributed.loopback`` takes torchrun's arguments);
+- ``runtime``: what a job script imports: ``init()`` joins the group, ``log`` and ``emit`` write
+  one line each in a single write (rank 0's result line is what ``launch.parse_result`` reads).
 
-``runtime`` holds what the jobs share (joining the group, the model, the data, the result line);
-``launch`` starts them. Nothing is imported here, so that a worker loads only its own job.
+Nothing is imported here, so that a worker loads only what it uses.
 """

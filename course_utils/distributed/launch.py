@@ -1,11 +1,25 @@
-"""Start a ``torchrun`` job on this machine, stream its output, and read the result it prints.
+"""Start a job script under ``torchrun`` on this machine, stream its output, and read the result it prints.
 
-``torchrun_command(...)`` builds the command line (loopback address, a free port, the course's
-``PYTHONPATH``); ``run_job(...)`` runs it with a timeout, passes every output line to a callback
+``run_job(script, args)`` runs ``script`` (a file, such as one a notebook cell wrote with
+``%%writefile``) on ``nproc`` processes, with a timeout; it passes every output line to a callback
 (``print`` in a notebook), stops the launcher and every worker it started at the end, whatever
 happened (an error, the timeout, a notebook interrupt), and returns the JSON result that rank 0
-printed with ``runtime.emit``. The same module runs from a terminal with
-``torchrun --nproc-per-node 2 -m course_utils.distributed.ddp``.
+wrote with ``runtime.emit``. ``torchrun_command(...)`` is the command line it runs.
+
+Where the job listens, and who can reach it (details in ``loopback``'s docstring):
+
+- the command is ``python -m course_utils.distributed.loopback`` with torchrun's arguments: plain
+  torchrun's key-value stores listen on every interface, unauthenticated, even with a 127.0.0.1
+  endpoint; through ``loopback`` the rendezvous store (on a free port) and the store the workers
+  share (a port the system picks) listen on 127.0.0.1 only;
+- each worker's gloo sockets listen on the loopback interface's address (``GLOO_SOCKET_IFNAME``);
+- each job has a rendezvous id of its own (``course-<random hex>``) and hosts its store itself
+  (``--rdzv-conf is_host=1``): if its port were taken, it fails instead of joining someone else's
+  job, and another job on this machine can never join it.
+
+The result line is ``runtime.RESULT_MARKER`` followed by JSON. Several ranks write to the same
+pipe, so ``parse_result`` finds the marker anywhere in a line and reads the one JSON value after
+it, whatever text another rank wrote before it or right after it.
 """
 
 from __future__ import annotations
@@ -13,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import secrets
 import signal
 import subprocess
 import sys
@@ -20,14 +35,16 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .. import config, fresh
 from ..serving.server import free_port
+from .loopback import loopback_interface
 from .runtime import RESULT_MARKER
 
-#: The job kinds, each a module ``course_utils.distributed.<kind>``.
-KINDS = ("collectives", "ddp", "fsdp", "dtensor", "dcp", "elastic")
+__all__ = ["RESULT_MARKER", "JobError", "JobResult", "child_env", "job_id", "multinode_command",
+           "loopback_problem", "parse_result", "run_job", "stop_job", "torchrun_command"]
 
 
 class JobError(RuntimeError):
@@ -44,80 +61,128 @@ class JobResult:
     lines: list[str] = field(default_factory=list)
 
 
-def torchrun_command(module: str, args: Sequence[str] = (), *, nproc: int = 2, port: int | None = None,
-                     max_restarts: int = 0, python: str | None = None) -> list[str]:
-    """Return the ``torchrun`` command (as ``python -m torch.distributed.run``) for one machine.
+def _script(script: str | os.PathLike[str]) -> Path:
+    path = Path(script)
+    if path.suffix != ".py" or str(script).startswith("-"):
+        raise ValueError(f"not a Python script: {str(script)!r} (a job is a .py file, e.g. build/nb12/ddp.py)")
+    return path
 
-    ``module`` is a job kind (``"ddp"``) or a full module name; the rendezvous is on
-    127.0.0.1 at ``port`` (a free one unless given).
+
+def job_id() -> str:
+    """Return a fresh rendezvous id (``course-`` and 12 random hex digits): one job's private meeting point."""
+    return f"course-{secrets.token_hex(6)}"
+
+
+def torchrun_command(script: str | os.PathLike[str], args: Sequence[Any] = (), *, nproc: int = 2,
+                     port: int | None = None, max_restarts: int = 0, python: str | None = None,
+                     rdzv_id: str | None = None) -> list[str]:
+    """Return the command that runs ``script`` under torchrun on this machine, every socket on loopback.
+
+    It is ``python -m course_utils.distributed.loopback`` (torchrun, with its stores bound to
+    127.0.0.1) with a c10d rendezvous on 127.0.0.1 at ``port`` (a free one unless given), hosted by
+    this launcher, under ``rdzv_id`` (a fresh ``job_id()`` unless given).
     """
     if not isinstance(nproc, int) or isinstance(nproc, bool) or nproc < 1:
         raise ValueError(f"nproc must be a positive whole number, got {nproc!r}")
     if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or max_restarts < 0:
         raise ValueError(f"max_restarts must be 0 or more, got {max_restarts!r}")
-    if module in KINDS:
-        module = f"{__package__}.{module}"
-    if not module or module.startswith("-") or " " in module:
-        raise ValueError(f"not a module name: {module!r}; use one of {', '.join(KINDS)} or a dotted name")
+    path = _script(script)
     port = free_port() if port is None else port
     # The c10d rendezvous (rather than the static one --master-addr gives) starts each restart in a
     # new round with fresh keys, so restarted workers never read a dead worker's address.
-    return [python or sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
+    return [python or sys.executable, "-m", f"{__package__}.loopback", "--nnodes", "1",
             "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
-            "--rdzv-id", "course", "--local-addr", "127.0.0.1",
+            "--rdzv-id", rdzv_id or job_id(), "--rdzv-conf", "is_host=1", "--local-addr", "127.0.0.1",
             "--max-restarts", str(max_restarts), "--monitor-interval", "0.2",
-            "-m", module, *[str(a) for a in args]]
+            str(path), *[str(a) for a in args]]
 
 
-def multinode_command(module: str, args: Sequence[str] = (), *, nnodes: int, nproc_per_node: int,
-                      endpoint: str, job_id: str = "course-job", node_rank: int | None = None,
-                      max_restarts: int = 3) -> list[str]:
+def multinode_command(script: str | os.PathLike[str], args: Sequence[Any] = (), *, nnodes: int,
+                      nproc_per_node: int, endpoint: str, job_id: str = "course-job",
+                      node_rank: int | None = None, max_restarts: int = 3) -> list[str]:
     """Return the ``torchrun`` command that each of ``nnodes`` machines runs for the same job.
 
     ``endpoint`` is ``host:port`` of the rendezvous (the c10d store, on one of the machines);
     with ``node_rank`` given the ranks of the machines are fixed, otherwise torchrun assigns them.
+    This is plain torchrun: its store listens on every interface of the machine that hosts it,
+    which a cluster needs, so that port belongs behind the cluster's firewall.
     """
     if nnodes < 1 or nproc_per_node < 1:
         raise ValueError("nnodes and nproc_per_node must be at least 1")
     if ":" not in endpoint:
         raise ValueError(f"endpoint must be host:port, got {endpoint!r}")
-    if module in KINDS:
-        module = f"{__package__}.{module}"
+    path = _script(script)
     cmd = ["torchrun", "--nnodes", str(nnodes), "--nproc-per-node", str(nproc_per_node),
            "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", job_id,
            "--max-restarts", str(max_restarts)]
     if node_rank is not None:
         cmd += ["--node-rank", str(node_rank)]
-    return [*cmd, "-m", module, *[str(a) for a in args]]
+    return [*cmd, str(path), *[str(a) for a in args]]
 
 
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """Return the environment of a job: this one, the course's ``PYTHONPATH``, unbuffered output, one thread each.
 
-    Built by ``fresh.child_env`` (the course's one recipe for a Python child); ``extra`` comes last.
+    Built by ``fresh.child_env`` (the course's one recipe for a Python child); gloo is told to use
+    the loopback interface (``GLOO_SOCKET_IFNAME``) unless it is set already; ``extra`` comes last.
     """
     own = {"PYTHONUNBUFFERED": "1"}
+    lo = loopback_interface()
     for key, value in (("OMP_NUM_THREADS", "1"),    # what torchrun would set anyway (and print a banner about)
-                       ("KINETO_LOG_LEVEL", "6")):  # keep the profiler's start/stop lines out of the output
-        if key not in os.environ:
+                       ("KINETO_LOG_LEVEL", "6"),   # keep the profiler's start/stop lines out of the output
+                       ("GLOO_SOCKET_IFNAME", lo)):
+        if value is not None and key not in os.environ:
             own[key] = value
     return fresh.child_env({**own, **(extra or {})})
 
 
-def parse_result(lines: Sequence[str]) -> dict[str, Any]:
-    """Return the JSON object of the last line that starts with ``RESULT_MARKER``; ValueError if none."""
+def parse_result(output: str | Sequence[str]) -> dict[str, Any]:
+    """Return the JSON object after the last ``RESULT_MARKER`` in a job's output; ValueError if none.
+
+    ``output`` is the whole text or its lines. The marker may sit anywhere in a line (another rank's
+    text can come first), and the JSON value ends where it ends (another rank's text can follow it
+    before the newline).
+    """
+    lines = output.splitlines() if isinstance(output, str) else list(output)
+    decoder = json.JSONDecoder()
     for line in reversed(lines):
-        at = line.find(RESULT_MARKER)
-        if at >= 0:
-            text = line[at + len(RESULT_MARKER):].strip()
-            try:
-                result = json.loads(text)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"the result line is not JSON: {text[:200]!r}") from err
-            if not isinstance(result, dict):
-                raise ValueError(f"the result must be a JSON object, got {type(result).__name__}")
-            return result
-    raise ValueError(f"the job printed no line starting with {RESULT_MARKER.strip()!r}")
+        at = line.rfind(RESULT_MARKER)
+        if at < 0:
+            continue
+        text = line[at + len(RESULT_MARKER):].lstrip()
+        try:
+            result, _ = decoder.raw_decode(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"the result line is not JSON: {text[:200]!r}") from err
+        if not isinstance(result, dict):
+            raise ValueError(f"the result must be a JSON object, got {type(result).__name__}")
+        return result
+    raise ValueError(f"the job printed no line with {RESULT_MARKER.strip()!r}")
+
+
+_PROBE = """
+import datetime, torch.distributed as dist
+store = dist.TCPStore("127.0.0.1", 0, 1, is_master=True, timeout=datetime.timedelta(seconds=20))
+dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+dist.destroy_process_group()
+print("ok")
+"""
+
+
+def loopback_problem(env: Mapping[str, str] | None = None, timeout_s: float = 120.0) -> str | None:
+    """Return None when a one-process gloo group can listen and connect on 127.0.0.1 here, else why not.
+
+    A sandbox without a loopback interface (or with it down) cannot run any job.
+    """
+    try:
+        proc = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=timeout_s,
+                              env=child_env(env))
+    except subprocess.TimeoutExpired:
+        return f"a one-process gloo group did not start within {timeout_s:.0f} s"
+    if proc.returncode == 0 and "ok" in proc.stdout:
+        return None
+    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    return f"gloo cannot listen on 127.0.0.1 here (is the loopback interface up?): {last}"
 
 
 def _descendants(pid: int) -> list[Any]:
@@ -158,18 +223,23 @@ def stop_job(proc: subprocess.Popen[str], grace_s: float = 10.0) -> None:
             pass
 
 
-def run_job(kind: str, args: Sequence[str] = (), *, nproc: int = 2, max_restarts: int = 0,
+def run_job(script: str | os.PathLike[str], args: Sequence[Any] = (), *, nproc: int = 2, max_restarts: int = 0,
             timeout_s: float = 300.0, echo: Callable[[str], Any] | None = print,
             env: Mapping[str, str] | None = None, check: bool = True) -> JobResult:
-    """Return the result of a torchrun job of ``kind``, run on 127.0.0.1 with a timeout.
+    """Return the result of running ``script`` under torchrun on ``nproc`` processes on loopback, with a timeout.
 
-    Each output line goes to ``echo`` as it arrives (None: keep quiet). The launcher and all its
-    workers are stopped when the call returns or raises. With ``check``, a non-zero exit or a
-    missing result raises ``JobError`` with the end of the output.
+    ``script`` is a path (relative to the current folder, as a notebook cell's ``%%writefile``
+    wrote it). Each output line goes to ``echo`` as it arrives (None: keep quiet). The launcher
+    and all its workers are stopped when the call returns or raises. With ``check``, a non-zero
+    exit or a missing result raises ``JobError`` with the end of the output.
     """
     if timeout_s <= 0:
         raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
-    cmd = torchrun_command(kind, args, nproc=nproc, max_restarts=max_restarts)
+    path = _script(script).resolve()
+    if not path.is_file():
+        raise FileNotFoundError(f"no job script at {path}: run the cell that writes it (%%writefile) first")
+    kind = path.stem
+    cmd = torchrun_command(path, args, nproc=nproc, max_restarts=max_restarts)
     lines: list[str] = []
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
