@@ -82,11 +82,12 @@ def test_multinode_command_names_the_rendezvous_and_the_node_rank():
 
 def test_children_get_the_course_pythonpath_one_thread_and_gloo_on_loopback(monkeypatch):
     monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    monkeypatch.delenv("NCCL_SOCKET_IFNAME", raising=False)
     env = launch.child_env({"X_COURSE": "1"})
     assert env["PYTHONPATH"] == config.child_pythonpath(environ=os.environ)
     assert env["X_COURSE"] == "1" and env["PYTHONUNBUFFERED"] == "1" and "OMP_NUM_THREADS" in env
     if sys.platform.startswith("linux"):
-        assert env["GLOO_SOCKET_IFNAME"] == "lo"
+        assert env["GLOO_SOCKET_IFNAME"] == env["NCCL_SOCKET_IFNAME"] == "lo"
     with pytest.raises(TypeError):
         launch.child_env({"X": 1})
 

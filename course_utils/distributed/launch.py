@@ -12,7 +12,8 @@ Where the job listens, and who can reach it (details in ``loopback``'s docstring
   torchrun's key-value stores listen on every interface, unauthenticated, even with a 127.0.0.1
   endpoint; through ``loopback`` the rendezvous store (on a free port) and the store the workers
   share (a port the system picks) listen on 127.0.0.1 only;
-- each worker's gloo sockets listen on the loopback interface's address (``GLOO_SOCKET_IFNAME``);
+- each worker's gloo sockets listen on the loopback interface's address (``GLOO_SOCKET_IFNAME``),
+  and so do NCCL's bootstrap sockets on a GPU machine (``NCCL_SOCKET_IFNAME``);
 - each job has a rendezvous id of its own (``course-<random hex>``) and hosts its store itself
   (``--rdzv-conf is_host=1``): if its port were taken, it fails instead of joining someone else's
   job, and another job on this machine can never join it.
@@ -123,14 +124,16 @@ def multinode_command(script: str | os.PathLike[str], args: Sequence[Any] = (), 
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """Return the environment of a job: this one, the course's ``PYTHONPATH``, unbuffered output, one thread each.
 
-    Built by ``fresh.child_env`` (the course's one recipe for a Python child); gloo is told to use
-    the loopback interface (``GLOO_SOCKET_IFNAME``) unless it is set already; ``extra`` comes last.
+    Built by ``fresh.child_env`` (the course's one recipe for a Python child); gloo and NCCL are
+    told to use the loopback interface (``GLOO_SOCKET_IFNAME``, ``NCCL_SOCKET_IFNAME``) unless set
+    already; ``extra`` comes last.
     """
     own = {"PYTHONUNBUFFERED": "1"}
     lo = loopback_interface()
     for key, value in (("OMP_NUM_THREADS", "1"),    # what torchrun would set anyway (and print a banner about)
                        ("KINETO_LOG_LEVEL", "6"),   # keep the profiler's start/stop lines out of the output
-                       ("GLOO_SOCKET_IFNAME", lo)):
+                       ("GLOO_SOCKET_IFNAME", lo),  # gloo's sockets on loopback (see loopback's docstring)
+                       ("NCCL_SOCKET_IFNAME", lo)):  # NCCL's bootstrap sockets too, when a job runs on GPUs
         if value is not None and key not in os.environ:
             own[key] = value
     return fresh.child_env({**own, **(extra or {})})

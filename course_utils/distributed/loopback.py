@@ -22,7 +22,10 @@ and seen with ``ss -ltnp`` during a job):
 - each worker's gloo connections listen on the address of one interface: the one named by
   ``GLOO_SOCKET_IFNAME`` if set, otherwise the address the machine's host name resolves to (often
   127.0.1.1, but the LAN address on some machines). This module sets it to the loopback interface
-  (``lo`` on Linux, ``lo0`` on macOS) when it is not set;
+  (``lo`` on Linux, ``lo0`` on macOS) when it is not set, and ``NCCL_SOCKET_IFNAME`` likewise for
+  NCCL's bootstrap sockets on GPUs (one machine: NCCL's data goes through shared memory or NVLink);
+- the static rendezvous (``--master-addr 127.0.0.1 --master-port P``) hosts one store, also on
+  ``*`` in plain torchrun and on 127.0.0.1 here;
 - nothing else listens (no health-check port unless ``TORCHELASTIC_HEALTH_CHECK_PORT`` is set).
 
 ``tests/test_distributed.py`` runs a job and checks the address of every listening socket of the
@@ -125,7 +128,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     lo = loopback_interface()
     if lo is not None:
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", lo)  # the workers inherit it
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", lo)  # the workers inherit both
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", lo)
     install()
     from torch.distributed import run
 
