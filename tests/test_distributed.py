@@ -138,7 +138,7 @@ def test_write_line_is_a_single_write(monkeypatch, tmp_path):
 def test_loopback_refuses_other_addresses_and_hosts_its_store_on_loopback():
     import datetime
 
-    psutil = pytest.importorskip("psutil")
+    pytest.importorskip("psutil")
     assert loopback.is_loopback("127.0.0.1") and loopback.is_loopback("::1") and loopback.is_loopback("localhost")
     assert not loopback.is_loopback("0.0.0.0") and not loopback.is_loopback("10.1.2.3") and not loopback.is_loopback("node0")
     with pytest.raises(ValueError, match="loopback"):
@@ -147,9 +147,8 @@ def test_loopback_refuses_other_addresses_and_hosts_its_store_on_loopback():
                                              timeout=datetime.timedelta(seconds=10))
     store.set("key", "value")
     assert store.get("key") == b"value"
-    mine = [c.laddr for c in psutil.Process().net_connections(kind="tcp")
-            if c.status == psutil.CONN_LISTEN and c.laddr.port == store.port]
-    assert mine and all(a.ip == "127.0.0.1" for a in mine), mine
+    mine = [address for _, address, port in launch.listening_sockets([os.getpid()]) if port == store.port]
+    assert mine == ["127.0.0.1"], mine
     del store
 
 
@@ -194,20 +193,6 @@ def test_a_flooding_rank_cannot_break_the_result_line(gloo_loopback, tmp_path):
     assert sum(line.count("noise-from-rank-1") for line in job.lines) > 50, "rank 1 did not flood"
 
 
-def _listening(pids: set[int]) -> set[tuple[int, str, int]]:
-    import psutil
-
-    found = set()
-    for pid in pids:
-        try:
-            for conn in psutil.Process(pid).net_connections(kind="tcp"):
-                if conn.status == psutil.CONN_LISTEN:
-                    found.add((pid, conn.laddr.ip, conn.laddr.port))
-        except psutil.Error:
-            pass
-    return found
-
-
 def test_every_listening_socket_of_a_job_is_on_loopback(gloo_loopback, tmp_path):
     """The rendezvous store, the workers' shared store and gloo's sockets: none on a wildcard or LAN address."""
     psutil = pytest.importorskip("psutil")
@@ -235,10 +220,11 @@ def test_every_listening_socket_of_a_job_is_on_loopback(gloo_loopback, tmp_path)
     threading.Thread(target=target, daemon=True).start()
     found: set[tuple[int, str, int]] = set()
     pids: set[int] = set()
+    assert launch.listening_sockets([]) == []
     while not done.wait(0.25):
         now = {p.pid for p in me.children(recursive=True)} - before
         pids |= now
-        found |= _listening(now)
+        found |= set(launch.listening_sockets(now))
     assert "error" not in out, out.get("error")
     assert out["job"].result == {"ok": True}
     assert len(pids) >= 3, "the launcher and two workers were not seen"

@@ -34,7 +34,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,7 @@ from ..serving.server import free_port
 from .loopback import loopback_interface
 from .runtime import RESULT_MARKER
 
-__all__ = ["RESULT_MARKER", "JobError", "JobResult", "child_env", "job_id", "multinode_command",
+__all__ = ["RESULT_MARKER", "JobError", "JobResult", "child_env", "job_id", "listening_sockets", "multinode_command",
            "loopback_problem", "parse_result", "run_job", "stop_job", "torchrun_command"]
 
 
@@ -186,6 +186,27 @@ def loopback_problem(env: Mapping[str, str] | None = None, timeout_s: float = 12
         return None
     last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
     return f"gloo cannot listen on 127.0.0.1 here (is the loopback interface up?): {last}"
+
+
+def listening_sockets(pids: Iterable[int] | None = None) -> list[tuple[int, str, int]]:
+    """Return (pid, address, port) of every listening TCP socket of ``pids``, sorted.
+
+    The default is every process this one started, children of children included (a torchrun
+    job's launcher and workers); processes that end meanwhile are skipped.
+    """
+    import psutil
+
+    if pids is None:
+        pids = [p.pid for p in psutil.Process().children(recursive=True)]
+    found = set()
+    for pid in pids:
+        try:
+            for conn in psutil.Process(pid).net_connections(kind="tcp"):
+                if conn.status == psutil.CONN_LISTEN:
+                    found.add((pid, str(conn.laddr.ip), int(conn.laddr.port)))
+        except psutil.Error:
+            continue
+    return sorted(found)
 
 
 def _descendants(pid: int) -> list[Any]:
