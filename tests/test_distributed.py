@@ -57,6 +57,7 @@ def test_torchrun_command_is_the_loopback_torchrun_with_a_private_rendezvous():
     ids = {c[c.index("--rdzv-id") + 1] for c in (launch.torchrun_command("a.py") for _ in range(20))}
     assert len(ids) == 20 and all(i.startswith("course-") for i in ids)
     assert "x-1" in launch.torchrun_command("a.py", rdzv_id="x-1")
+    assert "127.0.0.1:0" in launch.torchrun_command("a.py")  # the store's port: picked by the system as it binds
     for bad in ({"nproc": 0}, {"max_restarts": -1}, {"nproc": True}):
         with pytest.raises(ValueError):
             launch.torchrun_command("a.py", **bad)

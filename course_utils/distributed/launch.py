@@ -10,8 +10,8 @@ Where the job listens, and who can reach it (details in ``loopback``'s docstring
 
 - the command is ``python -m course_utils.distributed.loopback`` with torchrun's arguments: plain
   torchrun's key-value stores listen on every interface, unauthenticated, even with a 127.0.0.1
-  endpoint; through ``loopback`` the rendezvous store (on a free port) and the store the workers
-  share (a port the system picks) listen on 127.0.0.1 only;
+  endpoint; through ``loopback`` the rendezvous store and the store the workers share (each on a
+  port the system picks) listen on 127.0.0.1 only;
 - each worker's gloo sockets listen on the loopback interface's address (``GLOO_SOCKET_IFNAME``),
   and so do NCCL's bootstrap sockets on a GPU machine (``NCCL_SOCKET_IFNAME``);
 - each job has a rendezvous id of its own (``course-<random hex>``) and hosts its store itself
@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Any
 
 from .. import config, fresh
-from ..serving.server import free_port
 from .loopback import loopback_interface
 from .runtime import RESULT_MARKER
 
@@ -80,15 +79,16 @@ def torchrun_command(script: str | os.PathLike[str], args: Sequence[Any] = (), *
     """Return the command that runs ``script`` under torchrun on this machine, every socket on loopback.
 
     It is ``python -m course_utils.distributed.loopback`` (torchrun, with its stores bound to
-    127.0.0.1) with a c10d rendezvous on 127.0.0.1 at ``port`` (a free one unless given), hosted by
-    this launcher, under ``rdzv_id`` (a fresh ``job_id()`` unless given).
+    127.0.0.1) with a c10d rendezvous on 127.0.0.1 at ``port`` (unless given, 0: the system picks a
+    free one when the store starts, as ``torchrun --standalone`` does), hosted by this launcher,
+    under ``rdzv_id`` (a fresh ``job_id()`` unless given).
     """
     if not isinstance(nproc, int) or isinstance(nproc, bool) or nproc < 1:
         raise ValueError(f"nproc must be a positive whole number, got {nproc!r}")
     if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or max_restarts < 0:
         raise ValueError(f"max_restarts must be 0 or more, got {max_restarts!r}")
     path = _script(script)
-    port = free_port() if port is None else port
+    port = 0 if port is None else port  # 0: the store's socket gets a free port from the system, no race
     # The c10d rendezvous (rather than the static one --master-addr gives) starts each restart in a
     # new round with fresh keys, so restarted workers never read a dead worker's address.
     return [python or sys.executable, "-m", f"{__package__}.loopback", "--nnodes", "1",
@@ -201,7 +201,9 @@ def listening_sockets(pids: Iterable[int] | None = None) -> list[tuple[int, str,
     found = set()
     for pid in pids:
         try:
-            for conn in psutil.Process(pid).net_connections(kind="tcp"):
+            proc = psutil.Process(pid)
+            connections = getattr(proc, "net_connections", None) or proc.connections  # psutil < 6 has the old name
+            for conn in connections(kind="tcp"):
                 if conn.status == psutil.CONN_LISTEN:
                     found.add((pid, str(conn.laddr.ip), int(conn.laddr.port)))
         except psutil.Error:
