@@ -15,8 +15,10 @@ Where the job listens, and who can reach it (details in ``loopback``'s docstring
 - each worker's gloo sockets listen on the loopback interface's address (``GLOO_SOCKET_IFNAME``),
   and so do NCCL's bootstrap sockets on a GPU machine (``NCCL_SOCKET_IFNAME``);
 - each job has a rendezvous id of its own (``course-<random hex>``) and hosts its store itself
-  (``--rdzv-conf is_host=1``): if its port were taken, it fails instead of joining someone else's
-  job, and another job on this machine can never join it.
+  (``--rdzv-conf is_host=1``): it never joins another job's store as a client (a port given
+  explicitly that is taken makes it fail), and another course job never joins it, having neither
+  its port nor its id. Loopback is shared by every user of a machine, and the store has no
+  password: on a shared host only a network namespace per user keeps other users out.
 
 The result line is ``runtime.RESULT_MARKER`` followed by JSON. Several ranks write to the same
 pipe, so ``parse_result`` finds the marker anywhere in a line and reads the one JSON value after
