@@ -12,7 +12,7 @@ import pytest
 
 from course_utils import config
 from course_utils.kit import lab
-from course_utils.serving.server import free_port
+from course_utils.serving.server.runner import free_port
 
 ROOT = config.REPO_ROOT
 NEWS_PLUGIN = "@jupyterlab/apputils-extension:notification"

@@ -30,10 +30,11 @@ from course_utils.exercises import nb10
 from course_utils import toolchain
 from course_utils.kit import offline
 from course_utils.models import checkpoint
-from course_utils.serving import bare, engine
-from course_utils.serving.percentile import nearest_rank
-from course_utils.serving.server import free_port
-from course_utils.serving.sse import END, ERROR, TOKEN, format_event, token_event
+from course_utils.serving.extras import bare
+from course_utils.serving.server import engine
+from course_utils.serving.server.percentile import nearest_rank
+from course_utils.serving.server.runner import free_port
+from course_utils.serving.server.sse import END, ERROR, TOKEN, format_event, token_event
 
 ROOT = config.REPO_ROOT
 PACKAGE = ROOT / "course_utils"
@@ -160,19 +161,19 @@ def rel(path: Path) -> str:
 
 #: idea: (what gives a copy away, the folders scanned, {file allowed to hold it: why}).
 HOMES: dict[str, tuple[Callable[[ast.Module], bool], tuple[Path, ...], dict[str, str]]] = {
-    "SSE writer": (writes_sse, (PACKAGE, ROOT / "tools"), {"course_utils/serving/sse.py": "the home"}),
+    "SSE writer": (writes_sse, (PACKAGE, ROOT / "tools"), {"course_utils/serving/server/sse.py": "the home"}),
     "SSE parser": (reads_sse, (PACKAGE, ROOT / "tools"), {
-        "course_utils/serving/sse.py": "the home",
+        "course_utils/serving/server/sse.py": "the home",
         "course_utils/exercises/nb10.py": "exercise 10.parse_sse: the self-contained reference solution a "
                                           "learner is shown, and the mistakes it teaches (checked against the home)"}),
     "percentile": (computes_percentiles, (PACKAGE, ROOT / "tools"), {
-        "course_utils/serving/percentile.py": "the home (nearest rank)",
+        "course_utils/serving/server/percentile.py": "the home (nearest rank)",
         "course_utils/exercises/nb10.py": "exercise 10.p99: the reference solution and its mistakes (checked "
                                           "against the home)",
         "course_utils/bench.py": "the median and IQR of timing samples, a different statistic"}),
     "C++ compiler choice": (names_a_compiler, (PACKAGE, ROOT / "tools"), {"course_utils/toolchain.py": "the home"}),
     "free port": (finds_a_free_port, (PACKAGE, ROOT / "tools", ROOT / "tests"),
-                  {"course_utils/serving/server.py": "the home"}),
+                  {"course_utils/serving/server/runner.py": "the home"}),
     "repository root": (finds_the_repo_root, (PACKAGE,), {"course_utils/config.py": "the home (REPO_ROOT)"}),
     "child PYTHONPATH": (reads_pythonpath, (PACKAGE, ROOT / "tools"), {"course_utils/config.py": "the home"}),
     "checkpoint format": (spells_the_checkpoint_format, (PACKAGE, ROOT / "tools"),
@@ -279,8 +280,8 @@ def scripted_server() -> Iterator[Callable[[str], str]]:
 
 def test_the_demo_and_the_load_generator_read_streams_with_the_course_parser(scripted_server):
     pytest.importorskip("gradio")
-    from course_utils.serving.gradio_demo import stream_generate
-    from course_utils.serving.loadgen import run_load
+    from course_utils.serving.extras.gradio_demo import stream_generate
+    from course_utils.serving.server.loadgen import run_load
 
     good = "".join(token_event(t, i) for i, t in enumerate(["He", "l", "lo"])) + format_event({"tokens": 3}, END)
     url = scripted_server(good)
@@ -300,10 +301,10 @@ def test_the_demo_and_the_load_generator_read_streams_with_the_course_parser(scr
 
 
 def test_the_servers_write_with_the_shared_formatter():
-    from course_utils.serving import app
+    from course_utils.serving.server import app
 
     assert app.token_event is token_event and app.format_event is format_event
-    litserve_app = pytest.importorskip("course_utils.serving.litserve_app", reason="litserve is not installed")
+    litserve_app = pytest.importorskip("course_utils.serving.extras.litserve_app", reason="litserve is not installed")
     assert litserve_app.token_event is token_event and litserve_app.format_event is format_event
     assert TOKEN == "token"
 
@@ -329,7 +330,7 @@ def test_the_p99_checker_accepts_the_course_definition_and_refuses_interpolation
 
 
 def test_the_load_report_uses_the_course_percentile():
-    from course_utils.serving import loadgen, percentile
+    from course_utils.serving.server import loadgen, percentile
 
     assert loadgen.percentiles is percentile.percentiles
 
@@ -417,7 +418,7 @@ def test_child_pythonpath_puts_its_folders_then_the_repo_first_each_once():
 
 
 def test_every_child_process_gets_the_shared_pythonpath(monkeypatch):
-    from course_utils.serving.process import serve_in_subprocess
+    from course_utils.serving.server.process import serve_in_subprocess
 
     monkeypatch.setenv("PYTHONPATH", f"/elsewhere{os.pathsep}{ROOT}")
     assert offline.child_env()["PYTHONPATH"] == config.child_pythonpath(offline.SITE_DIR)
@@ -427,7 +428,7 @@ def test_every_child_process_gets_the_shared_pythonpath(monkeypatch):
         assert proc.env["PYTHONPATH"] == config.child_pythonpath()
     finally:
         proc.close()
-    litserve_app = pytest.importorskip("course_utils.serving.litserve_app", reason="litserve is not installed")
+    litserve_app = pytest.importorskip("course_utils.serving.extras.litserve_app", reason="litserve is not installed")
     proc = litserve_app.litserve_process()
     try:
         assert proc.env["PYTHONPATH"] == config.child_pythonpath() and Path(proc.cwd) == ROOT
@@ -479,7 +480,7 @@ def test_bare_decoding_is_timed_by_bench_first_call(monkeypatch):
 # ---- 8. request limits and sampling: the LitServe app uses the engine's ----------------------------
 
 def test_litserve_uses_the_engines_limits_check_and_sampling_seed():
-    litserve_app = pytest.importorskip("course_utils.serving.litserve_app", reason="litserve is not installed")
+    litserve_app = pytest.importorskip("course_utils.serving.extras.litserve_app", reason="litserve is not installed")
     assert litserve_app.check_limits is engine.check_limits
     assert litserve_app.row_generator is engine.sampling_generator
     first, again = engine.sampling_generator(0.7, 42), engine.sampling_generator(0.7, 42)

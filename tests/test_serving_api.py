@@ -11,8 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from course_utils.serving import ServeSettings
 from course_utils.models.checkpoint import load_tiny_gpt
-from course_utils.serving.loadgen import SSEParser, run_load
-from course_utils.serving.server import ThreadedServer
+from course_utils.serving.server.loadgen import SSEParser, run_load
+from course_utils.serving.server.runner import ThreadedServer
 
 TIMEOUT = httpx.Timeout(30.0)
 

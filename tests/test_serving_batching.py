@@ -9,8 +9,8 @@ import pytest
 
 from course_utils.serving import ServeSettings
 from course_utils.models.checkpoint import load_tiny_gpt
-from course_utils.serving.loadgen import SSEParser, run_load
-from course_utils.serving.server import ThreadedServer
+from course_utils.serving.server.loadgen import SSEParser, run_load
+from course_utils.serving.server.runner import ThreadedServer
 
 TIMEOUT = httpx.Timeout(30.0)
 
@@ -191,7 +191,7 @@ def test_compiled_server_compiles_at_start_up_and_never_recompiles_under_load(gp
     import torch
     from torch._dynamo.utils import counters
 
-    from course_utils.serving import engine
+    from course_utils.serving.server import engine
 
     monkeypatch.setattr(engine.torch, "compile",
                         functools.partial(torch.compile, backend="eager"))

@@ -12,10 +12,10 @@ import pytest
 
 from course_utils.models.checkpoint import load_tiny_gpt
 from course_utils.serving import ServeSettings
-from course_utils.serving.breakdown import (WALL_PARTS, Breakdown, Snapshot, _metric_values, measure, own_core_plan,
+from course_utils.serving.extras.breakdown import (WALL_PARTS, Breakdown, Snapshot, _metric_values, measure, own_core_plan,
                                            pin_process, pinned, thread_cpu_seconds)
-from course_utils.serving.metrics import ServingMetrics
-from course_utils.serving.server import ThreadedServer
+from course_utils.serving.server.metrics import ServingMetrics
+from course_utils.serving.server.runner import ThreadedServer
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 

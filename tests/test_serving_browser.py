@@ -23,8 +23,8 @@ pytest.importorskip("gradio", reason="gradio is not installed")
 
 from course_utils.models.gpt import generate_cached  # noqa: E402
 from course_utils.models.checkpoint import load_tiny_gpt  # noqa: E402
-from course_utils.serving.gradio_demo import launch_demo  # noqa: E402
-from course_utils.serving.process import serve_in_subprocess  # noqa: E402
+from course_utils.serving.extras.gradio_demo import launch_demo  # noqa: E402
+from course_utils.serving.server.process import serve_in_subprocess  # noqa: E402
 
 PROMPT = "The Python "
 NEW_TOKENS = 24

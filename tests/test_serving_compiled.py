@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 
 from course_utils.models.checkpoint import load_tiny_gpt
-from course_utils.serving.loadgen import run_load
-from course_utils.serving.process import serve_in_subprocess
+from course_utils.serving.server.loadgen import run_load
+from course_utils.serving.server.process import serve_in_subprocess
 
 
 def offline_greedy(model, tok, prompt: str, n: int) -> tuple[list[int], torch.Tensor]:

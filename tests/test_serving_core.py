@@ -13,9 +13,9 @@ from course_utils.models.checkpoint import load_tiny_gpt
 from course_utils.models.gpt import KVCache, mixed_step, pad_prompts, prefill
 from course_utils.serving import core
 from course_utils.serving.core import EngineCore, Sequence
-from course_utils.serving.engine import GenerationEngine
-from course_utils.serving.metrics import ServingMetrics
-from course_utils.serving.settings import ServeSettings
+from course_utils.serving.server.engine import GenerationEngine
+from course_utils.serving.server.metrics import ServingMetrics
+from course_utils.serving.server.settings import ServeSettings
 
 GOLDEN = json.loads((Path(__file__).parent / "engine_greedy_golden.json").read_text())
 

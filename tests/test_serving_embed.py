@@ -13,7 +13,7 @@ import torch
 from course_utils.models import MiniLMUnavailable, load_minilm
 from course_utils.serving import ServeSettings
 from course_utils.models.checkpoint import load_tiny_gpt
-from course_utils.serving.server import ThreadedServer
+from course_utils.serving.server.runner import ThreadedServer
 
 TEXTS = ["How do I boil an egg?", "The moon orbits the earth.", "Python lists are mutable.",
          "A short one.", "Rain is forecast for tomorrow afternoon in the mountains.", "Bread",

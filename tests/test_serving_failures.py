@@ -12,8 +12,8 @@ from course_utils.serving import ServeSettings
 from course_utils.models.checkpoint import load_tiny_gpt
 from course_utils.serving import core
 from course_utils.serving.core import sample_token
-from course_utils.serving.loadgen import SSEParser
-from course_utils.serving.server import ThreadedServer
+from course_utils.serving.server.loadgen import SSEParser
+from course_utils.serving.server.runner import ThreadedServer
 
 TIMEOUT = httpx.Timeout(30.0)
 

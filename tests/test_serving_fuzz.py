@@ -16,7 +16,7 @@ import torch
 
 from course_utils.serving import ServeSettings
 from course_utils.models.checkpoint import load_tiny_gpt
-from course_utils.serving.server import ThreadedServer
+from course_utils.serving.server.runner import ThreadedServer
 
 N_BODIES = 300
 TIME_BUDGET_S = 120.0

@@ -10,8 +10,8 @@ pytest.importorskip("gradio", reason="gradio is not installed")
 
 from course_utils.serving import ServeSettings  # noqa: E402
 from course_utils.models.checkpoint import load_tiny_gpt  # noqa: E402
-from course_utils.serving.gradio_demo import launch_demo, stream_generate  # noqa: E402
-from course_utils.serving.server import ThreadedServer, free_port  # noqa: E402
+from course_utils.serving.extras.gradio_demo import launch_demo, stream_generate  # noqa: E402
+from course_utils.serving.server.runner import ThreadedServer, free_port  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ import pytest
 
 from course_utils.serving import ServeSettings
 from course_utils.models.checkpoint import load_tiny_gpt
-from course_utils.serving.guards import host_name
-from course_utils.serving.server import ThreadedServer, exposure_warning
-from course_utils.serving.settings import add_cli_arguments, settings_from_args
+from course_utils.serving.server.guards import host_name
+from course_utils.serving.server.runner import ThreadedServer, exposure_warning
+from course_utils.serving.server.settings import add_cli_arguments, settings_from_args
 
 TIMEOUT = httpx.Timeout(30.0)
 LIMIT = 2000

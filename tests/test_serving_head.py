@@ -1,4 +1,4 @@
-"""The request head's limits over real sockets: a slow head gets 408, a huge one 431 (course_utils.serving.http_head)."""
+"""The request head's limits over real sockets: a slow head gets 408, a huge one 431 (course_utils.serving.server.http_head)."""
 
 import json
 import socket
@@ -9,7 +9,7 @@ import pytest
 
 from course_utils.serving import ServeSettings
 from course_utils.models.checkpoint import load_tiny_gpt
-from course_utils.serving.server import ThreadedServer, http_protocol
+from course_utils.serving.server.runner import ThreadedServer, http_protocol
 
 HEAD_TIMEOUT = 1.0
 MAX_HEAD = 4096

@@ -7,7 +7,7 @@ import torch
 
 from course_utils.models import GPTConfig, TinyGPT
 from course_utils.models.gpt import KVCache, decode_step, generate_cached, prefill
-from course_utils.serving.bare import bare_decode_tokens_per_s
+from course_utils.serving.extras.bare import bare_decode_tokens_per_s
 
 
 def small_gpt(block_size: int = 48) -> TinyGPT:
@@ -135,7 +135,7 @@ def test_a_cached_step_does_the_same_work_at_every_length_and_far_less_than_reco
 def test_bare_decode_counts_every_generated_token_once(monkeypatch):
     """tokens/s = batch x new tokens / the median run: one prefill and new_tokens - 1 decode steps a
     run (the prefill yields the first token), one warm-up run, threads restored (a fake clock)."""
-    import course_utils.serving.bare as bare
+    import course_utils.serving.extras.bare as bare
     from course_utils import bench
 
     calls = {"prefill": 0, "decode": 0}

@@ -11,12 +11,12 @@ import torch
 pytest.importorskip("litserve")
 
 from course_utils.models.gpt import generate_cached  # noqa: E402
-from course_utils.serving.app import generate_request_model  # noqa: E402
-from course_utils.serving.litserve_app import (  # noqa: E402
+from course_utils.serving.server.app import generate_request_model  # noqa: E402
+from course_utils.serving.extras.litserve_app import (  # noqa: E402
     ROUTE, build_server, decode_rows, greedy_rows, litserve_process, load_model, parse_args, request_model,
     row_generator)
-from course_utils.serving.loadgen import SSEParser, run_load  # noqa: E402
-from course_utils.serving.settings import ServeSettings  # noqa: E402
+from course_utils.serving.server.loadgen import SSEParser, run_load  # noqa: E402
+from course_utils.serving.server.settings import ServeSettings  # noqa: E402
 
 PROMPTS = ["The ", "A class ", "def main(", "import os\n"]
 NEW_TOKENS = 12
@@ -280,7 +280,7 @@ def test_a_model_too_short_for_the_limits_is_refused_at_build_time():
 
 
 def test_a_request_head_over_the_limit_gets_431(server):
-    """The LitServe front has our server's request-head limits too (course_utils.serving.http_head)."""
+    """The LitServe front has our server's request-head limits too (course_utils.serving.server.http_head)."""
     import socket
 
     limit = ServeSettings().max_header_bytes

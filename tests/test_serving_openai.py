@@ -15,9 +15,9 @@ from openai import OpenAI
 
 from course_utils.models.checkpoint import load_tiny_gpt
 from course_utils.serving import ServeSettings
-from course_utils.serving.loadgen import SSEParser
-from course_utils.serving.openai_api import MODEL_ID, ChatMessage, StopScanner, chat_prompt
-from course_utils.serving.server import ThreadedServer
+from course_utils.serving.server.loadgen import SSEParser
+from course_utils.serving.extras.openai_api import MODEL_ID, ChatMessage, StopScanner, chat_prompt
+from course_utils.serving.server.runner import ThreadedServer
 
 TIMEOUT = httpx.Timeout(30.0)
 PROMPT = "The "  # the tiny GPT continues it with English-like words (spaces and " the" come early)
@@ -341,7 +341,7 @@ def test_disconnect_mid_stream_frees_the_batch_row(server):
 def test_a_request_is_cancelled_as_ok_or_cancelled_and_the_first_call_decides():
     import asyncio
 
-    from course_utils.serving.engine import GenRequest
+    from course_utils.serving.server.engine import GenRequest
 
     loop = asyncio.new_event_loop()
     try:

@@ -9,10 +9,10 @@ from course_utils.data.text import load_corpus
 from course_utils.models import GPTConfig, TinyGPT
 from course_utils.models.checkpoint import load_tiny_gpt
 from course_utils.models.gpt import KVCache, pad_prompts, prefill
-from course_utils.serving.engine import GenerationEngine
-from course_utils.serving.metrics import ServingMetrics
+from course_utils.serving.server.engine import GenerationEngine
+from course_utils.serving.server.metrics import ServingMetrics
 from course_utils.serving.prefix_cache import BLOCK, PrefixCache, block_hashes
-from course_utils.serving.settings import ServeSettings
+from course_utils.serving.server.settings import ServeSettings
 
 
 def small_gpt(block_size: int = 96) -> TinyGPT:
@@ -292,7 +292,7 @@ def test_a_failing_lookup_is_a_miss_and_the_request_is_still_answered(gpt, caplo
 def test_prefix_cache_setting_is_validated_and_on_the_command_line():
     import argparse
 
-    from course_utils.serving.settings import add_cli_arguments, settings_from_args
+    from course_utils.serving.server.settings import add_cli_arguments, settings_from_args
 
     assert ServeSettings().prefix_cache_mb > 0
     with pytest.raises(ValueError, match="prefix_cache_mb"):

@@ -10,9 +10,9 @@ import pytest
 
 from course_utils.kit.cli import main
 from course_utils.serving import ServeSettings
-from course_utils.serving.loadgen import SSEParser
-from course_utils.serving.process import ServerProcess, ServerStartError, serve_in_subprocess
-from course_utils.serving.server import free_port
+from course_utils.serving.server.loadgen import SSEParser
+from course_utils.serving.server.process import ServerProcess, ServerStartError, serve_in_subprocess
+from course_utils.serving.server.runner import free_port
 
 
 def test_serve_help_lists_the_options():

@@ -7,9 +7,9 @@ import statistics
 
 import pytest
 
-from course_utils.serving import loadgen
-from course_utils.serving.percentile import nearest_rank, percentiles
-from course_utils.serving.sse import END, ERROR, TOKEN, MalformedStream, SSEParser, format_event, token_event
+from course_utils.serving.server import loadgen
+from course_utils.serving.server.percentile import nearest_rank, percentiles
+from course_utils.serving.server.sse import END, ERROR, TOKEN, MalformedStream, SSEParser, format_event, token_event
 
 #: Token texts that look like the format itself, or that JSON escapes.
 TRICKY = ["He", " ", "\n", "\n\n", "data: x", "event: end", '"', "\\", "caf\u00e9", "\u2028", "\U0001f600", ":", ""]

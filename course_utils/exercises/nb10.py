@@ -7,8 +7,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ..serving.percentile import nearest_rank
-from ..serving.sse import END, TOKEN, SSEParser, format_event
+from ..serving.server.percentile import nearest_rank
+from ..serving.server.sse import END, TOKEN, SSEParser, format_event
 from .framework import Mistake, function_exercise
 
 # --- 10.p99: the 99th percentile of request latencies (nearest-rank definition).

@@ -30,7 +30,7 @@ def _parser() -> argparse.ArgumentParser:
     data = sub.add_parser("data", help="check or rebuild the shipped data files")
     data.add_argument("action", choices=["verify", "rebuild"])
     serve = sub.add_parser("serve", help="serve the tiny GPT over HTTP (streaming, batching, metrics)")
-    from ..serving.settings import add_cli_arguments
+    from ..serving.server.settings import add_cli_arguments
 
     add_cli_arguments(serve)
     # These parse their own options (python -m course_utils <command> --help).
@@ -64,8 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(format_report())
         return 0
     if args.command == "serve":
-        from ..serving.server import serve
-        from ..serving.settings import settings_from_args
+        from ..serving.server.runner import serve
+        from ..serving.server.settings import settings_from_args
 
         try:
             settings = settings_from_args(args)

@@ -316,8 +316,14 @@ def mixed_step(model: TinyGPT, cache: KVCache, rows: Sequence[int], chunks: Sequ
         raise ValueError(f"a sequence would exceed the cache's max_len {cache.max_len}")
     dev, n_head, mc = cache.k.device, model.config.n_head, m - d
     tokens = torch.tensor([t for c in chunks for t in c], device=dev)                          # (N,)
-    pos = torch.tensor([s + j for s, n in zip(starts, lens) for j in range(n)], device=dev)    # (N,)
-    tok_row = torch.tensor([r for r, n in zip(rows, lens) for _ in range(n)], device=dev)      # (N,)
+    row_t, start_t = torch.tensor(list(rows), device=dev), torch.tensor(list(starts), device=dev)  # (m,)
+    if d == m:  # only one-token entries (the usual decoding step): no per-token expansion
+        pos, tok_row = start_t, row_t                                                          # (N,) = (m,)
+    else:
+        len_t = torch.tensor(lens, device=dev)
+        offset = torch.arange(len(tokens), device=dev) - (len_t.cumsum(0) - len_t).repeat_interleave(len_t)
+        pos = start_t.repeat_interleave(len_t) + offset                                        # (N,)
+        tok_row = row_t.repeat_interleave(len_t)                                               # (N,)
     # one-token rows: query r sees keys 0 .. pos[r] of its own row (its new key included)
     seen = max(max(starts[:d], default=0) + 1, 3)   # at least 3 keys: one shape for torch.compile
     one_mask = (torch.arange(seen, device=dev) <= pos[:d, None])[:, None, None, :]             # (d, 1, 1, seen)
@@ -350,9 +356,8 @@ def mixed_step(model: TinyGPT, cache: KVCache, rows: Sequence[int], chunks: Sequ
         y = parts[0] if len(parts) == 1 else torch.cat(parts)                                  # (N, H, hd)
         x = x + block.proj(y.reshape(n_tok, c))
         x = x + block.mlp(block.ln2(x))
-    cache.lengths[torch.tensor(list(rows), device=dev)] = torch.tensor(
-        [s + n for s, n in zip(starts, lens)], device=dev)
-    last = x if d == m else x[torch.tensor([sum(lens[:i + 1]) - 1 for i in range(m)], device=dev)]
+    cache.lengths[row_t] = start_t + (1 if d == m else len_t)
+    last = x if d == m else x[len_t.cumsum(0) - 1]                                             # (m, C)
     return model.logits(last)                                                                  # (m, vocab)
 
 

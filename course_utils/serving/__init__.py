@@ -1,21 +1,20 @@
-"""Serving the course's models over HTTP: batching, token streaming, metrics, load testing.
+"""Serving the course's models: the engine core, the HTTP server around it, and the extras shown once.
 
-- ``settings``: ``ServeSettings`` (also the ``python -m course_utils serve`` options).
-- ``engine``: the generation worker (KV cache; "iteration", "static" or "none" batching).
-- ``embed``: the embedding worker (all-MiniLM-L6-v2, batched across requests).
-- ``app``: ``create_app(settings)``, the FastAPI application (SSE streaming, /metrics).
-- ``guards``: the ``Host`` header check and the request body size cap in front of the app.
-- ``metrics``: Prometheus metrics. ``server``: uvicorn in the foreground or in a thread.
-- ``process``: ``serve_in_subprocess`` / ``ServerProcess``. ``loadgen``: ``run_load``.
-- ``sse``: the token stream's format, written by the servers and read by the clients.
-- ``percentile``: the nearest-rank percentile the load generator reports.
-- ``bare``: tokens/s of the model alone.
+Three rooms, read in this order:
 
-The model, its KV-cache decoding and its checkpoint loader live in ``course_utils.models``.
+- ``core`` (with ``prefix_cache``): ``EngineCore``, the scheduler the notebooks teach. Its ``step()``
+  admits, plans a token budget, runs one forward pass (``models.gpt.mixed_step``), emits and retires;
+  ``generate(prompts, ...)`` drives it with no thread and no event loop. No HTTP, asyncio or metrics.
+- ``server``: the course's HTTP server around the core (``server.engine`` is the thin adapter that
+  feeds the core and hands its tokens to asyncio; then the FastAPI app, SSE, settings, metrics,
+  uvicorn, the load generator).
+- ``extras``: shown once in notebooks 10 and 13 (the OpenAI API, the engine as its own process, Ray
+  Serve, LitServe, a Gradio page, the load breakdown, the bare model's speed).
 
+The model, its KV-cache steps and its checkpoint loader live in ``course_utils.models``.
 Importing this package is cheap; FastAPI, uvicorn and httpx load only with the modules that use them.
 """
 
-from .settings import BATCHING_MODES, ServeSettings
+from .server.settings import BATCHING_MODES, ServeSettings
 
 __all__ = ["BATCHING_MODES", "ServeSettings"]

@@ -131,6 +131,7 @@ class EngineCore:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []    # running[i] lives in cache row i
         self._to_file: list[Sequence] = []   # prompts computed last step, blocks not filed yet
+        self._rows: list[int] = []           # cache rows of this step's plan, in plan order
         self.steps = 0
 
     # ---- the public surface ---------------------------------------------------------
@@ -239,19 +240,21 @@ class EngineCore:
         """Return (sequence, tokens to compute) for this step: every decoding sequence gets one token,
         prompts share what is left of the budget in arrival order. The one-token entries come first,
         in rows 0 .. d-1 (the forward pass reads those rows in place), then the prompt chunks."""
-        live = [s for s in self.running if not s.cancelled]
-        plan = {s: 1 for s in live if s.todo() == 1}
-        left = max(self.token_budget - len(plan), 1)
-        for seq in live:
-            if seq.todo() > 1 and left > 0:
-                plan[seq] = min(seq.todo(), left)
-                left -= plan[seq]
-        ones = [s for s, n in plan.items() if n == 1]
-        holes = [i for i in range(len(ones)) if plan.get(self.running[i]) != 1]
-        misplaced = [self.running.index(s) for s in ones if self.running.index(s) >= len(ones)]
+        counts = [0 if s.cancelled else min(s.todo(), 1) for s in self.running]   # decoding: one token
+        left = max(self.token_budget - sum(counts), 1)
+        for row, seq in enumerate(self.running):
+            todo = seq.todo()
+            if todo > 1 and not seq.cancelled and left > 0:
+                counts[row] = min(todo, left)
+                left -= counts[row]
+        d = counts.count(1)
+        holes = [row for row in range(d) if counts[row] != 1]
+        misplaced = [row for row in range(d, len(counts)) if counts[row] == 1]
         for a, b in zip(holes, misplaced):
             self._swap(a, b)
-        return [(s, 1) for s in self.running[:len(ones)]] + [(s, n) for s, n in plan.items() if n > 1]
+            counts[a], counts[b] = counts[b], counts[a]
+        self._rows = [row for row, n in enumerate(counts) if n == 1] + [row for row, n in enumerate(counts) if n > 1]
+        return [(self.running[row], counts[row]) for row in self._rows]
 
     def _swap(self, a: int, b: int) -> None:
         c = self.cache
@@ -264,7 +267,7 @@ class EngineCore:
         """One forward pass for the plan; return logits, one row per planned sequence."""
         t0 = time.perf_counter()
         try:
-            logits = self._forward(plan)
+            logits = self._forward(plan, self._rows)
         except Exception as err:
             if len(plan) == 1:
                 raise
@@ -274,12 +277,11 @@ class EngineCore:
         self.steps += 1
         return logits
 
-    def _forward(self, plan: list[tuple[Sequence, int]]) -> torch.Tensor:
-        """Run the model once for ``plan``; return its logits ``(len(plan), vocab)``."""
+    def _forward(self, plan: list[tuple[Sequence, int]], rows: list[int]) -> torch.Tensor:
+        """Run the model once for ``plan`` (its sequences in cache ``rows``); return logits ``(len(plan), vocab)``."""
         if self.decode_core is not None and all(n == 1 for _, n in plan) and len(plan) == len(self.running):
             last = torch.tensor([s.next_tokens(1)[0] for s, _ in plan])                    # (n,)
             return decode_step(self.model, last, self.cache, core=self.decode_core)       # (n, vocab)
-        rows = [self.running.index(s) for s, _ in plan]
         return mixed_step(self.model, self.cache, rows, [s.next_tokens(n) for s, n in plan],
                           [s.cached for s, _ in plan])                                     # (m, vocab)
 
@@ -289,11 +291,12 @@ class EngineCore:
         writes no cache length, so running a group again is safe."""
         log.warning("a forward pass of %d sequences failed (%s); running them in groups", len(plan), err)
         d = sum(n == 1 for _, n in plan)
-        groups = ([plan[:d]] if d else []) + [[item] for item in plan[d:]]
+        groups = ([(plan[:d], self._rows[:d])] if d else []) + [
+            ([item], [row]) for item, row in zip(plan[d:], self._rows[d:])]
         parts = []
-        for group in groups:
+        for group, rows in groups:
             try:
-                parts.append(self._forward(group))
+                parts.append(self._forward(group, rows))
             except Exception as group_err:
                 log.error("generation failed for %d sequence(s)", len(group), exc_info=group_err)
                 for seq, _ in group:

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from .settings import ServeSettings
+from ..server.settings import ServeSettings
 
 #: Response header naming the replica that answered.
 SERVED_BY = "x-served-by"
@@ -76,7 +76,7 @@ class TinyGPTReplica:
         """Return the ASGI app this replica serves (Serve calls it once, at replica start)."""
         from ray import serve
 
-        from .app import create_app
+        from ..server.app import create_app
 
         replica = serve.get_replica_context().replica_id.unique_id
         app = create_app(self.settings)
@@ -250,7 +250,7 @@ def ray_serving(num_replicas: int = 2, settings: ServeSettings | None = None, *,
     import_ray()
     from ray import serve
 
-    from .server import free_port
+    from ..server.runner import free_port
 
     num_cpus = num_cpus or os.cpu_count() or 2
     if num_replicas * cpus_per_replica > num_cpus:
@@ -275,7 +275,7 @@ def ray_serving(num_replicas: int = 2, settings: ServeSettings | None = None, *,
 
 def app_builder(args: dict[str, Any]) -> Any:
     """Return the Serve application described by ``args`` (an application builder for a Serve
-    config file's ``import_path: course_utils.serving.ray_app:app_builder``).
+    config file's ``import_path: course_utils.serving.extras.ray_app:app_builder``).
 
     ``args`` may hold ``num_replicas`` (2) and ``cpus_per_replica`` (1.0); every other key is a
     ``ServeSettings`` field of the replicas (``max_batch_size``, ``threads`` ...).

@@ -2,7 +2,7 @@
 
 Run it as its own process, bound to loopback::
 
-    python -m course_utils.serving.litserve_app --port 8001 --max-batch-size 32 --batch-timeout 0.005
+    python -m course_utils.serving.extras.litserve_app --port 8001 --max-batch-size 32 --batch-timeout 0.005
 
 LitServe (0.2.x) builds a FastAPI app served by uvicorn and runs the model in a separate worker
 process. With ``max_batch_size > 1`` it collects up to that many requests, waiting at most
@@ -38,17 +38,17 @@ import torch
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
 
-from .. import config
-from ..data.text import CharTokenizer
-from ..models.gpt import KVCache, TinyGPT, decode_step, pad_prompts, prefill
-from .app import generate_request_model, validation_error
-from .core import sample_token
-from .core import sampling_generator as row_generator
-from .engine import check_limits
-from .guards import BodyLimit, HostCheck
-from .server import http_protocol
-from .settings import ServeSettings, default_threads
-from .sse import END, format_event, token_event
+from ... import config
+from ...data.text import CharTokenizer
+from ...models.gpt import KVCache, TinyGPT, decode_step, pad_prompts, prefill
+from ..server.app import generate_request_model, validation_error
+from ..core import sample_token
+from ..core import sampling_generator as row_generator
+from ..server.engine import check_limits
+from ..server.guards import BodyLimit, HostCheck
+from ..server.runner import http_protocol
+from ..server.settings import ServeSettings, default_threads
+from ..server.sse import END, format_event, token_event
 
 #: LitServe's route; ours is /generate.
 ROUTE = "/predict"
@@ -64,7 +64,7 @@ def load_model(path: str | None = None) -> tuple[torch.nn.Module, Any]:
 
     ``path`` defaults to ``$COURSE_SERVE_MODEL`` and then to the shipped ``data/tiny_gpt.pt``.
     """
-    from ..models.checkpoint import load_tiny_gpt
+    from ...models.checkpoint import load_tiny_gpt
 
     model, tok = load_tiny_gpt(path or os.environ.get("COURSE_SERVE_MODEL") or None)
     return model.eval(), tok
@@ -221,7 +221,7 @@ def command(port: int, max_batch_size: int = MAX_BATCH_SIZE, batch_timeout: floa
     """Return the command line that starts this app on 127.0.0.1:``port`` (for ``ServerProcess``)."""
     import sys
 
-    cmd = [sys.executable, "-m", "course_utils.serving.litserve_app", "--port", str(port),
+    cmd = [sys.executable, "-m", "course_utils.serving.extras.litserve_app", "--port", str(port),
            "--max-batch-size", str(max_batch_size), "--batch-timeout", str(batch_timeout)]
     if model:
         cmd += ["--model", str(model)]
@@ -233,8 +233,8 @@ def command(port: int, max_batch_size: int = MAX_BATCH_SIZE, batch_timeout: floa
 def litserve_process(max_batch_size: int = MAX_BATCH_SIZE, batch_timeout: float = BATCH_TIMEOUT_S, model: str | None = None,
                      threads: int | None = None, startup_timeout_s: float = 90.0) -> Any:
     """Return a ``ServerProcess`` (use it with ``with``) running this app on a free loopback port."""
-    from .process import ServerProcess
-    from .server import free_port
+    from ..server.process import ServerProcess
+    from ..server.runner import free_port
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"

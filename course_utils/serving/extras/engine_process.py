@@ -39,10 +39,10 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ..models.gpt import TinyGPT
-from .engine import GenerationEngine, QueueFull, ShuttingDown, check_limits
-from .metrics import ServingMetrics
-from .settings import ServeSettings
+from ...models.gpt import TinyGPT
+from ..server.engine import GenerationEngine, QueueFull, ShuttingDown, check_limits
+from ..server.metrics import ServingMetrics
+from ..server.settings import ServeSettings
 
 Event = tuple[str, Any]
 log = logging.getLogger(__name__)

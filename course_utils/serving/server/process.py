@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import config
-from .server import free_port
+from ... import config
+from .runner import free_port
 from .settings import ServeSettings
 
 

@@ -21,7 +21,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 import gradio as gr  # noqa: E402
 import httpx  # noqa: E402
 
-from .sse import ERROR, TOKEN, SSEParser  # noqa: E402
+from ..server.sse import ERROR, TOKEN, SSEParser  # noqa: E402
 
 TITLE = "TinyGPT, served with request batching and token streaming"
 
@@ -109,7 +109,7 @@ def launch_demo(base_url: str, port: int | None = None) -> tuple[gr.Blocks, str]
 @contextlib.contextmanager
 def _no_proxy_for_loopback() -> Iterator[None]:
     """Within the block, proxy settings from the environment skip loopback addresses."""
-    from .. import config
+    from ... import config
 
     loopback = "localhost,127.0.0.1,::1"
     with config.environment(**{name: ",".join(filter(None, [os.environ.get(name), loopback]))

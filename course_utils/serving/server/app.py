@@ -39,14 +39,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from ..data.text import CharTokenizer
-from ..models.gpt import TinyGPT
+from ...data.text import CharTokenizer
+from ...models.gpt import TinyGPT
 from .embed import MODEL_NAME, EmbedError, EmbedUnavailable, EmbedWorker
 from .engine import MAX_TEMPERATURE, MIN_TEMPERATURE, GenerationEngine, GenRequest, QueueFull, ShuttingDown
-from .engine_process import EngineProcess, merged_metrics
+from ..extras.engine_process import EngineProcess, merged_metrics
 from .guards import BodyLimit, HostCheck
 from .metrics import ServingMetrics
-from .openai_api import openai_router
+from ..extras.openai_api import openai_router
 from .settings import MAX_SEED, MAX_TEXTS_PER_REQUEST, RETRY_AFTER_S, ServeSettings
 from .sse import format_event, token_event
 
@@ -128,7 +128,7 @@ def create_app(settings: ServeSettings | None = None, *, model: TinyGPT | None =
     (``settings.model`` overrides the path); ``mini`` to ``load_minilm()`` when ``settings.embed``."""
     settings = settings or ServeSettings()
     if model is None or tokenizer is None:
-        from ..models.checkpoint import load_tiny_gpt
+        from ...models.checkpoint import load_tiny_gpt
 
         model, tokenizer = load_tiny_gpt(settings.model)
     metrics = ServingMetrics()
@@ -145,7 +145,7 @@ def create_app(settings: ServeSettings | None = None, *, model: TinyGPT | None =
         if settings.embed:
             encoder = mini
             if encoder is None:
-                from ..models.minilm import load_minilm
+                from ...models.minilm import load_minilm
 
                 encoder = await asyncio.to_thread(load_minilm)
             state["embedder"] = EmbedWorker(encoder, settings, metrics)

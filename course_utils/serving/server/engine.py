@@ -31,8 +31,8 @@ from typing import Any
 
 import torch
 
-from ..models.gpt import TinyGPT, decode_core
-from .core import EngineCore, Sequence, StepResult, sample_token, sampling_generator
+from ...models.gpt import TinyGPT, decode_core
+from ..core import EngineCore, Sequence, StepResult, sample_token, sampling_generator
 from .metrics import ServingMetrics
 from .settings import ServeSettings
 

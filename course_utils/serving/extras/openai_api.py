@@ -55,10 +55,10 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..data.text import CharTokenizer
-from .engine import MAX_TEMPERATURE, MIN_TEMPERATURE, GenerationEngine, GenRequest, QueueFull, ShuttingDown
-from .settings import MAX_SEED, RETRY_AFTER_S, ServeSettings
-from .sse import DONE, format_event
+from ...data.text import CharTokenizer
+from ..server.engine import MAX_TEMPERATURE, MIN_TEMPERATURE, GenerationEngine, GenRequest, QueueFull, ShuttingDown
+from ..server.settings import MAX_SEED, RETRY_AFTER_S, ServeSettings
+from ..server.sse import DONE, format_event
 
 #: The id clients pass as ``model``.
 MODEL_ID = "tiny-gpt"

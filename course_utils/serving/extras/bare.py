@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from .. import bench
-from ..models.gpt import KVCache, TinyGPT, decode_step, prefill
+from ... import bench
+from ...models.gpt import KVCache, TinyGPT, decode_step, prefill
 
 
 def bare_decode_tokens_per_s(model: TinyGPT, batch_size: int, prompt_len: int = 8,
