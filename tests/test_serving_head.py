@@ -86,3 +86,33 @@ def test_without_httptools_the_server_falls_back_to_h11(monkeypatch):
 
     monkeypatch.setattr(builtins, "__import__", no_httptools)
     assert http_protocol(ServeSettings()) == "h11"
+
+
+def test_plain_uvicorn_keeps_half_a_head_open_which_is_why_http_head_exists():
+    """The attack uvicorn's own limits miss (the reason ``http_head`` subclasses its protocol): with
+    httptools, a half-sent head outlives ``timeout_keep_alive`` and is never answered."""
+    import threading
+
+    import uvicorn
+
+    async def app(scope, receive, send):  # never reached: the head is never complete
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, http="httptools", timeout_keep_alive=1,
+                            log_level="error", lifespan="off")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not (server.started and server.servers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=3 * HEAD_TIMEOUT) as sock:
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            with pytest.raises(TimeoutError):  # nothing comes back, and the connection stays open
+                sock.recv(1)
+    finally:
+        server.should_exit = True
+        thread.join(10)

@@ -13,7 +13,7 @@ pytest.importorskip("litserve")
 from course_utils.models.gpt import generate_cached  # noqa: E402
 from course_utils.serving.server.app import generate_request_model  # noqa: E402
 from course_utils.serving.extras.litserve_app import (  # noqa: E402
-    ROUTE, build_server, decode_rows, greedy_rows, litserve_process, load_model, parse_args, request_model,
+    ROUTE, build_server, decode_rows, litserve_process, load_model, parse_args, request_model,
     row_generator)
 from course_utils.serving.server.loadgen import SSEParser, run_load  # noqa: E402
 from course_utils.serving.server.settings import ServeSettings  # noqa: E402
@@ -37,11 +37,11 @@ def greedy_text(model, tok, prompt: str, n: int) -> str:
     return tok.decode(generate_cached(model, torch.tensor([tok.encode(prompt)]), n)[0])
 
 
-def test_greedy_rows_match_uncached_generate(model_and_tokenizer):
+def test_greedy_decode_rows_match_uncached_generate(model_and_tokenizer):
     model, tok = model_and_tokenizer
     ids = [tok.encode(p) for p in PROMPTS]  # different lengths in one batch
     limits = [NEW_TOKENS, 5, NEW_TOKENS, 1]
-    steps = list(greedy_rows(model, ids, limits))
+    steps = list(decode_rows(model, ids, limits))
     assert len(steps) == max(limits)
     for row, prompt in enumerate(PROMPTS):
         got = [s[row] for s in steps if s[row] is not None]

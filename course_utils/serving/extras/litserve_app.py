@@ -40,10 +40,11 @@ from pydantic import BaseModel
 
 from ... import config
 from ...data.text import CharTokenizer
-from ...models.gpt import KVCache, TinyGPT, decode_step, pad_prompts, prefill
-from ..server.app import generate_request_model, validation_error
-from ..core import sample_token
+from ...models.gpt import TinyGPT
+from ..core import EngineCore
+from ..core import Sequence as Row
 from ..core import sampling_generator as row_generator
+from ..server.app import generate_request_model, validation_error
 from ..server.engine import check_limits
 from ..server.guards import BodyLimit, HostCheck
 from ..server.runner import http_protocol
@@ -70,44 +71,29 @@ def load_model(path: str | None = None) -> tuple[torch.nn.Module, Any]:
     return model.eval(), tok
 
 
-def pick_tokens(logits: torch.Tensor, temperatures: Sequence[float],
-                generators: Sequence[torch.Generator | None]) -> torch.Tensor:
-    """Return the next token of every row: the argmax where the temperature is 0, else a draw
-    from the row's own generator (``sample_token``, exactly as our server's engine does it)."""
-    nxt = logits.argmax(dim=-1)
-    for row, (temperature, generator) in enumerate(zip(temperatures, generators)):
-        if temperature > 0:
-            nxt[row] = sample_token(logits[row], temperature, generator)
-    return nxt
-
-
 def decode_rows(model: TinyGPT, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int],
                 temperatures: Sequence[float] | None = None,
                 generators: Sequence[torch.Generator | None] | None = None) -> Iterator[list[int | None]]:
     """Yield, step by step, one new token id per row (``None`` once a row has all its tokens).
 
-    A static batch over the model's key-value cache (``prefill`` and ``decode_step``, the kernels
-    our server's engine uses): it runs until its longest request is done. Rows are greedy unless
-    ``temperatures`` gives them a temperature above 0; then they sample with ``generators``.
+    A static batch on the course's serving core (``EngineCore`` with ``join_running=False``, a
+    budget that computes every prompt in the first step): it runs until its longest request is done.
+    Rows are greedy unless ``temperatures`` gives them a temperature above 0; then they sample with
+    ``generators`` (``sample_token``, exactly as our server's engine does it).
     """
-    temperatures = list(temperatures) if temperatures is not None else [0.0] * len(prompts)
-    generators = list(generators) if generators is not None else [None] * len(prompts)
-    idx, lengths = pad_prompts(prompts)
-    steps = max(max_new_tokens)
-    cache = KVCache(model.config, len(prompts), max_len=min(model.config.block_size, idx.shape[1] + steps),
-                    device=idx.device, dtype=model.tok_emb.weight.dtype)
-    logits = prefill(model, idx, lengths, cache)
-    for step in range(steps):
-        nxt = pick_tokens(logits, temperatures, generators)
-        yield [t if step < n else None for t, n in zip(nxt.tolist(), max_new_tokens)]
-        if step + 1 < steps:
-            logits = decode_step(model, nxt, cache)
-
-
-def greedy_rows(model: TinyGPT, prompts: Sequence[Sequence[int]],
-                max_new_tokens: Sequence[int]) -> Iterator[list[int | None]]:
-    """``decode_rows`` with every row greedy."""
-    return decode_rows(model, prompts, max_new_tokens)
+    n = len(prompts)
+    temperatures = list(temperatures) if temperatures is not None else [0.0] * n
+    generators = list(generators) if generators is not None else [None] * n
+    longest = max(len(p) + m for p, m in zip(prompts, max_new_tokens))
+    core = EngineCore(model, capacity=n, max_len=min(model.config.block_size, longest),
+                      token_budget=sum(len(p) for p in prompts) + n, join_running=False)
+    seqs = [core.add(Row(list(p), m, t, g)) for p, m, t, g in zip(prompts, max_new_tokens, temperatures, generators)]
+    row_of = {seq: row for row, seq in enumerate(seqs)}
+    while core.has_work():
+        tokens: list[int | None] = [None] * n
+        for seq, tok in core.step().emitted:
+            tokens[row_of[seq]] = tok
+        yield tokens
 
 
 class QueuedAsDict:

@@ -53,7 +53,7 @@ from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from ...data.text import CharTokenizer
 from ..server.engine import MAX_TEMPERATURE, MIN_TEMPERATURE, GenerationEngine, GenRequest, QueueFull, ShuttingDown
@@ -180,10 +180,23 @@ class OpenAIRoute(APIRoute):
 
 # ---- request bodies ---------------------------------------------------------------------------
 
-def _only(value: Any, allowed: Sequence[Any], message: str) -> Any:
-    if value is not None and value not in allowed:
-        raise ValueError(message)
-    return value
+#: Parameters of the API this server takes only with these values (or left out); any other value is
+#: refused with the message (a 400 naming the parameter). ``value == allowed`` counts only for the same type.
+ONLY = {
+    "top_p": ((1, 1.0), "only top_p=1 is supported (sampling uses the whole distribution; use temperature)"),
+    "n": ((1,), "only n=1 is supported (send one request per completion)"),
+    "frequency_penalty": ((0, 0.0), "penalties are not supported (only 0)"),
+    "presence_penalty": ((0, 0.0), "penalties are not supported (only 0)"),
+    "logit_bias": (({},), "logit_bias is not supported"),
+    "echo": ((False,), "echo is not supported"),
+    "logprobs": ((False,), "logprobs are not supported"),
+    "top_logprobs": ((), "logprobs are not supported"),
+    "best_of": ((1,), "only best_of=1 is supported"),
+    "suffix": ((), "suffix (inserting text) is not supported"),
+    "tools": (([],), "this model cannot call tools"),
+    "tool_choice": (("none",), "this model cannot call tools (tool_choice may only be 'none')"),
+    "response_format": (({"type": "text"},), "only {'type': 'text'} is supported (the model cannot promise JSON)"),
+}
 
 
 class StreamOptions(BaseModel):
@@ -221,27 +234,12 @@ class _Common(BaseModel):
             raise ValueError(f"temperature must be 0 (greedy) or between {MIN_TEMPERATURE} and {MAX_TEMPERATURE}")
         return value
 
-    @field_validator("top_p")
+    @field_validator(*ONLY, check_fields=False)
     @classmethod
-    def _whole_distribution(cls, value: float | None) -> float | None:
-        return _only(value, (1, 1.0), "only top_p=1 is supported (sampling uses the whole distribution; "
-                                      "use temperature)")
-
-    @field_validator("n")
-    @classmethod
-    def _one_choice(cls, value: int | None) -> int | None:
-        return _only(value, (1,), "only n=1 is supported (send one request per completion)")
-
-    @field_validator("frequency_penalty", "presence_penalty")
-    @classmethod
-    def _no_penalty(cls, value: float | None) -> float | None:
-        return _only(value, (0, 0.0), "penalties are not supported (only 0)")
-
-    @field_validator("logit_bias")
-    @classmethod
-    def _no_bias(cls, value: dict[str, float] | None) -> dict[str, float] | None:
-        if value:
-            raise ValueError("logit_bias is not supported")
+    def _supported(cls, value: Any, info: ValidationInfo) -> Any:
+        allowed, message = ONLY[info.field_name]  # type: ignore[index]
+        if value is not None and not any(type(value) is type(a) and value == a for a in allowed):
+            raise ValueError(message)
         return value
 
     @field_validator("stop")
@@ -285,26 +283,6 @@ class CompletionRequest(_Common):
             raise ValueError("token-id prompts are not supported: send the prompt as text")
         raise ValueError("the prompt must be a string")
 
-    @field_validator("echo")
-    @classmethod
-    def _no_echo(cls, value: bool | None) -> bool | None:
-        return _only(value, (False,), "echo is not supported")
-
-    @field_validator("logprobs")
-    @classmethod
-    def _no_logprobs(cls, value: int | None) -> int | None:
-        return _only(value, (), "logprobs are not supported")
-
-    @field_validator("best_of")
-    @classmethod
-    def _no_best_of(cls, value: int | None) -> int | None:
-        return _only(value, (1,), "only best_of=1 is supported")
-
-    @field_validator("suffix")
-    @classmethod
-    def _no_suffix(cls, value: str | None) -> str | None:
-        return _only(value, (), "suffix (inserting text) is not supported")
-
 
 class TextPart(BaseModel):
     """A text part of a message's content (the only kind a text model reads)."""
@@ -338,35 +316,6 @@ class ChatRequest(_Common):
     tool_choice: Any = None
     parallel_tool_calls: bool | None = Field(None, strict=True)  # accepted, ignored
     response_format: dict[str, Any] | None = None
-
-    @field_validator("logprobs")
-    @classmethod
-    def _no_logprobs(cls, value: bool | None) -> bool | None:
-        return _only(value, (False,), "logprobs are not supported")
-
-    @field_validator("top_logprobs")
-    @classmethod
-    def _no_top_logprobs(cls, value: int | None) -> int | None:
-        return _only(value, (), "logprobs are not supported")
-
-    @field_validator("tools")
-    @classmethod
-    def _no_tools(cls, value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-        if value:
-            raise ValueError("this model cannot call tools")
-        return value
-
-    @field_validator("tool_choice")
-    @classmethod
-    def _no_tool_choice(cls, value: Any) -> Any:
-        return _only(value, ("none",), "this model cannot call tools (tool_choice may only be 'none')")
-
-    @field_validator("response_format")
-    @classmethod
-    def _text_only(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None and value != {"type": "text"}:
-            raise ValueError("only {'type': 'text'} is supported (the model cannot promise JSON)")
-        return value
 
     def new_tokens(self) -> int | None:
         """Return the requested number of new tokens (``max_completion_tokens`` wins)."""

@@ -1,15 +1,22 @@
 """Limits on the request head (request line + headers) that uvicorn's httptools protocol lacks.
 
-uvicorn bounds idle keep-alive connections and, with its h11 protocol only, the size of a request
-head; with httptools (which it prefers when installed) a client can send half a header and keep
-the connection, and its buffer, open forever, or send headers of any size. ``HeadLimitedProtocol``
-adds both limits:
+uvicorn bounds idle keep-alive connections (``timeout_keep_alive``, between requests only) and, with
+its h11 protocol only, the size of a request head (``h11_max_incomplete_event_size``). With
+httptools, which it prefers when installed, neither covers a head that is still arriving: a client
+can send half a header and keep the connection, and its buffer, open for ever (a slow-loris
+attack: enough of them fill ``limit_concurrency`` and every request gets 503), or send headers of
+any size. ``tests/test_serving_head.py`` shows plain uvicorn keeping such a connection open.
+``HeadLimitedProtocol`` adds both limits:
 
 - a request head must arrive within ``head_timeout_s`` of the connection opening or of the
   request's first byte; otherwise the server answers 408 and closes the connection;
 - a request head larger than ``max_header_bytes`` gets 431 and the connection is closed.
 
-Both answers are JSON (``{"detail": ...}``), like every other error of the course's server.
+Both answers are JSON (``{"detail": ...}``), like every other error of the course's server. The
+class extends the protocol uvicorn itself names for ``http="httptools"`` (its public
+``uvicorn.config.HTTP_PROTOCOLS`` table) through httptools' parser callbacks
+(``on_message_begin``, ``on_headers_complete``); a uvicorn release that renames those breaks the
+tests of this module, not silently the server.
 """
 
 from __future__ import annotations
@@ -18,7 +25,11 @@ import asyncio
 import json
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.config import HTTP_PROTOCOLS
+from uvicorn.importer import import_from_string
+
+#: uvicorn's httptools protocol class (ImportError where httptools is not installed).
+HttpToolsProtocol = import_from_string(HTTP_PROTOCOLS["httptools"])
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 
