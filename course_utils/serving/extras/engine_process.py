@@ -288,7 +288,7 @@ def _child_main(conn: Connection, model: TinyGPT, settings: ServeSettings) -> No
             req.rid = rid  # type: ignore[attr-defined]
             requests[rid] = req
             if len(requests) > 4 * (settings.queue_size + settings.batch_capacity):
-                for old in [r for r, q in requests.items() if q.finished]:
+                for old in [r for r, q in requests.items() if q.answered]:
                     del requests[old]
         elif kind == "cancel":
             req = requests.pop(msg[1], None)

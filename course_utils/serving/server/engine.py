@@ -136,11 +136,6 @@ class GenerationEngine:
         """Return how many requests wait for a row (in the queue or admitted to the core, not yet running)."""
         return self.queue.qsize() + len(self.core.waiting)
 
-    @property
-    def steps(self) -> int:
-        """Return how many forward passes the core has run."""
-        return self.core.steps
-
     def warm_up(self) -> float:
         """Compile the decoding step before traffic arrives (when ``compile`` is on), so no
         client waits for it; returns the seconds spent. Batch sizes 1 and 3 cover both graphs
@@ -285,12 +280,11 @@ class GenerationEngine:
             except queue.Empty:
                 return None
             if req.cancelled:
-                self.metrics.requests.labels(req.end_outcome).inc()
-                continue
-            if time.perf_counter() - req.arrived > self.settings.queue_timeout_s:
-                self.metrics.requests.labels("timeout").inc()
-                continue
-            return req
+                self._finish(req, [], None, req.end_outcome)
+            elif time.perf_counter() - req.arrived > self.settings.queue_timeout_s:
+                self._finish(req, [], None, "timeout")
+            else:
+                return req
 
     def _account(self, res: StepResult, out: list[tuple[GenRequest, Event]]) -> None:
         """Turn one step's result into events and metrics."""
