@@ -146,3 +146,15 @@ def test_the_core_reads_in_one_sitting():
     src = Path(core.__file__).read_text()
     assert len(src.splitlines()) <= 500
     assert not re.search(r"^\s*(import|from)\s+(asyncio|prometheus_client|threading)\b", src, re.M)
+
+
+def test_prompts_that_fit_the_budget_are_computed_whole_in_one_pass(gpt):
+    """32 prompts of 8 tokens under the default budget of 256: one pass computes all 256 prompt
+    tokens and every sequence gets its first token (none is handed a single prompt token)."""
+    model, _ = gpt
+    eng = EngineCore(model, capacity=32, max_len=64)
+    seqs = [eng.add(Sequence([3 + i % 50] * 8, 4)) for i in range(32)]
+    with torch.inference_mode():
+        res = eng.step()
+    assert (res.rows, res.chunks, res.tokens) == (32, 32, 256)
+    assert all(len(s.out) == 1 for s in seqs)

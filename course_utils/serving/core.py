@@ -240,7 +240,7 @@ class EngineCore:
         """Return (sequence, tokens to compute) for this step: every decoding sequence gets one token,
         prompts share what is left of the budget in arrival order. The one-token entries come first,
         in rows 0 .. d-1 (the forward pass reads those rows in place), then the prompt chunks."""
-        counts = [0 if s.cancelled else min(s.todo(), 1) for s in self.running]   # decoding: one token
+        counts = [int(s.todo() == 1 and not s.cancelled) for s in self.running]   # decoding: one token
         left = max(self.token_budget - sum(counts), 1)
         for row, seq in enumerate(self.running):
             todo = seq.todo()
@@ -258,8 +258,9 @@ class EngineCore:
 
     def _swap(self, a: int, b: int) -> None:
         c = self.cache
+        n = int(c.lengths[[a, b]].max())  # only the filled positions move
         for t in (c.k, c.v):
-            t[:, [a, b]] = t[:, [b, a]]
+            t[:, [a, b], :, :n] = t[:, [b, a], :, :n]
         c.lengths[[a, b]] = c.lengths[[b, a]]
         self.running[a], self.running[b] = self.running[b], self.running[a]
 
