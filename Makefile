@@ -26,7 +26,7 @@ endif
 MIN_VENV    ?= .venv-min
 MIN_STAMP   := $(MIN_VENV)/.course-installed
 
-.PHONY: help setup lab test test-nb test-unit doctor kernel clean constraints execute \
+.PHONY: help setup lab test test-nb test-unit doctor kernel clean constraints execute sources notebooks \
         workshop-check report report-cold stamp test-min gpu-check test-avx2 test-haswell \
         wheelhouse wheelhouse-install
 
@@ -37,6 +37,7 @@ help:
 	@echo "make test-unit run only the unit tests"
 	@echo "make doctor    check this machine can run the course"
 	@echo "make execute NB=notebooks/00_setup.ipynb   re-run a notebook in full mode and store its outputs"
+	@echo "make sources   write each notebook's reviewable twin notebooks/src/NN_topic.py (make notebooks: back)"
 	@echo "make workshop-check   doctor + every notebook in quick mode, offline: READY or NOT READY (JOBS=2 at a time)"
 	@echo "make report    run the course in full mode, then build/report/report.{md,html}"
 	@echo "make report-cold  the course in full mode with empty caches (a first run's times)"
@@ -97,6 +98,16 @@ execute: kernel
 	$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
 	    --ExecutePreprocessor.kernel_name=$(KERNEL_NAME) --ExecutePreprocessor.timeout=3600 $(NB)
 	$(BIN)/python tools/nbclean.py $(NB)
+	$(BIN)/python -m course_utils.kit.sources write $(NB)
+
+# Each notebook's reviewable twin, notebooks/src/NN_topic.py (jupytext py:percent, no outputs):
+# `make sources` after editing a notebook in Jupyter; `make notebooks` after editing a twin
+# (the notebooks take its code and keep the outputs of unchanged cells; re-run them after).
+sources: setup
+	$(BIN)/python -m course_utils.kit.sources write
+
+notebooks: setup
+	$(BIN)/python -m course_utils.kit.sources update
 
 # NETNS=1: inside an empty network namespace where Linux allows it (the output says which mode ran).
 workshop-check: setup

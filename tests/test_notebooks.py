@@ -53,6 +53,14 @@ def test_notebook_is_saved_clean(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_and_its_paired_source_agree(path):
+    """notebooks/src/<name>.py is the notebook's reviewable twin (course_utils.kit.sources)."""
+    from course_utils.kit import sources
+
+    assert sources.out_of_sync([path]) == []
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_stored_outputs_come_from_one_top_to_bottom_run(path):
     counts = [c["execution_count"] for c in code_cells(load(path))]
     assert all(isinstance(n, int) for n in counts), "some cells were never run"

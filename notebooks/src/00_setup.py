@@ -1,0 +1,276 @@
+# %% [markdown]
+# # 00 · Setup: your machine, this course, and a first `torch.compile`
+#
+# PyTorch 2 keeps the eager, line-by-line PyTorch you know and adds a compiler you can switch on
+# with one call. Whether that call pays off depends on your model **and on your machine**, so this
+# course never quotes a speed-up from somewhere else: every number you see is measured on the
+# computer in front of you. This first notebook makes sure that computer is ready, shows how the
+# course is organised, and takes a first honest measurement.
+
+# %% [markdown]
+# ## What you will learn
+#
+# - how the notebooks are ordered, what *quick mode* is, and how GPU-only cells behave on a laptop;
+# - how to read the environment report and what the course *doctor* checks;
+# - what the first call to a compiled function costs, and what every later call saves;
+# - how to time code properly (warm-up, many runs, median) with `course_utils.bench`.
+#
+# **Prerequisites:** Python, and PyTorch tensors and `nn.Module` at beginner level. No earlier notebook.
+#
+# **Time on a laptop CPU:** <!-- stamp:time -->0.6 min the first time (every cache empty), 0.4 min after that (compile cache warm), 0.3 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-avx512-vnni, torch 2.14.1, 2026-11-30). A slower or busy laptop takes longer.<!-- /stamp:time -->
+# **GPU:** not needed. One cell shows your GPU if you have one and says it skipped otherwise.
+
+# %%
+
+import torch
+
+from course_utils import bench, config, exercises, session
+from course_utils.device import get_device, requires_cuda
+from course_utils.kit import doctor, env
+
+print(session.start(seed=0))
+
+# %% [markdown]
+# `session.start` seeds every random number generator, clears any compiled code left in the
+# kernel (`torch._dynamo.reset()`), and returns the one-line summary above. Every notebook begins
+# with it, so results do not depend on what you ran before.
+#
+# ## How the course is organised
+#
+# The notebooks are numbered and meant to be taken in order; each one lists its prerequisites.
+# The README has the full map with the time each one takes on a laptop CPU.
+#
+# - **Quick mode.** With the environment variable `COURSE_QUICK=1` every notebook shrinks its sizes
+#   and iteration counts so the whole course runs in minutes. `make test` sets it; you normally
+#   leave it off to see effects at their real size. The switch is read in exactly one place,
+#   `course_utils.config`, and notebooks size their experiments with `config.pick(quick, full)`.
+# - **CPU first, GPU extras.** Everything runs on a CPU-only laptop. Material that only exists on a
+#   GPU (CUDA graphs, GPU kernels, FP8 matrix multiplies) sits in cells guarded by
+#   `requires_cuda(...)`, which print `skipped: needs CUDA (...)` on a CPU machine.
+# - **Everything is checked.** Cells `assert` what must hold (results match, counts are right), and
+#   `make test` runs every notebook top to bottom. To test just this one:
+#   `make test-nb NB=notebooks/00_setup.ipynb`.
+# - **Exercises grade themselves.** Each notebook ends with *Check yourself*: you write an answer
+#   and `exercises.check(...)` confirms it or gives a hint.
+
+# %%
+SIZE = config.pick(quick=256, full=1024)  # side of the square tensors used below
+print(f"mode: {config.mode_name()}; tensor size for this notebook: {SIZE} x {SIZE}")
+print(f"course data:   {config.data_dir()}")
+print(f"build outputs: {config.build_dir()}  (git-ignored)")
+
+# %% [markdown]
+# ## Your environment
+#
+# When you ask for help, or compare your numbers with someone else's, this report is the first
+# thing to share: library versions, the CPU and how many threads torch uses, whether a CUDA GPU
+# is visible, and whether a C++ compiler works (TorchInductor, `torch.compile`'s default backend,
+# writes C++ for the CPU and needs one to build it).
+
+# %%
+print(env.format_report())
+
+# %% [markdown]
+# The **doctor** goes further: it checks every package against the course's minimum version,
+# tries a real `torch.compile` in a fresh process, verifies the shipped data files against their
+# checksums, and checks that the course can write its caches. Each failure comes with the fix.
+# From a terminal, `make doctor` (or `python -m course_utils doctor`) runs the same checks and
+# exits with a non-zero status if anything is wrong.
+
+# %%
+checks = doctor.run_checks()
+for check in checks:
+    print(check.line())
+problems = [c for c in checks if not c.ok]
+assert not problems, "fix the FAIL lines above before going on"
+print(f"{len(checks)} checks, all passed")
+
+# %% [markdown]
+# Which device will the course use? `get_device()` picks CUDA when it is available and the CPU
+# otherwise; setting `COURSE_DEVICE=cpu` (or `cuda`) overrides the choice. The guarded cell
+# below is the pattern every GPU-only example in the course follows.
+
+# %%
+device = get_device()
+print(f"the course will run on: {device}")
+
+if requires_cuda("the name, memory and compute capability of your GPU"):
+    props = torch.cuda.get_device_properties(0)
+    print(f"{props.name}: {props.total_memory / 2**30:.1f} GiB, sm_{props.major}{props.minor}")
+
+
+# %% [markdown]
+# ## A first `torch.compile`
+#
+# `torch.compile(fn)` returns a wrapped function. Nothing happens until the first call; then
+# TorchDynamo reads the Python bytecode of `fn` and records the tensor operations as a graph,
+# and TorchInductor turns that graph into C++ (on a GPU, Triton) code, compiles it, and caches it.
+# Later calls with inputs of the same kind skip all of that and run the generated code directly.
+#
+# A chain of element-wise operations is where this shines. In eager mode each operation below
+# reads its whole input from memory and writes a whole new tensor back. Inductor *fuses* the
+# chain into one loop that reads `x` once and writes the result once.
+
+# %%
+def activation_chain(x: torch.Tensor) -> torch.Tensor:
+    y = torch.sin(x) * torch.cos(x) + torch.tanh(x) ** 2
+    return torch.nn.functional.gelu(y) * 0.5 + torch.sigmoid(y)
+
+
+x = torch.randn(SIZE, SIZE)
+compiled_chain = torch.compile(activation_chain)
+
+first_s = bench.first_call(compiled_chain, x)   # trace + generate C++ + build + run
+second_s = bench.first_call(compiled_chain, x)  # just run
+print(f"first call : {first_s:8.3f} s")
+print(f"second call: {second_s * 1e3:8.3f} ms  ({first_s / second_s:,.0f} times faster)")
+
+torch.testing.assert_close(compiled_chain(x), activation_chain(x), rtol=1e-5, atol=1e-5)
+assert first_s > 10 * second_s, "the first call should carry the compile cost"
+print("compiled and eager results agree within rtol=1e-5")
+
+# %% [markdown]
+# The first call is far slower than the second because it included the compilation: tracing,
+# code generation and, unless an earlier run left the result in Inductor's on-disk cache, building
+# the C++. That is why a second run of this notebook on the same machine starts faster (notebook 01
+# measures cold and warm caches). Results agree with eager to a tight tolerance, not bit for bit: a fused loop may
+# evaluate the same formula in a slightly different order.
+#
+# ### Timing done properly
+#
+# A single `time.time()` around one call is not a measurement. `bench.compare` does it properly
+# with `torch.utils.benchmark`: it warms every variant up (so the compile is not timed), runs each
+# one many times in blocks, interleaves the variants over several rounds so a busy moment on the
+# machine hits all of them, and reports the median and the interquartile range (IQR) of each.
+# It also uses as many threads as torch does (`torch.utils.benchmark.Timer` alone uses one).
+
+# %%
+table = bench.compare({"eager": activation_chain, "compiled": compiled_chain}, x)
+print(table)
+speedup = table.speedup("compiled")
+bench.record("setup.first_call_s", first_s, "s", size=SIZE)
+bench.record("setup.steady_speedup", speedup, "x", size=SIZE)
+bench.bar_chart(table, title=f"element-wise chain on a {SIZE}x{SIZE} tensor");
+
+# %%
+eager_ms = table.row("eager").median_s * 1e3
+compiled_ms = table.row("compiled").median_s * 1e3
+print(f"steady state ({compiled_ms:.3f} ms vs {eager_ms:.3f} ms per call): compiled is {table.describe('compiled')}")
+if not config.is_quick():
+    # At full size the fused loop saves most of the memory traffic; this holds on every
+    # machine we have tried, but quick mode's small tensors are too noisy to assert on.
+    assert speedup > 1.2, "expected fusion to pay off on a large element-wise chain"
+
+
+# %% [markdown]
+# ### Where compiling does not pay
+#
+# Fusion pays when there is memory traffic to save. A single matrix multiply has nothing to fuse:
+# on the CPU, Inductor hands it to the same optimised library routine (oneDNN/MKL) that eager
+# PyTorch calls, so at best the compiled version matches eager, plus a little per-call cost for the
+# guards that check each input still matches what was compiled. The compile is paid for nothing
+# to gain; the cell says how the two compared here:
+
+# %%
+def project(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x @ w
+
+
+w = torch.randn(SIZE, SIZE)
+compiled_project = torch.compile(project)
+mm_table = bench.compare({"eager": project, "compiled": compiled_project}, x, w)
+print(mm_table)
+torch.testing.assert_close(compiled_project(x, w), project(x, w), rtol=1e-4, atol=1e-3)
+mm_speedup = mm_table.speedup("compiled")
+print(f"\nmatmul: compiled is {mm_table.describe('compiled')}")
+
+# %% [markdown]
+# Small tensors are a subtler case. On 8 numbers there is no memory traffic to save, but eager
+# PyTorch pays Python and dispatcher overhead for each of the chain's eight operations, while the
+# compiled version makes one call into one generated loop. Whether one call plus the guard checks
+# beats eight dispatches depends on your machine; measure rather than guess:
+
+# %%
+tiny = torch.randn(8)
+tiny_table = bench.compare({"eager": activation_chain, "compiled": compiled_chain}, tiny)
+print(tiny_table)
+torch.testing.assert_close(compiled_chain(tiny), activation_chain(tiny), rtol=1e-5, atol=1e-5)
+tiny_speedup = tiny_table.speedup("compiled")
+tiny_verdict = tiny_table.verdict("compiled")
+reason = {"faster": "one generated loop beat eight eager dispatches",
+          "slower": "the guard checks and the call into compiled code cost more than eight dispatches",
+          "no clear difference": "the saved dispatches and the added per-call checks roughly cancel"}[tiny_verdict]
+print(f"\nthe chain on 8 numbers: compiled is {tiny_table.describe('compiled')}: {reason} on this machine")
+
+
+# %% [markdown]
+# Notebook 01 maps out this trade-off across models (where compiling pays on a CPU and where it
+# does not, and why), and notebook 02 looks at the guards that run on every call.
+#
+# ## Check yourself
+#
+# **Exercise 1.** Write `rms_norm(x)`: divide each row of `x` by the root of the mean of its
+# squares over the last dimension, `x / sqrt(mean(x**2, dim=-1, keepdim=True) + 1e-6)`, then pass
+# the *compiled* function to the checker. (RMSNorm is the normalisation used in many current
+# language models.)
+
+# %%
+def rms_norm(x: torch.Tensor) -> torch.Tensor:
+    # Your code here: replace the line below.
+    return x
+
+
+exercises.check("00.rms_norm", torch.compile(rms_norm))
+
+
+# %% [markdown]
+# **Exercise 2.** Compiling costs `first_call_s` once; afterwards each call takes `compiled_s`
+# instead of `eager_s`. Write `break_even(first_call_s, eager_s, compiled_s)` that returns the
+# smallest number of calls `n` for which `n` compiled calls (the first one included) have cost no
+# more time than `n` eager calls, or `None` if compiling never pays.
+
+# %%
+def break_even(first_call_s: float, eager_s: float, compiled_s: float) -> int | None:
+    # Your code here.
+    return None
+
+
+exercises.check("00.break_even", break_even)
+
+# %% [markdown]
+# Once your `break_even` passes, the next cell applies it to what you measured above.
+# Stuck? `print(exercises.solution_source("00.break_even"))` reveals a reference solution:
+# try for yourself first.
+
+# %%
+if exercises.check("00.break_even", break_even):
+    eager_s = table.row("eager").median_s
+    compiled_s = table.row("compiled").median_s
+    n = break_even(first_s, eager_s, compiled_s)
+    print("on this machine compiling never pays for this function" if n is None
+          else f"on this machine compiling pays for itself after {n:,} calls")
+else:
+    print("solve Exercise 2 to see your machine's break-even point")
+
+# %% [markdown]
+# ## Summary
+#
+# - `make lab` and `make test` set everything up; the doctor tells you what is missing and how to
+#   fix it.
+# - `torch.compile` pays a one-off compile cost on the first call, then runs generated code.
+#   Fusion saves memory traffic, so it can only help where there is traffic to save (the
+#   element-wise chain on a large tensor); a lone matrix multiply has nothing to fuse, and on a
+#   tiny tensor the saved dispatches compete with per-call guard checks. The verdict lines above
+#   say how each case came out on your machine, judged against the timing spread.
+# - Measure with warm-up, many runs and medians (`course_utils.bench`), and compare variants in
+#   the same run. The results you recorded here (`setup.first_call_s`, `setup.steady_speedup`)
+#   feed the course's results report.
+#
+# **Next:** notebook 01 takes `torch.compile` apart: its modes, backends and caches, and where
+# it pays on real models.
+#
+# ## Further reading
+#
+# - [Introduction to `torch.compile`](https://pytorch.org/tutorials/intermediate/torch_compile_tutorial.html) (official tutorial)
+# - [`torch.compiler` documentation](https://pytorch.org/docs/stable/torch.compiler.html)
+# - [PyTorch Benchmark recipe](https://pytorch.org/tutorials/recipes/recipes/benchmark.html) (`torch.utils.benchmark`)

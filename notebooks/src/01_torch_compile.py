@@ -1,0 +1,1210 @@
+# %% [markdown]
+# # 01 · `torch.compile`: arguments, modes, backends, caches, and when it pays
+#
+# `torch.compile` is one line, but that line has six arguments, four modes and a stack of
+# backends behind it, and whether it makes *your* model faster depends on where your model spends
+# its time. On a CPU the answer ranges from "several times faster" to "a bit slower after a long
+# wait". This notebook goes through the whole surface of `torch.compile`, measures each piece on
+# the computer in front of you, and ends with the question that matters in practice: will
+# compiling pay for this model, for this training run, and for the next time the program starts?
+
+# %% [markdown]
+# ## What you will learn
+#
+# - how to compile a plain function and an `nn.Module` (and the `state_dict` pitfall that comes with it);
+# - what each argument of `torch.compile` does (`fullgraph`, `dynamic`, `backend`, `mode`, `options`,
+#   `disable`, and the newer ones), each shown working;
+# - what the four modes change, what `reduce-overhead` and `max-autotune` do **on a CPU**, and what
+#   they do on a GPU;
+# - the backends `eager`, `aot_eager` and `inductor`, and how to bisect a compile problem with them;
+# - where compiling pays on a CPU and where it does not, with a measured table and the reason for each row;
+# - how to train with a compiled model, and how to time it honestly;
+# - cold and warm starts: what the on-disk compile caches save, measured in fresh processes.
+#
+# **Prerequisites:** notebook 00 (a first `torch.compile`, and how the course times code).
+#
+# **Time on a laptop CPU:** <!-- stamp:time -->2.1 min the first time (every cache empty), 1.9 min after that (compile cache warm), 0.8 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-avx512-vnni, torch 2.14.1, 2026-11-30). A slower or busy laptop takes longer.<!-- /stamp:time -->
+# **GPU:** not needed. One cell shows CUDA graphs (`reduce-overhead`) when a GPU is present and
+# prints "skipped: needs CUDA" otherwise.
+
+# %%
+import contextlib
+import copy
+import inspect
+import io
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch._dynamo.utils import counters
+from torch._inductor.utils import fresh_cache
+from torch.utils.data import DataLoader, TensorDataset
+from tqdm import tqdm
+
+from course_utils import bench, compat, config, cpu, exercises, inductor_code, session
+from course_utils.data import load_digits_split
+from course_utils.device import requires_cuda
+from course_utils.models import MLP, SmallResNet, TransformerBlock
+
+print(session.start(seed=0))
+
+
+# %% [markdown]
+# Two tools from torch's compiler internals appear throughout, because they turn claims into
+# numbers: `counters` (from `torch._dynamo.utils`) counts what the compiler did (graphs captured,
+# cache hits, CUDA graphs skipped...), and `run_and_get_code` (from `torch._inductor.utils`) runs a
+# compiled function and also returns the Python/C++ source Inductor generated for it (it starts
+# with `torch._dynamo.reset()`, so it forgets everything compiled before). The notebook calls it
+# through `course_utils.inductor_code.generated_code`, whose other helpers read the source it returns
+# (which kernels it defines and calls, how often a pattern appears). `fresh_cache()` points
+# Inductor at an empty, temporary cache directory, so a compile is measured from scratch instead of
+# being read back from an earlier run; `empty_cache()` below uses it in full mode only, since
+# compiling everything from scratch would double quick mode's run time.
+
+# %%
+def empty_cache():
+    # Full mode: an empty temporary Inductor cache, so first calls include the whole compile.
+    # Quick mode: the usual on-disk cache, which an earlier run may already have filled.
+    return fresh_cache() if not config.is_quick() else contextlib.nullcontext()
+
+
+print("first calls below are measured", "with whatever the on-disk cache holds (quick mode)"
+      if config.is_quick() else "from an empty cache (full mode)")
+
+
+# %% [markdown]
+# ## 1. The smallest examples: a function and a module
+#
+# `torch.compile(fn)` returns immediately: it only wraps `fn`. On the first *call*, TorchDynamo
+# reads the function's Python bytecode and records the tensor operations into a graph,
+# AOTAutograd prepares the backward pass if gradients are needed, and TorchInductor turns the graph
+# into C++ (on a GPU, Triton) code, builds it and runs it. Later calls with inputs of the same kind
+# go straight to the generated code.
+
+# %%
+def gelu_residual(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x + F.gelu(x * w) * 0.5
+
+
+x = torch.randn(256, 256)
+w = torch.randn(256)
+counters.clear()
+compiled_fn = torch.compile(gelu_residual)  # returns at once: nothing is compiled yet
+graphs_before = counters["stats"]["unique_graphs"]
+out = compiled_fn(x, w)                      # the first call compiles
+graphs_after = counters["stats"]["unique_graphs"]
+print(f"graphs compiled after torch.compile(): {graphs_before}; after the first call: {graphs_after}")
+torch.testing.assert_close(out, gelu_residual(x, w), rtol=1e-5, atol=1e-5)
+assert (graphs_before, graphs_after) == (0, 1)
+
+
+@torch.compile  # the decorator form: the same thing, written above the function
+def scaled_tanh(x: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(x) * 2.0
+
+
+torch.testing.assert_close(scaled_tanh(x), torch.tanh(x) * 2.0, rtol=1e-5, atol=1e-5)
+print("both compiled functions agree with eager within rtol=1e-5, atol=1e-5")
+
+# %% [markdown]
+# A module compiles the same way. `torch.compile(model)` returns an `OptimizedModule` that wraps
+# the original (it is in `._orig_mod`) and shares its parameters, so training one trains the other.
+# The wrapper has one trap: its `state_dict()` keys carry an `_orig_mod.` prefix, and a checkpoint
+# saved from it does not load into a plain, uncompiled model.
+
+# %%
+torch.manual_seed(0)
+mlp = MLP(64, 128, 10)
+compiled_mlp = torch.compile(mlp)
+xb = torch.randn(32, 64)
+torch.testing.assert_close(compiled_mlp(xb), mlp(xb), rtol=1e-4, atol=1e-5)
+
+print(f"type: {type(compiled_mlp).__name__}; wraps the original: {compiled_mlp._orig_mod is mlp}; "
+      f"shares its weights: {compiled_mlp.net[0].weight is mlp.net[0].weight}")
+print("state_dict keys of the wrapper:", list(compiled_mlp.state_dict())[:2])
+
+try:
+    MLP(64, 128, 10).load_state_dict(compiled_mlp.state_dict())
+    raise AssertionError("expected the prefixed keys to be rejected")
+except RuntimeError as err:
+    assert "Missing key(s)" in str(err) and "_orig_mod." in str(err)
+    missing = next(ln for ln in str(err).splitlines() if "Missing key(s)" in ln)
+    print("loading the wrapper's state_dict into a plain MLP fails:", missing.strip()[:90], "...")
+
+# %% [markdown]
+# Two fixes: save `mlp.state_dict()` (the original module, which the wrapper shares), or compile
+# the module **in place** with `mlp.compile()`. The in-place form keeps the class and the key names,
+# and the next call to the module runs compiled code.
+
+# %%
+in_place = MLP(64, 128, 10)
+in_place.load_state_dict(mlp.state_dict())
+torch._dynamo.reset()  # forget the graph compiled above, so we see this module compile its own
+counters.clear()
+in_place.compile()                     # compiles in place; returns None
+torch.testing.assert_close(in_place(xb), mlp(xb), rtol=1e-4, atol=1e-5)
+print(f"type: {type(in_place).__name__}; keys: {list(in_place.state_dict())[:2]}; "
+      f"graphs compiled by the call: {counters['stats']['unique_graphs']}")
+assert type(in_place) is MLP and "net.0.weight" in in_place.state_dict()
+assert counters["stats"]["unique_graphs"] == 1
+MLP(64, 128, 10).load_state_dict(in_place.state_dict())  # loads without complaint
+print("its state_dict loads into a plain MLP")
+
+# %% [markdown]
+# ## 2. Every argument of `torch.compile`
+#
+# This is the signature of the installed torch:
+
+# %%
+params = inspect.signature(torch.compile).parameters
+for name, p in params.items():
+    if name != "model":
+        print(f"  {name:<20} default {p.default!r}")
+
+
+# %% [markdown]
+# | argument | what it controls |
+# |---|---|
+# | `fullgraph` | `True`: the whole function must become one graph, or compiling fails loudly |
+# | `dynamic` | `None` (default): compile for the shapes seen, generalise after a shape changes; `True`: shape-generic from the start; `False`: one compile per shape |
+# | `backend` | who compiles the captured graph: `"inductor"` (default), a debugging backend, or your own function |
+# | `mode` | a preset bundle of Inductor settings (section 3) |
+# | `options` | individual Inductor settings, for this compile only |
+# | `disable` | `True` turns `torch.compile` into a no-op |
+#
+# Newer releases add `name`, `recompile_limit`, `isolate_recompiles` and `dynamic_shapes`; the
+# course also supports torch 2.11, which lacks them, so they appear last, in a guarded cell.
+#
+# Most demonstrations in this section use `backend="eager"`: it runs Dynamo's graph capture (which
+# is what `fullgraph` and `dynamic` are about) and then executes the graph with ordinary PyTorch,
+# so it costs a fraction of a second instead of a C++ build.
+#
+# ### `fullgraph`: one graph, or an error
+#
+# A Python `if` on a tensor's *value* cannot be recorded in a graph: Dynamo ends the graph there,
+# lets Python take the branch, and starts a new graph afterwards (a *graph break*, the subject of
+# notebook 02). By default that is silent. `fullgraph=True` turns it into an error, which is what
+# you want when you rely on the whole model being compiled.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def clipped_step(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    if y.sum() > 0:  # a decision on a tensor's value
+        y = y - 1
+    return y.relu()
+
+
+xs = torch.randn(16)
+counters.clear()
+out = torch.compile(clipped_step, backend="eager")(xs)
+torch.testing.assert_close(out, clipped_step(xs))
+n_graphs = counters["stats"]["unique_graphs"]
+print(f"default: it runs, as {n_graphs} graphs with Python in between")
+assert n_graphs == 2
+
+torch._dynamo.reset()
+try:
+    torch.compile(clipped_step, backend="eager", fullgraph=True)(xs)
+    raise AssertionError("fullgraph=True should have refused the data-dependent branch")
+except torch._dynamo.exc.Unsupported as err:
+    first_line = str(err).strip().splitlines()[0]
+    print(f"fullgraph=True: {type(err).__name__}: {first_line}")
+    assert "data-dependent" in str(err).lower()
+
+
+# %% [markdown]
+# ### `dynamic`: what happens when shapes change
+#
+# Dynamo *guards* every compiled graph with checks on its inputs (shapes, dtypes, ...); a call that
+# fails the checks triggers a recompile. Here is one function called with four different lengths:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def shifted_softplus(v: torch.Tensor) -> torch.Tensor:
+    return F.softplus(v) - 0.6931
+
+
+lengths = [8, 16, 32, 64]
+graph_counts = {}
+for dynamic in (False, None, True):
+    torch._dynamo.reset()
+    counters.clear()
+    fn = torch.compile(shifted_softplus, backend="eager", dynamic=dynamic)
+    for n in lengths:
+        v = torch.randn(n)
+        torch.testing.assert_close(fn(v), shifted_softplus(v))
+    graph_counts[dynamic] = counters["stats"]["unique_graphs"]
+    print(f"dynamic={str(dynamic):<5}: {graph_counts[dynamic]} graph(s) for {len(lengths)} lengths")
+assert graph_counts == {False: 4, None: 2, True: 1}
+
+# %% [markdown]
+# `dynamic=False` compiles once per shape. The default (`None`) compiles for the first shape,
+# and when a second one arrives it recompiles *once* with the length as a symbol, which then serves
+# every later length. `dynamic=True` starts symbolic. Code specialised to one shape lets Inductor
+# use the exact sizes (loop bounds, vector widths), which is why the default waits to see a shape
+# change before it generalises.
+#
+# ### `backend`: who compiles the graph
+#
+# A backend is any function that receives the captured graph (a `torch.fx.GraphModule`) and example
+# inputs, and returns something callable. Registered backends are listed by name; the debugging
+# ones (`eager`, `aot_eager`, ...) only appear when you ask for every tag. Your own function works
+# too: this one just reports what it was given and runs the graph unchanged (notebook 03 builds on
+# this).
+
+# %%
+print("torch._dynamo.list_backends():            ", torch._dynamo.list_backends())
+everything = torch._dynamo.list_backends(exclude_tags=())
+print("including debugging backends (a selection):",
+      [b for b in everything if b in ("eager", "aot_eager", "aot_eager_decomp_partition", "inductor")])
+
+
+def reporting_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+    ops = [getattr(node.target, "__name__", str(node.target))
+           for node in gm.graph.nodes if node.op == "call_function"]
+    print(f"reporting_backend received a graph of {len(ops)} operations: {ops}")
+    return gm.forward
+
+
+torch.compile(gelu_residual, backend=reporting_backend)(x, w)
+assert "eager" in everything and "aot_eager" in everything and "inductor" in everything
+
+# %% [markdown]
+# ### `options`: individual Inductor settings
+#
+# `options` passes settings to the backend for this one compile, instead of changing
+# `torch._inductor.config` for the whole program. Inductor has hundreds of them. As an example,
+# `cpp.simdlen=1` stops Inductor from vectorising its C++ loops (SIMD instructions process several
+# floats at once). The generated code shows the difference; the clock shows what SIMD is worth on
+# your CPU for this chain.
+
+# %%
+print(f"Inductor settings available through options: {len(torch._inductor.list_options())}")
+
+
+def activation_chain(x: torch.Tensor) -> torch.Tensor:
+    y = torch.sin(x) * torch.cos(x) + torch.tanh(x) ** 2
+    return F.gelu(y) * 0.5 + torch.sigmoid(y)
+
+
+xv = torch.randn(config.pick(256, 1024), config.pick(256, 1024))
+torch._dynamo.reset()
+vector_fn = torch.compile(activation_chain)
+_, (vector_code, *_) = inductor_code.generated_code(vector_fn, xv)
+scalar_fn = torch.compile(activation_chain, options={"cpp.simdlen": 1})
+_, (scalar_code, *_) = inductor_code.generated_code(scalar_fn, xv)
+n_vec = inductor_code.count(vector_code, "at::vec::Vectorized")
+n_scalar = inductor_code.count(scalar_code, "at::vec::Vectorized")
+print(f"uses of at::vec::Vectorized in the C++: default {n_vec}, with cpp.simdlen=1 {n_scalar}")
+assert n_vec > 0 and n_scalar == 0
+torch.testing.assert_close(scalar_fn(xv), activation_chain(xv), rtol=1e-5, atol=1e-5)
+
+simd_table = bench.compare({"eager": activation_chain, "vectorised": vector_fn,
+                            "cpp.simdlen=1": scalar_fn}, xv)
+print(simd_table)
+print(f"without SIMD the compiled chain took {simd_table.ratio('cpp.simdlen=1', 'vectorised'):.2f}x "
+      "as long as with it")
+
+# %% [markdown]
+# `mode` and `options` are two ways of setting the same configuration, so `torch.compile` refuses
+# both at once:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+try:
+    torch.compile(activation_chain, mode="max-autotune", options={"cpp.simdlen": 1})
+    raise AssertionError("expected mode + options to be refused")
+except RuntimeError as err:
+    print(f"RuntimeError: {err}")
+    assert "mode or options" in str(err)
+
+# %% [markdown]
+# To combine a mode with a setting, take the mode's settings from
+# `torch._inductor.list_mode_options(mode)` (next section) and pass them all in `options`.
+#
+# ### `disable`: a switch for the whole thing
+#
+# `disable=True` gives you back the function itself, untouched. That makes a command-line or
+# environment switch one line, with no `if` around every `torch.compile`:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+use_compile = os.environ.get("COURSE_NO_COMPILE", "0") != "1"
+switched = torch.compile(gelu_residual, disable=True)
+print(f"torch.compile(fn, disable=True) is fn: {switched is gelu_residual}")
+assert switched is gelu_residual and not compat.is_compiled(switched)
+model_maybe_compiled = torch.compile(mlp, disable=not use_compile)
+print(f"with COURSE_NO_COMPILE unset, the model is compiled: {compat.is_compiled(model_maybe_compiled)}")
+
+
+# %% [markdown]
+# ### Newer arguments (torch newer than 2.11)
+#
+# `recompile_limit` caps how many times this one compiled function may recompile before it gives up
+# and runs eagerly (the global default is 8), `name` labels the compiled region for debugging tools,
+# `isolate_recompiles` gives this call its own recompile budget, and `dynamic_shapes` declares in
+# advance which dimensions are dynamic. On older torch the cell falls back to
+# `compat.recompile_limit`, a context manager that sets the same limit globally. The warning that
+# appears below is the lesson: it is what you see when a function recompiles too often.
+
+# %%
+def row_norms(v: torch.Tensor) -> torch.Tensor:
+    return (v * v).sum(dim=1).sqrt()
+
+
+shapes = [(4, 3), (8, 3), (16, 3), (33, 3)]
+torch._dynamo.reset()
+counters.clear()
+if compat.has("compile_recompile_limit_kwarg"):
+    capped = torch.compile(row_norms, backend="eager", dynamic=False, recompile_limit=2, name="row_norms")
+    for shape in shapes:
+        v = torch.randn(shape)
+        torch.testing.assert_close(capped(v), row_norms(v))
+else:
+    with compat.recompile_limit(2):
+        capped = torch.compile(row_norms, backend="eager", dynamic=False)
+        for shape in shapes:
+            v = torch.randn(shape)
+            torch.testing.assert_close(capped(v), row_norms(v))
+n_capped = counters["stats"]["unique_graphs"]
+print(f"recompile limit 2: {n_capped} graphs compiled for {len(shapes)} shapes; "
+      "the rest ran eagerly (and still gave correct results)")
+assert n_capped == 2
+
+if compat.has("compile_dynamic_shapes_kwarg"):
+    from torch.fx.experimental.dynamic_spec import ParamsSpec, ShapeVar, TensorSpec
+
+    torch._dynamo.reset()
+    counters.clear()
+    spec = ParamsSpec({"v": TensorSpec([ShapeVar("rows"), None])})  # dim 0 dynamic, dim 1 static
+    declared = torch.compile(row_norms, backend="eager", dynamic_shapes=spec)
+    for shape in shapes:
+        v = torch.randn(shape)
+        torch.testing.assert_close(declared(v), row_norms(v))
+    print(f"dynamic_shapes declaring dim 0 dynamic: {counters['stats']['unique_graphs']} graph for {len(shapes)} shapes")
+    assert counters["stats"]["unique_graphs"] == 1
+    doc = torch.compile.__doc__
+    print("the docstring on name:", " ".join(doc[doc.index("name (str"):doc.index("disable (bool")].split()))
+else:
+    print(f"torch {torch.__version__} has no dynamic_shapes/name arguments; skipped")
+
+# %% [markdown]
+# ## 3. Modes: what each changes, on a CPU and on a GPU
+#
+# A mode is a named bundle of Inductor settings. Ask the installed torch what each one sets:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+MODES = ["default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune"]
+for mode in MODES:
+    print(f"{mode:<27} {torch._inductor.list_mode_options(mode)}")
+
+# %% [markdown]
+# - `triton.cudagraphs` records the whole compiled graph as a **CUDA graph** and replays it with one
+#   launch, removing the per-kernel launch cost that dominates small GPU workloads. The settings are
+#   named after Triton, Inductor's GPU code generator, and CUDA graphs only exist for CUDA tensors.
+# - `max_autotune` benchmarks several implementations of matrix multiplies (and on a GPU,
+#   convolutions) while compiling, and keeps the fastest; `coordinate_descent_tuning` tunes
+#   generated GPU kernels' launch parameters further.
+#
+# So `reduce-overhead` and `max-autotune` are GPU-oriented. What do they do on this CPU? Compile a
+# small MLP (inference) in every mode (from an empty cache in full mode), and look at what was generated
+# and at what the compiler counted.
+
+# %%
+torch.manual_seed(0)
+mode_model = MLP(config.pick(64, 256), config.pick(128, 512), 10, depth=config.pick(1, 2)).eval()
+mode_x = torch.randn(config.pick(16, 64), config.pick(64, 256))
+
+mode_runs = {}
+with torch.no_grad():
+    expected = mode_model(mode_x)
+    for mode in MODES:
+        counters.clear()
+        captured = {}
+        # generated_code (run_and_get_code) resets Dynamo, so each mode compiles from the start; some torch
+        # versions print an autotuning report here, which we keep out of the way (the freezing cell shows one).
+        with empty_cache(), redirect_stderr(io.StringIO()):
+            first_s = bench.first_call(
+                lambda: captured.update(out=inductor_code.generated_code(torch.compile(mode_model, mode=mode), mode_x)))
+        out, (source, *_) = captured["out"]
+        torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
+        # what the generated code runs: its own kernels, in order, then the library calls
+        kernels = inductor_code.kernel_calls(source) + inductor_code.library_calls(source)
+        mode_runs[mode] = dict(first_s=first_s, kernels=kernels,
+                               cudagraph_skips=counters["inductor"]["cudagraph_skips"],
+                               autotuned=counters["inductor"]["select_algorithm_autotune"])
+
+for mode, r in mode_runs.items():
+    same = r["kernels"] == mode_runs["default"]["kernels"]
+    print(f"{mode:<27} first call {r['first_s']:5.2f} s | CUDA graphs skipped: {r['cudagraph_skips']} | "
+          f"matmuls autotuned: {r['autotuned']} | same kernels as default: {same}")
+
+# %%
+ro = mode_runs["reduce-overhead"]
+assert ro["cudagraph_skips"] >= 1 and ro["kernels"] == mode_runs["default"]["kernels"]
+print("reduce-overhead on a CPU: the CUDA-graph step was skipped "
+      f"({ro['cudagraph_skips']} skip counted) and the generated kernels are identical to default's, "
+      "so it behaves like default.")
+ma = mode_runs["max-autotune"]
+print(f"max-autotune on a CPU: {ma['autotuned']} matmul(s) autotuned; "
+      + ("the kernels are the same as default's." if ma["kernels"] == mode_runs["default"]["kernels"]
+         else "the kernels differ from default's."))
+
+# %%
+# generated_code (run_and_get_code) reset Dynamo after each mode, so time fresh wrappers: their warm-up compiles
+# again (from the on-disk cache) before bench.compare starts timing.
+with torch.no_grad():
+    timed = {mode: torch.compile(mode_model, mode=mode) for mode in MODES}
+    mode_table = bench.compare({"eager": mode_model, **timed}, mode_x)
+print(mode_table)
+bench.bar_chart(mode_table, title="MLP inference on this CPU, by mode");
+
+# %% [markdown]
+# Inductor's CPU backend also has matrix-multiply code of its own (C++ GEMM templates), but it
+# only considers it when it may treat the weights as constants, which it does with **freezing**
+# (`torch._inductor.config.freezing = True`, for inference only: the weights are baked into the
+# compiled code, and later changes to them are ignored). With freezing on, `max-autotune` times its
+# templates against the oneDNN/MKL library call for every matrix multiply and keeps the faster one.
+# Compile time goes up; measure whether run time goes down.
+#
+# Dynamo does not look at Inductor's settings when it decides whether it can reuse a compiled
+# graph, so this experiment starts from `torch._dynamo.reset()` and keeps everything, timing
+# included, inside the `freezing` setting. Autotuning prints a report of every choice it timed; we
+# capture it and show the start.
+
+# %%
+torch._dynamo.reset()
+frozen_runs = {}
+with torch.no_grad(), torch._inductor.config.patch(freezing=True):
+    for mode in ("default", "max-autotune"):
+        counters.clear()
+        compiled = torch.compile(mode_model, mode=mode)
+        report = io.StringIO()
+        with empty_cache(), redirect_stderr(report):
+            first_s = bench.first_call(compiled, mode_x)
+        torch.testing.assert_close(compiled(mode_x), expected, rtol=1e-4, atol=1e-4)
+        frozen_runs[f"{mode} + freezing"] = dict(fn=compiled, first_s=first_s,
+                                                 autotuned=counters["inductor"]["select_algorithm_autotune"],
+                                                 templates=counters["inductor"]["cpp_templated_kernel_counter"])
+        if report.getvalue():
+            print("\n".join(report.getvalue().splitlines()[:9]), "\n...\n")
+    frozen_table = bench.compare({"eager": mode_model, **{m: r["fn"] for m, r in frozen_runs.items()}}, mode_x)
+
+for name, r in frozen_runs.items():
+    print(f"{name:<24} first call {r['first_s']:5.2f} s | matmuls autotuned: {r['autotuned']} | "
+          f"matmuls using Inductor's own C++ template: {r['templates']}")
+if config.is_quick():
+    print("(quick mode: autotuning decisions may come from the on-disk cache of an earlier run, "
+          "in which case nothing is re-timed)")
+else:
+    assert frozen_runs["max-autotune + freezing"]["autotuned"] > 0
+print(frozen_table)
+
+# %%
+tuned = frozen_runs["max-autotune + freezing"]
+if not config.is_quick():
+    # From an empty cache, autotuning builds and times every candidate: always slower to compile.
+    assert tuned["first_s"] > mode_runs["default"]["first_s"]
+frozen_default = frozen_runs["default + freezing"]
+print(f"default + freezing: {frozen_table.speedup('default + freezing'):.2f}x eager, "
+      f"first call {frozen_default['first_s']:.2f} s")
+print(f"max-autotune + freezing: {frozen_table.speedup('max-autotune + freezing'):.2f}x eager, first call "
+      f"{tuned['first_s']:.2f} s ({tuned['first_s'] / frozen_default['first_s']:.1f}x the frozen default's compile time)")
+# Compare like with like: both frozen, so the only difference is autotuning.
+word = frozen_table.verdict("max-autotune + freezing", "default + freezing")
+verdict_line = {"faster": "autotuning paid here", "no clear difference": "autotuning made no clear difference here",
+                "slower": "the autotuned version ran slower here"}[word]
+verdict_line += f" (max-autotune + freezing is {frozen_table.describe('max-autotune + freezing', 'default + freezing')})"
+same_kernels = all(r["kernels"] == mode_runs["default"]["kernels"] for r in mode_runs.values())
+print(f"-> {verdict_line}. " + ("The four plain modes generated the same kernels, so their timings differ by noise only."
+                                if same_kernels else "The plain modes did not all generate the same kernels."))
+
+# %% [markdown]
+# What to take from this on a CPU: use the default mode. `reduce-overhead` quietly does what
+# `default` does; `max-autotune` only tries Inductor's own matrix-multiply code with freezing on,
+# makes the compile longer (in full mode, from an empty cache, the cell above measured by how much), and whether the
+# tuned choice wins depends on your matrix sizes and on how noisy the machine was while it timed
+# the candidates (the report above shows the timings it based its choice on). This MLP spends most
+# of its time in matrix multiplies, which eager PyTorch already hands to the same libraries; that
+# limits what any mode can gain (section 5 measures where compiling does gain).
+#
+# On a GPU the picture changes. The next cell (GPU only) compiles a small model with
+# `reduce-overhead`, checks that CUDA graphs were used, and shows their one trap: a CUDA graph
+# writes its outputs into the same memory on every replay, so an output you keep from one call is
+# overwritten by the next call (reading it raises an error). Clone what you keep.
+# `torch.compiler.cudagraph_mark_step_begin()` tells the CUDA-graph runtime where a new iteration
+# begins, for loops where its own guess (every call to the compiled model starts one, unless a
+# backward pass is pending) is wrong; it is not a timing or compile marker.
+
+# %%
+if requires_cuda("CUDA graphs recorded and replayed by mode='reduce-overhead'"):
+    gpu_model = MLP(256, 512, 10).cuda().eval()
+    gx = torch.randn(8, 256, device="cuda")
+    with torch.no_grad():
+        gpu_variants = {}
+        torch._dynamo.reset()
+        for mode in ("default", "reduce-overhead"):
+            counters.clear()
+            fn = torch.compile(gpu_model, mode=mode)
+            for _ in range(3):  # warm-up, record, replay
+                fn(gx)
+            torch.testing.assert_close(fn(gx).clone(), gpu_model(gx), rtol=1e-3, atol=1e-3)
+            print(f"{mode:<16} CUDA graphs skipped: {counters['inductor']['cudagraph_skips']}")
+            gpu_variants[mode] = fn
+        assert counters["inductor"]["cudagraph_skips"] == 0, "reduce-overhead should use CUDA graphs here"
+        print(bench.compare({"eager": gpu_model, **gpu_variants}, gx))
+
+        expected_first = gpu_model(gx)
+        first = gpu_variants["reduce-overhead"](gx)
+        second = gpu_variants["reduce-overhead"](gx + 1)   # replays into the same memory
+        try:
+            stale = first.clone()
+        except RuntimeError as err:
+            assert "overwritten" in str(err)
+            print("reading the output of the earlier call raised:", str(err).split(".")[0])
+        else:
+            still_first = torch.allclose(stale, expected_first, rtol=1e-3, atol=1e-3)
+            print("reading the earlier output gave", "its own values" if still_first else
+                  "the LATER call's values: it was overwritten")
+        kept = gpu_variants["reduce-overhead"](gx).clone()   # the fix: clone what you keep
+        gpu_variants["reduce-overhead"](gx + 1)
+        torch.testing.assert_close(kept, gpu_model(gx), rtol=1e-3, atol=1e-3)
+        print("a cloned output survives later calls")
+
+# %% [markdown]
+# ## 4. Backends, and bisecting a problem with them
+#
+# `torch.compile` is three stages, and the debugging backends stop after each one:
+#
+# | backend | what runs |
+# |---|---|
+# | `eager` | TorchDynamo captures the graph; PyTorch runs it as usual |
+# | `aot_eager` | + AOTAutograd traces the forward and backward graphs; PyTorch still runs them |
+# | `aot_eager_decomp_partition` | + the decompositions to simpler ATen ops and the forward/backward split Inductor uses |
+# | `inductor` | + TorchInductor generates and builds code |
+#
+# When a compiled model crashes, gives different numbers, or is slow to compile, try the backends
+# in that order. The first one that shows the problem names the stage to blame: Dynamo (graph
+# capture), AOTAutograd, the decompositions, or Inductor's code generation. The stages also differ
+# in what they cost to compile:
+
+# %%
+BISECT_ORDER = ["eager", "aot_eager", "aot_eager_decomp_partition", "inductor"]
+torch.manual_seed(0)
+backend_model = MLP(config.pick(64, 256), config.pick(128, 512), 10).eval()
+backend_x = torch.randn(16, config.pick(64, 256))
+with torch.no_grad():
+    for backend in BISECT_ORDER:
+        torch._dynamo.reset()
+        compiled = torch.compile(backend_model, backend=backend)
+        with empty_cache():
+            seconds = bench.first_call(compiled, backend_x)
+        torch.testing.assert_close(compiled(backend_x), backend_model(backend_x), rtol=1e-4, atol=1e-5)
+        print(f"{backend:<28} first call {seconds:6.3f} s")
+
+
+# %% [markdown]
+# Now a problem to bisect. This function applies dropout; with the same seed, eager PyTorch
+# produces the same mask every time, and a test compares the compiled function against it:
+
+# %%
+def noisy_features(x: torch.Tensor) -> torch.Tensor:
+    return F.dropout(torch.sin(x), p=0.5, training=True) * 2
+
+
+xd = torch.randn(4096)
+
+
+def matches_eager(fn) -> bool:
+    torch.manual_seed(0)
+    expected = noisy_features(xd)
+    torch.manual_seed(0)
+    return torch.allclose(fn(xd), expected)
+
+
+verdicts = {}
+for backend in BISECT_ORDER:
+    torch._dynamo.reset()
+    verdicts[backend] = matches_eager(torch.compile(noisy_features, backend=backend))
+    print(f"{backend:<28} matches eager: {verdicts[backend]}")
+first_bad = next(b for b in BISECT_ORDER if not verdicts[b])
+print(f"first backend that differs: {first_bad}")
+assert verdicts["eager"] and verdicts["aot_eager"] and first_bad == "aot_eager_decomp_partition", first_bad
+
+# %% [markdown]
+# Dynamo and AOTAutograd are innocent. The results change at the stage that *decomposes* dropout
+# into simpler operations (a uniform random tensor compared with `p`): that draws its random
+# numbers differently from eager's dropout kernel, so the mask differs, and Inductor, which
+# generates code for the decomposed form, inherits the difference. It is not a bug: both masks are
+# valid dropout. For a test that must match eager exactly, the option
+# `fallback_random` makes Inductor call eager's random number generator instead:
+
+# %%
+torch._dynamo.reset()
+fixed = torch.compile(noisy_features, options={"fallback_random": True})
+assert matches_eager(fixed)
+print("with options={'fallback_random': True}: matches eager")
+
+torch._dynamo.reset()
+torch.manual_seed(0)
+kept = (torch.compile(noisy_features)(xd) != 0).float().mean().item()
+print(f"default Inductor dropout keeps {kept:.1%} of the values (p=0.5 asks for 50%)")
+assert abs(kept - 0.5) < 0.05
+
+# %% [markdown]
+# PyTorch automates this bisection: `CompilerBisector` (in `torch._inductor.compiler_bisector`)
+# re-runs a test function with each backend in turn, then switches off the suspect stage's
+# sub-systems one at a time and binary-searches down to the single operation at fault. It prints
+# its progress (captured here; the last line shows how far it got):
+
+# %%
+from torch._inductor.compiler_bisector import CompilerBisector
+
+
+def compiled_matches_eager() -> bool:
+    torch._dynamo.reset()
+    return matches_eager(torch.compile(noisy_features))
+
+
+log = io.StringIO()
+with redirect_stdout(log):
+    result = CompilerBisector.do_bisect(compiled_matches_eager)
+steps = [ln for ln in log.getvalue().splitlines() if ln.strip()]
+print(f"{len(steps)} lines of progress; the last: {steps[-1]!r}")
+print(f"stage: {result.backend}; subsystem: {result.subsystem}; culprit: {result.debug_info}")
+assert result.backend == "aot_eager_decomp_partition" and "dropout" in result.debug_info
+
+
+# %% [markdown]
+# ## 5. Where compiling pays on a CPU, and where it does not
+#
+# The same measurement for six models, chosen to span the cases: two fusion-heavy ones (a chain of
+# element-wise operations; LayerNorm, GELU and a residual add), a small conv net, a
+# matmul-bound MLP, a transformer block, and a tiny MLP on a single example, where each call does
+# almost no arithmetic. For each: the first call (compile included; from an empty cache in full mode), the
+# steady-state speed against eager, and, from the generated code, how many operations Dynamo
+# captured, how many loops Inductor generated for them, and how many calls went to a library
+# (oneDNN/MKL matrix multiplies and convolutions, which eager PyTorch uses as well).
+
+# %%
+class NormGELU(nn.Module):
+    # LayerNorm, GELU, a learned scale and a residual: normalisation and activation, no matmul.
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.scale = nn.Parameter(torch.full((dim,), 0.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + F.gelu(self.norm(x)) * self.scale
+
+
+N = config.pick(256, 1024)
+torch.manual_seed(0)
+CASES = {
+    "element-wise chain": (activation_chain, (torch.randn(N, N),)),
+    "LayerNorm+GELU": (NormGELU(1024).eval(), (torch.randn(config.pick(64, 4096), 1024),)),
+    "small conv net": (SmallResNet().eval(), (torch.rand(config.pick(16, 64), 1, 8, 8),)),
+    "MLP (matmul-bound)": (MLP(256, config.pick(256, 1024), 256).eval(), (torch.randn(config.pick(32, 256), 256),)),
+    "transformer block": (TransformerBlock(128, 4).eval(), (torch.randn(8, config.pick(16, 64), 128),)),
+    "tiny MLP, 1 example": (nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8)).eval(), (torch.randn(1, 8),)),
+}
+
+
+def measure(fn, args):
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(fn)
+    captured = {}
+    with empty_cache():
+        first_s = bench.first_call(lambda: captured.update(result=inductor_code.generated_code(compiled, *args)))
+    out, (source, *_) = captured["result"]
+    torch.testing.assert_close(out, fn(*args), rtol=1e-4, atol=1e-4)
+    table = bench.compare({"eager": fn, "compiled": compiled}, *args)
+    return dict(first_s=first_s, table=table, speedup=table.speedup("compiled"),
+                eager_s=table.row("eager").median_s, ops=counters["stats"]["calls_captured"],
+                loops=len(inductor_code.kernel_calls(source)), library=counters["inductor"]["extern_calls"])
+
+
+results = {}
+with torch.no_grad():
+    for name, (fn, args) in tqdm(CASES.items(), desc="models", ncols=80):
+        results[name] = measure(fn, args)
+print("every compiled model matched eager within rtol=1e-4, atol=1e-4")
+
+# %%
+header = f"{'model':<20} {'first call':>10} {'eager':>10} {'compiled':>10} {'speed-up':>9}  ops -> loops + library calls"
+print(header)
+print("-" * len(header))
+for name, r in results.items():
+    print(f"{name:<20} {r['first_s']:>9.2f}s {r['eager_s'] * 1e3:>8.3f}ms "
+          f"{r['table'].row('compiled').median_s * 1e3:>8.3f}ms {r['speedup']:>8.2f}x  "
+          f"{r['ops']:>3} -> {r['loops']} + {r['library']}")
+
+fig, ax = plt.subplots(figsize=(7, 3.2))
+names = list(results)
+speedups = [results[n]["speedup"] for n in names]
+COLOURS = {"faster": "tab:green", "no clear difference": "tab:gray", "slower": "tab:red"}  # the noise-aware verdict
+ax.barh(names, speedups, color=[COLOURS[results[n]["table"].verdict("compiled")] for n in names])
+ax.axvline(1.0, color="black", lw=1)
+ax.set_xscale("log")
+ticks = [2.0 ** k for k in range(int(np.floor(np.log2(min(speedups)))), int(np.ceil(np.log2(max(speedups)))) + 1)]
+ax.set_xticks(ticks, labels=[f"{t:g}x" for t in ticks])
+ax.minorticks_off()
+ax.set_xlabel("steady-state speed-up over eager (log scale; >1 is faster)")
+ax.invert_yaxis()
+ax.set_title("torch.compile on this CPU")
+fig.tight_layout();
+
+# %% [markdown]
+# Why each result is what it is, computed from the row above:
+
+# %%
+L2_BYTES = cpu.l2_cache_bytes()
+
+
+def reason(name: str, r: dict) -> str:
+    # Built from what was counted (operations, loops, library calls, input sizes), never from times.
+    word = r["table"].verdict("compiled")
+    elements = sum(a.numel() for a in CASES[name][1])
+    if elements <= 64:
+        return (f"the input has only {elements} numbers, so each call's fixed costs (checking the guards, "
+                "entering the generated wrapper) are of the same order as the work itself")
+    if r["library"] == 0:
+        traffic = r["ops"] * elements * 4
+        where = (f"; the {r['ops']} intermediate tensors (about {traffic / 1e6:.1f} MB) fit in this CPU's "
+                 f"{L2_BYTES / 1e6:.1f} MB L2 cache, so eager's round trips were cheap" if 0 < traffic <= L2_BYTES else "")
+        return (f"its {r['ops']} operations became {r['loops']} generated loop(s), so intermediate results stay in "
+                f"registers and cache instead of going to memory and back{where}")
+    tail = {"faster": "the fused glue was a large enough share of the time to show",
+            "no clear difference": "so most of the time is spent in the same routines either way",
+            "slower": "and the compiled call's own overhead outweighed what fusing the glue saved"}[word]
+    return (f"{r['library']} of its operations are matrix multiplies, convolutions or attention, which run in the same "
+            f"library routines as in eager; Inductor only fused the glue between them into {r['loops']} loop(s), {tail}")
+
+
+for name, r in results.items():
+    print(f"- {name}: compiled is {r['table'].describe('compiled')}. Why: {reason(name, r)}.")
+noisy = [name for name, r in results.items()
+         if r["table"].spread_note()]
+if noisy:
+    print(f"\nnote: the timing spread (IQR) was over 20% of the median for {', '.join(noisy)}: this machine was "
+          "busy while measuring, so treat those verdicts with care and rerun the cell")
+
+chain = results["element-wise chain"]
+tensor_mb = N * N * 4 / 1e6
+print(f"\nMemory traffic of the chain: eager runs {chain['ops']} operations that each read and write a "
+      f"{tensor_mb:.1f} MB tensor (at least {2 * chain['ops'] * tensor_mb:.0f} MB per call); "
+      f"the fused loop reads x once and writes the result once ({2 * tensor_mb:.0f} MB).")
+
+# %%
+fusion, tiny = results["element-wise chain"], results["tiny MLP, 1 example"]
+bench.record("compile.speedup.fusion", fusion["speedup"], "x", model="element-wise chain", size=N)
+bench.record("compile.speedup.tiny", tiny["speedup"], "x", model="tiny MLP, batch 1")
+bench.record("compile.first_call_s.fusion", fusion["first_s"], "s", model="element-wise chain", size=N,
+             cache="on-disk cache as found" if config.is_quick() else "empty Inductor cache, warm process")
+if not config.is_quick():
+    # Fusion on a 4 MB tensor saves most of the memory traffic: large and robust at full size.
+    assert fusion["speedup"] > 1.5, "expected fusion to pay off on a large element-wise chain"
+print(f"recorded: fusion {fusion['speedup']:.2f}x, tiny {tiny['speedup']:.2f}x, "
+      f"first call of the fusion model {fusion['first_s']:.2f} s")
+
+# %% [markdown]
+# The rule of thumb for a CPU: compiling pays where time goes into **memory traffic between
+# simple operations** (element-wise chains, normalisations, activations, the glue of a model),
+# because fusion removes that traffic. It gains much less where time goes into **matrix multiplies
+# and convolutions**, which eager PyTorch already runs in tuned libraries: only the glue around them
+# gets faster. And it can lose where each call does so little work that **fixed per-call costs**
+# dominate. A GPU shifts the balance (each kernel launch costs more there, which is what CUDA
+# graphs remove), but the same three questions tell you what to expect. The first-call column is the price: it is paid again in every new
+# process unless the cache keeps it (section 7).
+#
+# ## 6. Training with a compiled model
+#
+# A small residual CNN (`course_utils.models.SmallResNet`) on scikit-learn's
+# 8x8 handwritten digits. Compiling a model that trains compiles its forward *and* its backward
+# pass (AOTAutograd derives the backward graph at compile time); the optimizer step stays eager
+# here.
+#
+# One detail matters before anything runs: the training set has 1,347 images, so batches of 64
+# leave a last batch of 3. A new batch size is a new shape, which would trigger a recompile (of
+# the forward and the backward) in the middle of every first epoch. `drop_last=True` keeps every
+# batch the same shape. Both models start from the same weights and see the same batches; their
+# epochs alternate (eager first on even epochs, compiled first on odd ones), so a busy moment on
+# the machine hits both.
+
+# %%
+split = load_digits_split()
+BATCH, EPOCHS = 64, config.pick(3, 8)
+loader = DataLoader(TensorDataset(split.x_train, split.y_train), batch_size=BATCH, shuffle=True,
+                    drop_last=True, generator=torch.Generator().manual_seed(0))
+print(f"{len(split.x_train)} training images -> {len(loader)} batches of {BATCH} per epoch "
+      f"(the last {len(split.x_train) % BATCH} images of each shuffled epoch are dropped); "
+      f"{len(split.x_test)} test images")
+
+torch.manual_seed(0)
+base = SmallResNet()
+runs = {}
+for name in ("eager", "compiled"):
+    model = copy.deepcopy(base)
+    runs[name] = dict(model=model, step=model if name == "eager" else torch.compile(model),
+                      opt=torch.optim.Adam(model.parameters(), lr=3e-3), losses=[], epoch_s=[])
+
+# Before training, one forward and backward pass on the first batch: compiled must agree with
+# eager, and for the compiled model this first call is where the compile happens.
+xb0, yb0 = next(iter(loader))
+grads, first_step_s = {}, {}
+
+
+def forward_backward(name: str, r: dict) -> None:
+    loss = F.cross_entropy(r["step"](xb0), yb0)
+    loss.backward()
+    grads[name] = (loss.detach(), [p.grad.clone() for p in r["model"].parameters()])
+
+
+for name, r in runs.items():
+    with empty_cache() if name == "compiled" else contextlib.nullcontext():
+        first_step_s[name] = bench.first_call(forward_backward, name, r)
+    r["opt"].zero_grad(set_to_none=True)
+torch.testing.assert_close(grads["compiled"][0], grads["eager"][0], rtol=1e-4, atol=1e-5)
+for g_c, g_e in zip(grads["compiled"][1], grads["eager"][1]):
+    torch.testing.assert_close(g_c, g_e, rtol=1e-3, atol=1e-4)
+print(f"loss and all {len(grads['eager'][1])} gradients agree (loss rtol=1e-4; gradients rtol=1e-3, atol=1e-4)")
+print(f"first forward+backward: eager {first_step_s['eager']:.3f} s, compiled {first_step_s['compiled']:.2f} s "
+      "(it compiled the forward and the backward graph)")
+
+
+# %%
+def train_epoch(r: dict, batches: list) -> None:
+    r["model"].train()
+    for xb, yb in batches:
+        r["opt"].zero_grad(set_to_none=True)
+        loss = F.cross_entropy(r["step"](xb), yb)
+        loss.backward()
+        r["opt"].step()
+        r["losses"].append(loss.item())
+
+
+for epoch in tqdm(range(EPOCHS), desc="epochs", ncols=80):
+    batches = list(loader)  # the same shuffled batches for both models
+    order = ["eager", "compiled"] if epoch % 2 == 0 else ["compiled", "eager"]
+    for name in order:
+        # bench.first_call times exactly one call: here, one whole epoch
+        runs[name]["epoch_s"].append(bench.first_call(train_epoch, runs[name], batches))
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module) -> float:
+    model.eval()
+    return (model(split.x_test).argmax(dim=1) == split.y_test).float().mean().item()
+
+
+acc = {name: accuracy(r["model"]) for name, r in runs.items()}
+for name, r in runs.items():
+    print(f"{name:<8} epochs (s): {', '.join(f'{s:.2f}' for s in r['epoch_s'])} | test accuracy {acc[name]:.2%}")
+
+# %%
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.4))
+for name, r in runs.items():
+    ax1.plot(r["losses"], label=name, alpha=0.8)
+    ax2.plot(range(1, EPOCHS + 1), r["epoch_s"], "o-", label=name)
+ax1.set(yscale="log", xlabel="step", ylabel="training loss", title="loss curves")
+ax2.set(ylim=(0, 1.15 * max(max(r["epoch_s"]) for r in runs.values())), xlabel="epoch", ylabel="seconds",
+        title="time per epoch")
+ax1.legend()
+ax2.legend()
+fig.tight_layout();
+
+# %%
+eager_s, compiled_s = runs["eager"]["epoch_s"], runs["compiled"]["epoch_s"]
+steady_eager, steady_compiled = statistics.median(eager_s[1:]), statistics.median(compiled_s[1:])
+epoch_speedup = steady_eager / steady_compiled
+# Epochs 2.. of each run as timing samples: the same noise-aware verdict as bench.compare's tables.
+epochs_table = bench.Comparison.from_samples({"eager": eager_s[1:], "compiled": compiled_s[1:]})
+epoch_word = epochs_table.verdict("compiled")
+compile_cost = first_step_s["compiled"] - first_step_s["eager"]
+print(f"steady state (median of epochs 2-{EPOCHS}): eager {steady_eager:.3f} s, compiled {steady_compiled:.3f} s "
+      f"per epoch: compiled is {epochs_table.describe('compiled')}")
+print(f"compiling cost about {compile_cost:.1f} s once (the first step above)")
+print("Why: most of this network's work is convolutions, forward and backward, which the compiled code hands to "
+      "the same oneDNN routines eager uses; what Inductor can fuse (batch norm, ReLU, the residual adds on 8x8 "
+      "images) is small, and " + {"faster": "here it saved enough to show.",
+                                  "no clear difference": "here it did not save enough to show.",
+                                  "slower": "here the compiled step's own overhead outweighed it."}[epoch_word])
+saving = steady_eager - steady_compiled
+if epoch_word == "faster":
+    print(f"compiling pays for itself after about {math.ceil(compile_cost / saving)} epochs of this size")
+else:
+    print("compiled epochs were not clearly faster here, so the compile does not pay for itself in this run")
+
+n_steps = len(runs["eager"]["losses"])
+torch.testing.assert_close(torch.tensor(runs["compiled"]["losses"][:1]), torch.tensor(runs["eager"]["losses"][:1]),
+                           rtol=1e-4, atol=1e-5)
+gap = abs(acc["compiled"] - acc["eager"])
+print(f"the first training step's loss agrees (rtol=1e-4); after {n_steps} steps the two runs' test accuracies "
+      + (f"differ by {gap:.2%} (floating-point rounding differs, so the runs drift apart)" if gap > 0
+         else "are equal"))
+assert abs(acc["compiled"] - acc["eager"]) <= 0.03
+bench.record("compile.train.epoch_speedup", epoch_speedup, "x", epochs=EPOCHS, batch=BATCH)
+bench.record("compile.train.test_acc", acc["compiled"], "fraction", epochs=EPOCHS)
+if not config.is_quick():
+    assert acc["compiled"] >= 0.95 and acc["eager"] >= 0.95, acc
+
+# %% [markdown]
+# Three habits make this a fair measurement: both variants in the same run, alternating; the
+# compile kept out of the epoch times (it happened in the first step, timed on its own) and the
+# first epoch of each run left out too, since caches and memory pools are still warming up; and
+# medians, which a single slow epoch on a busy machine cannot move much. Compare the loss curves
+# rather than expecting identical numbers: a compiled model computes the same formulas in a
+# different order, so results drift apart at the level of floating-point rounding, and over
+# hundreds of steps the two runs become different (equally good) runs.
+#
+# ## 7. Cold and warm starts: the compile caches
+#
+# Everything compiled so far lives in this Python process and disappears with it. What survives
+# is on disk, in Inductor's cache directory (`TORCHINDUCTOR_CACHE_DIR`, by default under your
+# system's temporary directory):
+#
+# - the **FX graph cache** and the **AOTAutograd cache**: the compiled form of each graph, keyed by
+#   the graph, the input properties and the settings, so a new process can skip AOTAutograd's
+#   tracing, Inductor's lowering and code generation (Dynamo still reads the Python code);
+# - the **built C++ libraries** (`.so` files) of the generated kernels, keyed by their source code,
+#   plus the small test programs Inductor builds once to learn which SIMD instructions your CPU and
+#   compiler support.
+#
+# `torch.compiler.save_cache_artifacts()` packs what the graph-level caches recorded in this process
+# into bytes you can ship to another machine, and `load_cache_artifacts()` installs them there.
+#
+# The only honest way to measure a cold start is a fresh process with an empty cache directory.
+# The script below compiles the element-wise chain of section 5 and reports its first call and
+# what the caches did; each run is a separate Python process with its own
+# `TORCHINDUCTOR_CACHE_DIR` under the course's `build/` folder.
+
+# %%
+CACHE_ROOT = config.build_dir() / "nb01_cache"
+CACHE_ROOT.mkdir(parents=True, exist_ok=True)
+SCRIPT = CACHE_ROOT / "first_call.py"
+SCRIPT.write_text(f'''
+import json, sys
+from pathlib import Path
+import torch
+import torch.nn.functional as F
+from torch._dynamo.utils import compile_times, counters
+from course_utils import bench
+
+def activation_chain(x):
+    y = torch.sin(x) * torch.cos(x) + torch.tanh(x) ** 2
+    return F.gelu(y) * 0.5 + torch.sigmoid(y)
+
+action, artifacts = sys.argv[1], Path(sys.argv[2])
+if action == "load":
+    torch.compiler.load_cache_artifacts(artifacts.read_bytes())
+x = torch.randn({N}, {N})
+compiled = torch.compile(activation_chain)
+first_s = bench.first_call(compiled, x)
+torch.testing.assert_close(compiled(x), activation_chain(x), rtol=1e-5, atol=1e-5)
+kinds = []
+if action == "save" and hasattr(torch.compiler, "save_cache_artifacts"):
+    saved = torch.compiler.save_cache_artifacts()
+    if saved is not None:
+        artifacts.write_bytes(saved[0])
+        kinds = sorted(getattr(saved[1], "artifacts", None) or [])
+names, values = compile_times(repr="csv", aggregate=True)
+times = dict(zip(names, values))
+print(json.dumps(dict(first_s=first_s, cpp_build_s=float(times.get("compile_file", 0) or 0),
+                      graph_hits=counters["inductor"]["fxgraph_cache_hit"],
+                      graph_misses=counters["inductor"]["fxgraph_cache_miss"], artifact_kinds=kinds)))
+''')
+
+
+def first_call_in_new_process(cache_dir, action="plain", artifacts=CACHE_ROOT / "artifacts.bin") -> dict:
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache_dir))
+    proc = subprocess.run([sys.executable, str(SCRIPT), action, str(artifacts)], env=env,
+                          capture_output=True, text=True, timeout=900, cwd=config.REPO_ROOT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the cache experiment failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+cold_dir = CACHE_ROOT / "cold"
+shutil.rmtree(cold_dir, ignore_errors=True)       # make sure cold really is cold
+(CACHE_ROOT / "artifacts.bin").unlink(missing_ok=True)
+cache_runs = {"cold": first_call_in_new_process(cold_dir, "save")}
+cache_runs["warm"] = first_call_in_new_process(cold_dir)   # same directory, new process
+
+ARTIFACT_RUN = compat.has("cache_artifacts") and (CACHE_ROOT / "artifacts.bin").exists() and not config.is_quick()
+if ARTIFACT_RUN:
+    fresh_dir = CACHE_ROOT / "from_artifacts"
+    shutil.rmtree(fresh_dir, ignore_errors=True)
+    cache_runs["empty dir + artifacts"] = first_call_in_new_process(fresh_dir, "load")
+elif compat.has("cache_artifacts"):
+    print("quick mode: the artifacts run (one more cold compile) is left for full mode")
+
+for name, r in cache_runs.items():
+    print(f"{name:<22} first call {r['first_s']:6.2f} s | C++ build {r['cpp_build_s']:6.2f} s | "
+          f"graph cache hits {r['graph_hits']}, misses {r['graph_misses']}")
+
+# %%
+cold, warm = cache_runs["cold"], cache_runs["warm"]
+assert cold["graph_misses"] >= 1 and warm["graph_hits"] >= 1 and warm["graph_misses"] == 0
+warm_speedup = cold["first_s"] / warm["first_s"]
+sources = list(cold_dir.rglob("*.cpp"))
+kernels = [p for p in sources if "cpp_prefix.h" in p.read_text(errors="ignore")]
+print(f"The cold run compiled {len(sources)} C++ files: {len(kernels)} generated kernel(s) and "
+      f"{len(sources) - len(kernels)} CPU-feature probe(s); building them took {cold['cpp_build_s']:.1f} s "
+      f"of its {cold['first_s']:.1f} s first call.")
+print(f"The warm run found the graph in the cache and the libraries already built: first call "
+      f"{warm['first_s']:.2f} s, {warm_speedup:.1f}x faster than cold.")
+if cold["artifact_kinds"]:
+    size_kb = (CACHE_ROOT / "artifacts.bin").stat().st_size / 1e3
+    print(f"The cold run saved {size_kb:.0f} kB of cache artifacts, of these kinds: {', '.join(cold['artifact_kinds'])}.")
+if ARTIFACT_RUN:
+    art = cache_runs["empty dir + artifacts"]
+    print(f"Loading the artifacts into an empty directory gave graph-cache hits ({art['graph_hits']}), "
+          f"but the C++ was rebuilt ({art['cpp_build_s']:.1f} s): first call {art['first_s']:.2f} s against "
+          f"{cold['first_s']:.2f} s cold. On a CPU the artifacts do not carry the built libraries, so they "
+          "save the tracing and code generation, not the compiler run.")
+bench.record("compile.cache.warm_speedup", warm_speedup, "x", cold_s=cold["first_s"], warm_s=warm["first_s"])
+if not config.is_quick():
+    assert warm["first_s"] < cold["first_s"], "a warm cache should make the first call faster"
+
+fig, ax = plt.subplots(figsize=(6, 0.8 + 0.5 * len(cache_runs)))
+ax.barh(list(cache_runs), [r["first_s"] for r in cache_runs.values()], color="tab:blue", label="first call")
+ax.barh(list(cache_runs), [r["cpp_build_s"] for r in cache_runs.values()], color="tab:orange", label="of which C++ build")
+ax.invert_yaxis()
+ax.set_xlabel("seconds, in a new process")
+ax.legend(loc="center right")
+ax.set_title("first call of the compiled element-wise chain")
+fig.tight_layout();
+
+# %% [markdown]
+# In practice: keep `TORCHINDUCTOR_CACHE_DIR` on a disk that survives restarts (the default,
+# under the temporary directory, may be wiped), and in containers or CI, mount or restore it
+# between jobs: that is where the warm start comes from on a CPU. Cache artifacts are the portable
+# form for a fleet of machines. PyTorch's caching recipe (linked below) lists what they can hold:
+# the graph-level caches above and, on a GPU, the Triton kernels and the autotuning results; on
+# this CPU, as measured above, the C++ compiler still runs. To rule the caches out while debugging,
+# set `torch.compiler.config.force_disable_caches = True` (or `TORCHINDUCTOR_FORCE_DISABLE_CACHES=1`).
+#
+# ## 8. Pitfalls and their fixes
+#
+# | symptom | cause | fix |
+# |---|---|---|
+# | checkpoint does not load: `Missing key(s)`, keys start with `_orig_mod.` | saved the `torch.compile` wrapper's `state_dict` | save the original module's `state_dict`, or compile in place with `model.compile()` (section 1) |
+# | a recompile in the middle of the first epoch | the last batch is smaller | `drop_last=True`, or pad the last batch (section 6; demonstrated below) |
+# | compiled results differ from eager | random numbers, or floating-point order | bisect with the backends; `fallback_random` for random ops; compare with a tolerance (section 4) |
+# | `reduce-overhead` or `max-autotune` brings nothing on a CPU | CUDA graphs are GPU-only; CPU autotuning needs freezing | use the default mode on a CPU (section 3) |
+# | "compiling made it slower" | timed the first call, or the model is matmul- or overhead-bound | time the steady state separately; check where the time goes (section 5) |
+# | `RuntimeError: Either mode or options...` | both given | put the mode's settings into `options` (section 2) |
+# | every run starts slowly | cold compile cache | keep `TORCHINDUCTOR_CACHE_DIR` between runs (section 7) |
+#
+# The ragged-last-batch recompile, shown with the cheap `eager` backend:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+torch._dynamo.reset()
+counters.clear()
+probe = torch.compile(copy.deepcopy(base).eval(), backend="eager")
+for batch in (64, 64, 3):  # two full batches, then the leftover
+    probe(torch.rand(batch, 1, 8, 8))
+n_probe = counters["stats"]["unique_graphs"]
+print(f"batch sizes 64, 64, 3: {n_probe} graphs compiled (the batch of 3 forced a recompile)")
+assert n_probe == 2
+
+
+# %% [markdown]
+# ## Check yourself
+#
+# **Exercise 1.** Write `first_bad_backend(fn, args, backends)`: compile `fn` with each backend in
+# `backends`, in order, and return the first backend whose output differs from eager `fn(*args)`
+# (use `torch.allclose(..., rtol=1e-4, atol=1e-5)`), or `None` if they all agree. The checker passes
+# in its own small backends (functions, like `reporting_backend` above), some of them deliberately
+# wrong.
+
+# %%
+def first_bad_backend(fn, args, backends):
+    # Your code here.
+    return None
+
+
+exercises.check("01.first_bad_backend", first_bad_backend)
+
+
+# %% [markdown]
+# **Exercise 2.** Write `steady_speedup(eager_epoch_s, compiled_epoch_s)` that returns the
+# steady-state speed-up of the compiled run from two lists of epoch times, the way section 6
+# computed it: leave out each run's first epoch, take the median of the rest, and divide eager by
+# compiled.
+
+# %%
+def steady_speedup(eager_epoch_s: list[float], compiled_epoch_s: list[float]) -> float:
+    # Your code here.
+    return 1.0
+
+
+feedback = exercises.check("01.steady_speedup", steady_speedup)
+print(feedback)
+if feedback:
+    print(f"applied to this notebook's training run: {steady_speedup(eager_s, compiled_s):.2f}x")
+
+
+# %% [markdown]
+# **Exercise 3.** Write `cache_env(cache_dir)` that returns the environment for a subprocess
+# whose Inductor cache lives in `cache_dir`: a copy of the current environment with
+# `TORCHINDUCTOR_CACHE_DIR` set to that path (as a string). It must not change `os.environ` itself.
+#
+# Stuck? `print(exercises.solution_source("01.cache_env"))` (or any other exercise's name) shows a
+# reference solution: try for yourself first.
+
+# %%
+def cache_env(cache_dir) -> dict:
+    # Your code here.
+    return {}
+
+
+exercises.check("01.cache_env", cache_env)
+
+# %% [markdown]
+# ## Summary
+#
+# - `torch.compile(fn)` and `torch.compile(model)` wrap; the first call compiles. Save the original
+#   module's `state_dict` (or compile in place with `model.compile()`).
+# - `fullgraph=True` makes graph breaks errors; `dynamic` decides how shape changes are handled;
+#   `backend` picks who compiles; `options` sets Inductor settings for one call and cannot be
+#   combined with `mode`; `disable=True` is a clean off-switch.
+# - Modes are bundles of settings. On a CPU, `reduce-overhead` behaves like `default` (CUDA graphs
+#   are GPU-only) and `max-autotune` only tries Inductor's own matrix-multiply code with freezing
+#   on, at a high compile cost; on a GPU, CUDA graphs cut launch overhead but reuse their output memory.
+# - Bisect a problem with `eager` → `aot_eager` → `aot_eager_decomp_partition` → `inductor`, or let
+#   `CompilerBisector` do it.
+# - On a CPU compiling pays where fusion removes memory traffic, gains little where matrix
+#   multiplies and convolutions dominate (they run in the same libraries either way: only the glue
+#   around them is fused), and can lose on tiny calls. Measure the steady state and the first call
+#   separately, in the same run.
+# - The first call is paid again in every new process unless the on-disk cache is warm; keep
+#   `TORCHINDUCTOR_CACHE_DIR`. The headline results recorded here: `compile.speedup.fusion`,
+#   `compile.speedup.tiny`, `compile.first_call_s.fusion`, `compile.train.epoch_speedup`,
+#   `compile.train.test_acc`, `compile.cache.warm_speedup`.
+#
+# **Next:** notebook 02 looks at graph breaks, guards and recompilation in depth, and notebook 03
+# opens up the compiler stack.
+#
+# ## Further reading
+#
+# - [`torch.compile` API reference](https://pytorch.org/docs/stable/generated/torch.compile.html)
+# - [Introduction to `torch.compile`](https://pytorch.org/tutorials/intermediate/torch_compile_tutorial.html) (official tutorial)
+# - [`torch.compiler` documentation](https://pytorch.org/docs/stable/torch.compiler.html), including troubleshooting and the FAQ
+# - [Compile time caching in `torch.compile`](https://pytorch.org/tutorials/recipes/torch_compile_caching_tutorial.html) (official recipe)
+# - [CUDAGraph Trees](https://pytorch.org/docs/stable/torch.compiler_cudagraph_trees.html)
+# - [Custom backends](https://pytorch.org/docs/stable/torch.compiler_custom_backends.html)

@@ -1,0 +1,1187 @@
+# %% [markdown]
+# # 02 · Graph breaks, guards and recompilation
+#
+# `torch.compile` never refuses your code. When TorchDynamo meets a line it cannot put into a graph,
+# it quietly splits your function into several compiled pieces glued together by ordinary Python,
+# and when a call arrives with inputs unlike the ones it compiled for, it quietly compiles again.
+# Both keep your program correct, and both can eat the speed-up you compiled for without a single
+# error message. This notebook makes them visible: it finds every graph break and its reason,
+# fixes each kind of break, shows the *guards* that decide when code is recompiled, and measures
+# what the breaks cost.
+
+# %% [markdown]
+# ## What you will learn
+#
+# - what a graph break is, how to list every break and its reason with `torch._dynamo.explain`,
+#   and which common patterns break on the torch you have installed (some that used to, no longer do);
+# - the fix for each kind of break: moving work out, `torch.where` and `torch.cond`,
+#   `capture_scalar_outputs`, custom operators, `torch.compiler.disable`, `allow_in_graph` and
+#   `nonstrict_trace`, and `fullgraph=True` to turn any remaining break into an error;
+# - how to watch the compiler with `TORCH_LOGS` (`graph_breaks`, `recompiles`, `guards`);
+# - guards and recompilation: which changes (shape, dtype, strides, a Python number) recompile,
+#   dynamic shapes (`dynamic=True`, `mark_dynamic`, automatic dynamic), the recompile limit,
+#   and `torch.compiler.set_stance`;
+# - what graph breaks cost, measured on a function with three breaks against its fixed version.
+#
+# **Prerequisites:** notebook 00 (a first `torch.compile`, timing with `course_utils.bench`);
+# notebook 01 (compile modes and backends) helps but is not required.
+#
+# **Time on a laptop CPU:** <!-- stamp:time -->0.8 min the first time (every cache empty), 0.5 min after that (compile cache warm), 0.3 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-avx512-vnni, torch 2.14.1, 2026-11-30). A slower or busy laptop takes longer.<!-- /stamp:time -->
+# **GPU:** not needed. One guarded cell repeats the cost measurement on a GPU, where `.item()`
+# also makes the CPU wait for the GPU.
+
+# %%
+import contextlib
+import inspect
+import io
+import logging
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+
+import matplotlib.pyplot as plt
+import numpy as np
+import scipy.special
+import torch
+import torch._dynamo
+
+from course_utils import bench, compat, config, exercises, session
+from course_utils.breaks import break_report
+from course_utils.inductor_code import fused_kernels, generated_code
+from course_utils.device import requires_cuda
+
+print(session.start(seed=0))
+
+
+# %% [markdown]
+# ## The idea: one function, several graphs
+#
+# When you call a compiled function, TorchDynamo runs its Python bytecode *symbolically*: it
+# computes nothing, it records every tensor operation into an FX graph. Python it can simulate
+# (arithmetic on numbers, lists, dicts, calls into other Python functions, many NumPy calls) it
+# follows, recording only the tensor work that comes out of it. When it meets something it
+# cannot follow, typically code whose behaviour depends on the *values* inside a tensor, or a
+# call into code it cannot see inside, it does not give up. It makes a **graph break**:
+#
+# 1. it ends the graph recorded so far and hands it to the backend to compile;
+# 2. it emits bytecode that runs the troublesome line as ordinary Python;
+# 3. it continues with the rest of the function as a new *resume function*, traced and compiled
+#    on its own, so the rest of the function becomes another graph.
+#
+# The program stays correct; it now runs as several compiled pieces with Python in between.
+# `torch._dynamo.explain(fn)(*args)` runs `fn` once under a recording backend and reports how many
+# graphs it got, what is in each, and why it had to break.
+
+# %%
+def relu_then_report(x: torch.Tensor) -> torch.Tensor:
+    y = torch.relu(x)
+    print(f"  (printed inside the function) relu done on {y.shape[0]} rows")
+    return y @ y.t()
+
+
+x = torch.randn(4, 4)
+explanation = torch._dynamo.explain(relu_then_report)(x)
+
+print(f"graphs: {explanation.graph_count}, graph breaks: {explanation.graph_break_count}")
+for reason in explanation.break_reasons:
+    print(f"break: {reason.reason.strip().splitlines()[0]!r} at `{reason.user_stack[-1].line.strip()}`")
+for i, ops in enumerate(explanation.ops_per_graph, 1):
+    print(f"graph {i} ops: {[getattr(op, '__name__', str(op)) for op in ops]}")
+print("\ngraph 2 as code (its input is y, handed over from the Python in between):")
+print("\n".join(line for line in explanation.graphs[1].code.strip().splitlines() if line.strip()))
+
+assert explanation.graph_count == 2 and explanation.graph_break_count == 1
+
+
+# %% [markdown]
+# The `print` split the function in two: graph 1 holds the ReLU, the `print` ran as plain
+# Python, and graph 2 takes `y` as an input and does the matrix product. Each graph is compiled
+# and optimised on its own, which is where the cost comes from (measured at the end):
+#
+# - **no fusion across the break**: a value that crosses it is written to memory in full and read
+#   back, instead of staying in registers inside one fused loop;
+# - **Python between the graphs** on every call: leave compiled code, run the line, enter the next
+#   graph;
+# - **more guards**: each graph checks its own inputs on every call, and each can recompile on its own.
+#
+# Two things about `explain` itself. It calls `torch._dynamo.reset()` before and after, which throws
+# away *every* compiled function in the process: use it to diagnose, never between a compile and a
+# benchmark. And `graph_break_count` is simply `graph_count - 1`: it counts graphs, not breaks. A
+# break with nothing to compile on one side of it adds no graph:
+
+# %%
+def report_at_the_end(x: torch.Tensor) -> torch.Tensor:
+    y = torch.relu(x) * 2
+    print("  (printed inside the function) done")
+    return y
+
+
+late = torch._dynamo.explain(report_at_the_end)(x)
+print(f"graph_count={late.graph_count}, graph_break_count={late.graph_break_count}, "
+      f"len(break_reasons)={len(late.break_reasons)}")
+assert (late.graph_count, late.graph_break_count, len(late.break_reasons)) == (1, 0, 1)
+
+# %% [markdown]
+# Dynamo did break at the `print` (one reason), but there was nothing after it to compile, so
+# the graph count stays at 1. In this notebook "the number of graph breaks" is therefore
+# `len(break_reasons)`, the number of times Dynamo had to stop. From here on `break_report(fn, *args)`
+# (from `course_utils.breaks`, a wrapper around `explain`) returns it as `.breaks`, together with the
+# number of graphs (`.graphs`) and the first line of each reason (`.reasons`, and `.first_reason`).
+#
+# ## A catalogue of graph breaks, checked on your torch
+#
+# Lists of "things that break the graph" go out of date: Dynamo learns to trace more with each
+# release. So instead of trusting a list, each pattern below goes through `explain` on the torch
+# you have installed. Every function does tensor work before and after the pattern, so a break
+# shows up as a second graph.
+
+# %%
+logger = logging.getLogger("course.nb02")  # a library-style logger; DEBUG messages are filtered out
+
+
+def with_print(x):
+    y = torch.relu(x)
+    print("checkpoint")
+    return y * 2
+
+
+def with_data_dependent_if(x):
+    y = torch.relu(x)
+    if y.sum() > 10:                 # Python needs a real bool, i.e. the tensor's value
+        return y * 2
+    return y * 3
+
+
+def with_item(x):
+    y = torch.relu(x)
+    total = y.sum().item()           # a Python float out of a tensor
+    return y / total
+
+
+def with_tolist(x):
+    y = torch.relu(x)
+    first_row = y[0].tolist()        # Python floats out of a tensor
+    return y * first_row[0]
+
+
+def with_numpy(x):
+    y = torch.relu(x)
+    a = np.tanh(y.numpy())           # NumPy on the tensor's data
+    return torch.from_numpy(a) * 2
+
+
+def with_scipy(x):
+    y = torch.relu(x)
+    a = scipy.special.expit(y.numpy())   # compiled library code Dynamo cannot look into
+    return torch.from_numpy(a) * 2
+
+
+def with_timer(x):
+    y = torch.relu(x)
+    started = time.perf_counter()    # noqa: F841 (a C builtin Dynamo has no model of)
+    return y * 2
+
+
+def with_logging(x):
+    y = torch.relu(x)
+    logger.debug("relu done")        # breaks even though the message is never printed
+    return y * 2
+
+
+def with_try_except(x, table):
+    try:
+        scale = table["scale"]
+    except KeyError:
+        scale = 1.0
+    return torch.relu(x) * scale
+
+
+def with_getattr(x, layer):
+    weight = getattr(layer, "weight")
+    return torch.relu(x @ weight.T)
+
+
+def with_dict(x, extras):
+    return torch.relu(x) + extras["bias"]
+
+
+def with_explicit_break(x):
+    y = torch.relu(x)
+    torch._dynamo.graph_break()      # asks for a break on purpose
+    return y * 2
+
+
+x = torch.randn(8, 8)
+layer = torch.nn.Linear(8, 8)
+CATALOGUE = [  # (pattern, function, arguments, graph breaks we expect on torch 2.11-2.14)
+    ("print(...)", with_print, (x,), 1),
+    ("if tensor.sum() > 10:", with_data_dependent_if, (x,), 1),
+    ("tensor.item()", with_item, (x,), 1),
+    ("tensor.tolist()", with_tolist, (x,), 1),
+    ("np.tanh(tensor.numpy())", with_numpy, (x,), 0),
+    ("scipy.special.expit(...)", with_scipy, (x,), 1),
+    ("time.perf_counter()", with_timer, (x,), 1),
+    ("logger.debug(...)", with_logging, (x,), 1),
+    ("try/except KeyError", with_try_except, (x, {}), 0),
+    ("getattr(layer, 'weight')", with_getattr, (x, layer), 0),
+    ("dict lookup", with_dict, (x, {"bias": torch.ones(8)}), 0),
+    ("torch._dynamo.graph_break()", with_explicit_break, (x,), 1),
+]
+
+print(f"{'pattern':<28} {'graphs':>6} {'breaks':>6}  first line of the reason")
+measured = {}
+for pattern, fn, args, expected in CATALOGUE:
+    report = break_report(fn, *args)
+    measured[pattern] = report.breaks
+    print(f"{pattern:<28} {report.graphs:>6} {report.breaks:>6}  {report.first_reason[:60]}")
+mismatch = {p: (measured[p], e) for p, _, _, e in CATALOGUE if measured[p] != e}
+assert not mismatch, f"(measured, expected) differ on this torch: {mismatch}"
+print("\nevery count matches what the notebook expects for this torch")
+
+# %% [markdown]
+# What the table says (the counts are asserted; the wording of reasons changes between releases):
+#
+# - **`print`, logging, `time.perf_counter()`**: calls Dynamo cannot record. They are side effects
+#   or C functions it has no model of, so they run as Python between two graphs. A logging call
+#   breaks even when its level filters the message out.
+# - **`if` on a tensor, `.item()`, `.tolist()`**: the next Python line needs the *value* in a tensor,
+#   which does not exist while tracing (Dynamo traces with "fake" tensors that carry only shape,
+#   dtype and device).
+# - **A library Dynamo cannot look into** (SciPy here, which the course has as a dependency of
+#   scikit-learn): compiled code outside torch.
+# - **NumPy does not break** any more. Many older tutorials say that
+#   `x.numpy()` breaks the graph; on this torch (and on 2.11) Dynamo translates NumPy calls on a
+#   tensor's data into torch operations and keeps them in the graph. `try`/`except`, `getattr` and
+#   dict lookups, also listed as possible breaks in older texts, are traced too.
+# - **`torch._dynamo.graph_break()`** makes a break on purpose (handy to test how a break changes
+#   things). Lists of code that does *not* break sometimes include it; it makes exactly one.
+#
+# Here is the NumPy version's single graph: `np.tanh` became a call that runs on tensors.
+
+# %%
+numpy_graph = torch._dynamo.explain(with_numpy)(x).graphs[0]
+print("\n".join(line for line in numpy_graph.code.strip().splitlines() if line.strip()))
+assert "tanh" in numpy_graph.code
+
+
+# %% [markdown]
+# ## Fixing each break
+#
+# In order of preference:
+#
+# 1. **Do not do it inside the compiled region.** Move printing, logging and timing outside the
+#    compiled function, and write value-dependent logic as tensor operations.
+# 2. **Tell the compiler what it needs to know**: `capture_scalar_outputs` for `.item()`, a custom
+#    operator for a library call.
+# 3. **Contain what must stay Python**: `torch.compiler.disable` keeps one function out of the
+#    compiler; `allow_in_graph` and `nonstrict_trace` put one into the graph without Dynamo reading it.
+# 4. **Check with `fullgraph=True`**, which turns any break that is left into an error.
+#
+# Every fix below is checked three ways: `break_report` finds no break, `torch.compile(...,
+# fullgraph=True)` (default Inductor backend) accepts it, and its result matches the original in
+# eager mode within the tolerance stated in the cell. `check_fix` does the last two.
+
+# %%
+def check_fix(fixed, original, *args, rtol=1e-5, atol=1e-6):
+    # Compile `fixed` as one graph (fullgraph=True raises on any break) and compare with eager `original`.
+    compiled = torch.compile(fixed, fullgraph=True)
+    with contextlib.redirect_stdout(io.StringIO()):  # the originals may print
+        expected = original(*args)
+    torch.testing.assert_close(compiled(*args), expected, rtol=rtol, atol=atol)
+    return compiled
+
+
+positive = torch.rand(8, 8) + 0.5      # y.sum() > 10: the `if` takes its first branch
+small = torch.rand(8, 8) * 0.01        # y.sum() < 10: the other branch
+print(f"sum of relu(positive) = {torch.relu(positive).sum():.1f}, "
+      f"sum of relu(small) = {torch.relu(small).sum():.2f}")
+
+
+# %% [markdown]
+# ### `print` and logging: move them out, or let Dynamo reorder `print`
+#
+# The simplest fix is to return what you want to report and print it outside the compiled
+# function. If the print must stay, `torch._dynamo.config.reorderable_logging_functions` lets
+# Dynamo move the calls of the functions you list to after the graph runs, so the graph does not
+# break; the print still happens on every call. `config.patch` sets a config value only inside the
+# `with` block; it has to cover the first call, which is when Dynamo compiles.
+
+# %%
+def relu_matmul(x):
+    y = torch.relu(x)
+    return y @ y.t()
+
+
+compiled = check_fix(relu_matmul, relu_then_report, x, rtol=1e-5, atol=1e-5)
+print(f"relu done on {x.shape[0]} rows (printed by the caller, outside the compiled code)")
+assert break_report(relu_matmul, x).breaks == 0
+
+with torch._dynamo.config.patch(reorderable_logging_functions={print}):
+    report = break_report(relu_then_report, x)
+    graphs, breaks = report.graphs, report.breaks
+    reordered = torch.compile(relu_then_report, fullgraph=True)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        for _ in range(3):
+            out = reordered(x)
+torch.testing.assert_close(out, relu_matmul(x), rtol=1e-5, atol=1e-5)
+n_printed = len(printed.getvalue().splitlines())
+print(f"with print reorderable: {graphs} graph, {breaks} breaks; 3 calls printed {n_printed} lines")
+assert (graphs, breaks, n_printed) == (1, 0, 3)
+
+
+# %% [markdown]
+# ### A branch on tensor data: `torch.where` or `torch.cond`
+#
+# `torch.where(condition, a, b)` computes both sides and picks element by element: for cheap
+# element-wise branches this is the best fix, because Inductor fuses all of it into one loop.
+# `torch.cond(predicate, true_fn, false_fn, operands)` runs only the chosen branch, which pays when
+# the branches are expensive. Both branches are traced, so they must return tensors of the same
+# shape and dtype, and the predicate is a one-element boolean tensor. (`torch.cond` is also how you
+# express data-dependent branching for `torch.export`, covered later in the course.)
+
+# %%
+def branch_with_where(x):
+    y = torch.relu(x)
+    return torch.where(y.sum() > 10, y * 2, y * 3)
+
+
+def branch_with_cond(x):
+    y = torch.relu(x)
+    return torch.cond(y.sum() > 10, lambda t: t * 2, lambda t: t * 3, (y,))
+
+
+for fixed in (branch_with_where, branch_with_cond):
+    assert break_report(fixed, x).breaks == 0
+    for inputs in (positive, small):  # one input for each branch
+        check_fix(fixed, with_data_dependent_if, inputs, rtol=1e-6, atol=1e-6)
+    print(f"{fixed.__name__}: no graph break, matches the Python `if` on both branches (rtol=atol=1e-6)")
+
+
+# %% [markdown]
+# ### `.item()` and `.tolist()`: stay in tensors, or capture the scalar
+#
+# The best fix keeps the value as a tensor: divide by the 0-d tensor `y.sum()` instead of the
+# Python float, index `y[0, 0]` instead of going through a list. When you really need a Python
+# number, `torch._dynamo.config.capture_scalar_outputs = True` lets Dynamo put `.item()` into the
+# graph as a symbolic number. Its limits are measured below: a Python `if` on that number still
+# breaks (Dynamo cannot know which way it goes), and `.tolist()` of a float tensor still breaks.
+
+# %%
+def item_as_tensor(x):
+    y = torch.relu(x)
+    return y / y.sum()
+
+
+def tolist_as_indexing(x):
+    y = torch.relu(x)
+    return y * y[0, 0]
+
+
+def item_then_if(x):
+    y = torch.relu(x)
+    total = y.sum().item()
+    if total > 10:                   # a Python decision on a value only known at run time
+        return y * 2
+    return y * 3
+
+
+check_fix(item_as_tensor, with_item, positive)
+check_fix(tolist_as_indexing, with_tolist, positive)
+assert break_report(item_as_tensor, positive).breaks == break_report(tolist_as_indexing, positive).breaks == 0
+print("item_as_tensor and tolist_as_indexing: no graph break, equal to the originals (rtol=1e-5)")
+
+with torch._dynamo.config.patch(capture_scalar_outputs=True):
+    captured = {name: break_report(fn, positive) for name, fn in
+                [("with_item", with_item), ("item_then_if", item_then_if), ("with_tolist", with_tolist)]}
+    torch._dynamo.reset()
+    compiled_item = torch.compile(with_item)
+    torch.testing.assert_close(compiled_item(positive), with_item(positive), rtol=1e-5, atol=1e-6)
+for name, report in captured.items():
+    print(f"capture_scalar_outputs=True, {name:<12}: {report.breaks} break(s) {report.first_reason[:55]}")
+assert [report.breaks for report in captured.values()] == [0, 1, 1]
+
+
+# %% [markdown]
+# ### A library Dynamo cannot trace: use torch's version, or make it a custom operator
+#
+# If torch has the same function, use it: `scipy.special.expit` is `torch.sigmoid`. If it does not,
+# wrap the library call as a **custom operator** with `torch.library.custom_op`. The compiler then
+# treats it as one opaque operation: Dynamo puts a single node in the graph, Inductor calls your
+# Python function at run time (so SciPy really runs on every call), and the *fake* implementation
+# registered with `register_fake` tells the compiler the output's shape and dtype without running
+# SciPy. (A custom operator has no gradient unless you also register one with
+# `register_autograd`.)
+
+# %%
+def expit_with_torch(x):
+    y = torch.relu(x)
+    return torch.sigmoid(y) * 2
+
+
+scipy_calls = {"n": 0}
+
+
+@torch.library.custom_op("course02::scipy_expit", mutates_args=())
+def scipy_expit(t: torch.Tensor) -> torch.Tensor:
+    scipy_calls["n"] += 1
+    result = scipy.special.expit(t.detach().cpu().numpy())
+    return torch.from_numpy(result).to(t.device)
+
+
+@scipy_expit.register_fake
+def _(t):
+    return torch.empty_like(t)  # same shape, dtype and device: all the compiler needs
+
+
+def expit_as_custom_op(x):
+    y = torch.relu(x)
+    return scipy_expit(y) * 2
+
+
+for fixed in (expit_with_torch, expit_as_custom_op):
+    assert break_report(fixed, x).breaks == 0
+    compiled_expit = check_fix(fixed, with_scipy, x, rtol=1e-6, atol=1e-6)
+    print(f"{fixed.__name__}: no graph break, equal to the SciPy version (rtol=atol=1e-6)")
+
+calls_before = scipy_calls["n"]
+for _ in range(3):
+    compiled_expit(x)  # the custom-op version, already compiled
+print(f"3 calls of the compiled custom-op version ran SciPy {scipy_calls['n'] - calls_before} times")
+assert scipy_calls["n"] - calls_before == 3
+
+
+# %% [markdown]
+# ### Code that must stay Python: `torch.compiler.disable`
+#
+# Timing belongs outside the compiled function (around the call, measured with `course_utils.bench`),
+# so the fix for `with_timer` is to delete the line. Other Python you may want to keep on purpose: a
+# debugging hook, logging of statistics, code with side effects. `torch.compiler.disable` marks a
+# function that Dynamo must never trace: it is called as plain Python every time.
+#
+# One correction to a common claim: disabling a function does **not**
+# remove the graph break. The call still splits the graph, with its own reason. What `disable` buys
+# is that Dynamo does not go *inside* the function, so the function's own Python cannot add more
+# breaks or guards. Compare the same hook inlined and disabled:
+
+# %%
+def log_stats(t):
+    logger.debug("mean %.3f, max %.3f", t.mean().item(), t.max().item())
+
+
+def with_hook(x):
+    y = torch.relu(x)
+    log_stats(y)
+    return y * 2
+
+
+log_stats_outside = torch.compiler.disable(log_stats)
+
+
+def with_disabled_hook(x):
+    y = torch.relu(x)
+    log_stats_outside(y)
+    return y * 2
+
+
+inlined, disabled = break_report(with_hook, x), break_report(with_disabled_hook, x)
+print(f"hook traced by Dynamo : {inlined.breaks} breaks, {inlined.graphs} graphs")
+print(f"hook disabled         : {disabled.breaks} break,  {disabled.graphs} graphs ({disabled.first_reason})")
+compiled_hook = torch.compile(with_disabled_hook)
+torch.testing.assert_close(compiled_hook(x), with_hook(x), rtol=1e-6, atol=1e-6)
+assert disabled.breaks == 1 and inlined.breaks > disabled.breaks
+
+
+# %% [markdown]
+# ### `allow_in_graph` and `nonstrict_trace`: into the graph without Dynamo reading it
+#
+# `torch.compiler.allow_in_graph(fn)` tells Dynamo not to trace `fn` but to put the call into the
+# graph as one node; the backend (AOTAutograd, then Inductor) still traces through it. It is often
+# recommended for "known safe" functions. The current documentation is more careful, and
+# the cell below shows why: because the backend traces `fn` once, any Python side effect inside it
+# (here a deprecation warning) happens **while compiling, not on each call**. For pure tensor code
+# that Dynamo chokes on, it works; for everything else the documentation recommends a custom
+# operator (above) instead.
+
+# %%
+def legacy_swish(t):
+    warnings.warn("legacy_swish is deprecated, use torch.nn.functional.silu", UserWarning)
+    return t * torch.sigmoid(t)
+
+
+def with_legacy(x):
+    return legacy_swish(torch.relu(x)) + 1
+
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    before = break_report(with_legacy, x)
+print(f"legacy_swish traced by Dynamo: {before.breaks} break ({before.first_reason})")
+
+torch.compiler.allow_in_graph(legacy_swish)  # registers the function itself
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    after = break_report(with_legacy, x)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    compiled_legacy = check_fix(with_legacy, lambda t: torch.nn.functional.silu(torch.relu(t)) + 1, x)
+    while_compiling = len(caught)
+    for _ in range(5):
+        compiled_legacy(x)
+    during_calls = len(caught) - while_compiling
+print(f"with allow_in_graph: {after.breaks} breaks; the warning fired {while_compiling} times while "
+      f"compiling and {during_calls} times in 5 later calls")
+assert before.breaks == 1 and after.breaks == 0 and during_calls == 0
+
+# %% [markdown]
+# `torch.compiler.nonstrict_trace` (newer than torch 2.11, so the course reaches it through
+# `course_utils.compat`) is the safer cousin: Dynamo still handles the call's inputs and outputs,
+# which may include non-tensor values such as a dict of settings, and the body is traced
+# non-strictly, the way `torch.export` does by default. It has the same caveat about side effects,
+# measured again below.
+
+# %%
+if compat.has("nonstrict_trace"):
+    def legacy_scaled(t, settings):
+        warnings.warn("legacy_scaled is deprecated", UserWarning)
+        return t * torch.sigmoid(t * settings["beta"])
+
+    traced_loosely = compat.nonstrict_trace(legacy_scaled)
+
+    def with_settings(x):
+        return traced_loosely(torch.relu(x), {"beta": 1.5}) + 1
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = break_report(with_settings, x)
+        graphs, breaks = report.graphs, report.breaks
+        compiled_settings = check_fix(with_settings, lambda t: legacy_scaled(torch.relu(t), {"beta": 1.5}) + 1, x)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(5):
+            compiled_settings(x)
+    print(f"nonstrict_trace with a dict argument: {graphs} graph, {breaks} breaks, equal to eager "
+          f"(rtol=1e-5); the warning fired {len(caught)} times in 5 compiled calls")
+    assert breaks == 0 and len(caught) == 0
+else:
+    print(f"skipped: torch.compiler.nonstrict_trace needs a newer torch than {torch.__version__}")
+
+# %% [markdown]
+# ### `fullgraph=True`: make any break an error
+#
+# With `fullgraph=True` a graph break raises instead of splitting the graph: the way to be sure
+# that a function compiles as one graph (`torch.export` always works this way). Note *when* it
+# raises. `torch.compile` traces nothing when you call it; the error comes from the first call. A common
+# mistake wraps `torch.compile(model, fullgraph=True)` itself in `try`/`except`, which never
+# catches anything.
+
+# %%
+strict = torch.compile(with_data_dependent_if, fullgraph=True)
+print("torch.compile(..., fullgraph=True) returned without complaint: nothing is traced yet")
+try:
+    strict(x)
+except torch._dynamo.exc.Unsupported as err:
+    error = err
+else:
+    raise AssertionError("fullgraph=True should have refused the data-dependent `if`")
+
+lines = [line for line in str(error).strip().splitlines() if line.strip()]
+print(f"first call raised {type(error).__module__}.{type(error).__name__} "
+      f"(a subclass of RuntimeError: {isinstance(error, RuntimeError)}):")
+print(textwrap.indent("\n".join(line[:110] for line in lines[:3]), "    "))
+assert isinstance(error, RuntimeError) and "Data-dependent branching" in str(error)
+
+# %% [markdown]
+# One more thing measured here: under `fullgraph=True`, `.item()` on its own does not fail. Since
+# breaking is not allowed, Dynamo captures the scalar as if `capture_scalar_outputs` were on. A
+# Python `if` on that scalar still cannot be traced, as Exercise 2 will show you.
+
+# %%
+strict_item = torch.compile(with_item, fullgraph=True)
+torch.testing.assert_close(strict_item(positive), with_item(positive), rtol=1e-5, atol=1e-6)
+print("with_item compiled as one graph under fullgraph=True; equal to eager (rtol=1e-5)")
+
+# %% [markdown]
+# ## Watching the compiler: `TORCH_LOGS`
+#
+# `TORCH_LOGS` switches on the compiler's logs by topic. It is read once, when `import torch` runs,
+# so in a script you set it on the command line:
+#
+# ```bash
+# TORCH_LOGS="graph_breaks,recompiles,guards" python train.py
+# ```
+#
+# The cell below does exactly that in a subprocess and prints the lines it captured, trimmed:
+# every break with its location, every recompile with the guard that failed.
+
+# %%
+script = textwrap.dedent('''
+    import torch
+
+    def scaled_relu(x, scale):
+        y = torch.relu(x) * scale
+        print("  printed by the script")
+        return y.sum()
+
+    compiled = torch.compile(scaled_relu, backend="eager")
+    compiled(torch.randn(8), 2.0)
+    compiled(torch.randn(8, 2), 2.0)   # another rank: a recompile
+''')
+env = dict(os.environ, TORCH_LOGS="graph_breaks,recompiles")
+run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+assert run.returncode == 0, run.stderr[-3000:]
+
+
+def log_message(line: str) -> str:
+    # Drop the 'V1129 21:08:43.113000 8231 torch/_dynamo/...py:123] ' prefix of a TORCH_LOGS line.
+    return line.split("] ", 1)[1] if "] " in line else line
+
+
+tagged = [log_message(line) for line in run.stderr.splitlines()
+          if "[__graph_breaks]" in line or "[__recompiles]" in line]
+keep = [line for line in tagged if any(key in line for key in
+        ("Graph break in user code", "Explanation:", "Recompiling function", "mismatch"))]
+print(f"{len(tagged)} log lines captured; the informative ones:")
+print("\n".join(line[:120] for line in keep[:8]))
+assert any("Graph break in user code" in line for line in tagged)
+assert any("Recompiling function" in line for line in tagged)
+
+
+# %% [markdown]
+# Inside a notebook, where torch is already imported, `torch._logging.set_logs(graph_breaks=True,
+# recompiles=True, guards=True)` does the same, and `torch._logging.set_logs()` switches everything
+# back off. (If `TORCH_LOGS` was already set when Python started, the variable wins and `set_logs`
+# does nothing but log a warning.) The logs go to standard error, which is hard to filter, so the helper below also hands
+# them to a list while it is active. (Its workings are plumbing: it mutes the console handlers that
+# `set_logs` installs on the `torch._dynamo` logger and attaches its own.)
+
+# %%
+@contextlib.contextmanager
+def torch_logs(**topics):
+    # Switch on TORCH_LOGS topics (e.g. recompiles=True) and collect the messages in a list.
+    messages = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            messages.extend(record.getMessage().splitlines())
+
+    collector = Collect()
+    torch._logging.set_logs(**topics)
+    dynamo_logger = logging.getLogger("torch._dynamo")
+    muted = [(handler, handler.level) for handler in dynamo_logger.handlers]
+    for handler, _ in muted:
+        handler.setLevel(logging.CRITICAL + 1)
+    dynamo_logger.addHandler(collector)
+    try:
+        yield messages
+    finally:
+        dynamo_logger.removeHandler(collector)
+        for handler, level in muted:
+            handler.setLevel(level)
+        torch._logging.set_logs()  # back to the defaults
+
+
+def shorten(line: str, width: int = 110) -> str:
+    # Drop the source-location comment Dynamo appends after '#', and cut to `width` characters.
+    text = line.split("  #")[0].rstrip()
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+with torch_logs(graph_breaks=True) as messages:
+    with contextlib.redirect_stdout(io.StringIO()):
+        torch.testing.assert_close(torch.compile(with_print, backend="eager")(x), with_print(x))
+print("\n".join(shorten(m) for m in messages[:6]))
+assert any("Graph break in user code" in m for m in messages)
+
+
+# %% [markdown]
+# ## Guards and recompilation
+#
+# Compiled code is *specialised*: it is valid only for inputs like the ones it was compiled for.
+# Dynamo records what it assumed as **guards**, checks them on every call (a tree of checks that
+# runs in C++), and when one fails it compiles again and keeps both versions, up to a limit. The
+# `guards` log shows them; below are the two interesting ones for a function of a tensor and a
+# Python float.
+
+# %%
+def scaled_sin(x, scale):
+    return torch.sin(x) * scale + 1
+
+
+x8 = torch.randn(8)
+with torch_logs(guards=True) as messages:
+    torch.testing.assert_close(torch.compile(scaled_sin, backend="eager")(x8, 2.0), scaled_sin(x8, 2.0))
+interesting = [m.split("+- ", 1)[-1] for m in messages if "TENSOR_MATCH" in m or "EQUALS_MATCH" in m]
+interesting = [re.sub(r"DispatchKeySet\([^)]*\), ", "", m) for m in interesting]  # internal detail
+print(f"{len(messages)} lines of guards; the two on the inputs:")
+print("\n".join(shorten(m, 140) for m in interesting))
+assert any("TENSOR_MATCH" in m for m in interesting) and any("== 2.0" in m for m in interesting)
+
+
+# %% [markdown]
+# The tensor guard (`TENSOR_MATCH`) checks dtype, device, `requires_grad`, size and stride; the
+# float is guarded by its value (`scale == 2.0`), because Dynamo baked `2.0` into the graph as a
+# constant. The numbers *inside* the tensor are never guarded.
+#
+# To count compiles we use a custom backend. A backend is just a function that receives each FX
+# graph and returns something to run; this one runs the graph as it is (like `backend="eager"`),
+# keeps it, and counts calls. Guards and recompiles are decided by Dynamo before the backend sees
+# anything, so a cheap backend shows them exactly as Inductor would meet them.
+
+# %%
+class CountingBackend:
+    # A torch.compile backend that keeps every graph it is given and counts calls into them.
+
+    def __init__(self):
+        self.graphs = []
+        self.calls = 0
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs):
+        self.graphs.append(gm)
+
+        def run(*args):
+            self.calls += 1
+            return gm.forward(*args)
+
+        return run
+
+    @property
+    def compiles(self) -> int:
+        return len(self.graphs)
+
+
+torch._dynamo.reset()
+torch._dynamo.utils.counters.clear()  # Dynamo's own global tallies; reset() leaves them alone
+counter = CountingBackend()
+compiled_sin = torch.compile(scaled_sin, backend=counter)
+STEPS = [  # (what changes, x, scale, total compiles expected after the call)
+    ("first call: float32, length 8, scale 2.0", torch.randn(8), 2.0, 1),
+    ("new values, nothing else", torch.randn(8), 2.0, 1),
+    ("length 16", torch.randn(16), 2.0, 2),
+    ("length 32", torch.randn(32), 2.0, 2),
+    ("float64", torch.randn(32, dtype=torch.float64), 2.0, 3),
+    ("requires_grad=True", torch.randn(32, requires_grad=True), 2.0, 4),
+    ("scale 3.0", torch.randn(32), 3.0, 5),
+    ("scale 4.0", torch.randn(32), 4.0, 5),
+]
+def failed_guard(message: str) -> str:
+    # '- 0/2: tensor 'x' dtype mismatch. expected ...' -> 'v3 dtype' (version 3 of the function)
+    entry, text = message.strip()[2:].split(": ", 1)
+    version = int(entry.split("/")[1]) + 1
+    for kind in ("size", "dtype", "requires_grad", "rank", "stride"):
+        if f"{kind} mismatch" in text:
+            return f"v{version} {kind}"
+    return f"v{version} {text.split('#')[0].strip()}"
+
+
+print(f"{'what changed':<42} {'compiles':>8}  guard that failed, per cached version tried")
+with torch_logs(recompiles=True) as messages:
+    for change, t, scale, expected in STEPS:
+        seen = len(messages)
+        torch.testing.assert_close(compiled_sin(t, scale), scaled_sin(t, scale), rtol=1e-6, atol=1e-6)
+        failed = [failed_guard(m) for m in messages[seen:] if re.match(r"\s*- \d+/\d+: ", m)]
+        print(f"{change:<42} {counter.compiles:>8}  {', '.join(failed) if failed else '(none: reused)'}")
+        assert counter.compiles == expected, (change, counter.compiles, expected)
+
+unique_graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+print(f"\nDynamo's own counter agrees: counters['stats']['unique_graphs'] = {unique_graphs}")
+assert unique_graphs == counter.compiles
+print("the signature of each compiled graph:")
+for i, gm in enumerate(counter.graphs, 1):
+    print(f"  {i}: {gm.code.strip().splitlines()[0]}")
+
+# %% [markdown]
+# Read the table from the top. On a call, Dynamo tries the versions it has compiled, newest first,
+# and the last column lists the guard each one failed (v1 is the first version):
+#
+# - New values never recompile: guards look at metadata, not data.
+# - The first new length recompiles, and the second graph's signature gains an integer input (a
+#   `SymInt`): Dynamo saw the size change and made that dimension symbolic. This is **automatic
+#   dynamic**: start with static shapes (the most specialised code), switch a dimension to dynamic after
+#   it changed once. So length 32 runs the dynamic graph without a compile.
+# - A new dtype or `requires_grad` always recompiles (so do a new device, rank or memory layout).
+# - A Python number is baked in as a constant at first, so a new value recompiles; after that
+#   second value it becomes an input of the graph (`L_scale_` in the signature), and the next new
+#   value is free.
+#
+# ### Dynamic shapes on purpose
+#
+# Whether a dimension may change can also be decided up front. `dynamic=True` compiles dynamic
+# shapes from the first call; `torch._dynamo.mark_dynamic(tensor, dim)` marks one dimension of one
+# input (typically the batch dimension) before the first call; `dynamic=False` turns automatic
+# dynamic off, so every new shape is a new compile:
+
+# %%
+LENGTHS = [8, 16, 32, 64]
+
+
+def compiles_over_lengths(mark_batch_dim=False, **compile_kwargs) -> int:
+    torch._dynamo.reset()
+    counter = CountingBackend()
+    fn = torch.compile(scaled_sin, backend=counter, **compile_kwargs)
+    for n in LENGTHS:
+        t = torch.randn(n)
+        if mark_batch_dim:
+            torch._dynamo.mark_dynamic(t, 0)
+        torch.testing.assert_close(fn(t, 2.0), scaled_sin(t, 2.0), rtol=1e-6, atol=1e-6)
+    return counter.compiles
+
+
+dynamic_table = {
+    "default (automatic dynamic)": compiles_over_lengths(),
+    "dynamic=True": compiles_over_lengths(dynamic=True),
+    "mark_dynamic(x, 0)": compiles_over_lengths(mark_batch_dim=True),
+    "dynamic=False": compiles_over_lengths(dynamic=False),
+}
+print(f"compiles for lengths {LENGTHS}:")
+for setting, compiles in dynamic_table.items():
+    print(f"  {setting:<28} {compiles}")
+assert list(dynamic_table.values()) == [2, 1, 1, len(LENGTHS)]
+
+torch._dynamo.reset()
+counter = CountingBackend()
+always_dynamic = torch.compile(scaled_sin, backend=counter, dynamic=True)
+for n in (1, 2, 3, 0):
+    t = torch.randn(n)
+    torch.testing.assert_close(always_dynamic(t, 2.0), scaled_sin(t, 2.0), rtol=1e-6, atol=1e-6)
+print(f"dynamic=True over lengths 1, 2, 3, 0: {counter.compiles} compiles (1 and 0 are special)")
+assert counter.compiles == 3
+
+torch._dynamo.reset()
+dynamic_sin = torch.compile(scaled_sin, dynamic=True)  # Inductor, one kernel for every length
+for n in LENGTHS:
+    t = torch.randn(n)
+    torch.testing.assert_close(dynamic_sin(t, 2.0), scaled_sin(t, 2.0), rtol=1e-5, atol=1e-5)
+print("Inductor with dynamic=True matches eager at every length (rtol=atol=1e-5)")
+
+# %% [markdown]
+# Even `dynamic=True` compiled three versions for lengths 1, 2, 3 and 0: sizes 0 and 1 are always
+# specialised, because broadcasting and empty tensors behave differently for them. Why not make
+# everything dynamic anyway? Code that must work for any length cannot treat the length as a
+# constant, which gives the compiler less to optimise with; that is why the default starts static
+# and only turns a dimension dynamic once it has changed. `mark_dynamic` is for when you know in
+# advance which dimension will vary (typically the batch).
+#
+# ### The recompile limit
+#
+# Each function keeps at most `torch._dynamo.config.recompile_limit` compiled versions. When a call
+# would need one more, Dynamo logs a warning and **runs that function in eager mode from then on**
+# for inputs that match none of the versions it has. Nothing fails, the code just gets slower.
+# `course_utils.compat.recompile_limit(n)` sets the limit temporarily on any supported torch; here
+# it is 3, with `dynamic=False` so that each new length recompiles:
+
+# %%
+default_limit = getattr(torch._dynamo.config, "recompile_limit", None) or torch._dynamo.config.cache_size_limit
+print(f"default recompile limit on this torch: {default_limit}")
+
+torch._dynamo.reset()
+counter = CountingBackend()
+static_sin = torch.compile(scaled_sin, backend=counter, dynamic=False)
+with compat.recompile_limit(3), torch_logs() as messages:  # no topics: only warnings are collected
+    for n in range(1, 7):
+        t = torch.randn(n)
+        torch.testing.assert_close(static_sin(t, 2.0), scaled_sin(t, 2.0), rtol=1e-6, atol=1e-6)
+print(f"6 lengths, {counter.compiles} compiles; the warning Dynamo logged:")
+print("\n".join("    " + shorten(m) for m in messages[:3]))
+assert counter.compiles == 3 and any("recompile_limit" in m for m in messages)
+print("lengths 4-6 ran in eager mode, and their results are still right")
+
+# %% [markdown]
+# Newer torch also takes the limit per function, `torch.compile(fn, recompile_limit=n)`; on
+# torch 2.11 that keyword does not exist, hence the guard:
+
+# %%
+if compat.has("compile_recompile_limit_kwarg"):
+    torch._dynamo.reset()
+    counter = CountingBackend()
+    limited = torch.compile(scaled_sin, backend=counter, dynamic=False, recompile_limit=2)
+    with torch_logs():  # collect (and so hide) the limit warning
+        for n in range(1, 6):
+            t = torch.randn(n)
+            torch.testing.assert_close(limited(t, 2.0), scaled_sin(t, 2.0), rtol=1e-6, atol=1e-6)
+    print(f"recompile_limit=2 on this one function: {counter.compiles} compiles for 5 lengths")
+    assert counter.compiles == 2
+else:
+    print(f"skipped: torch.compile(..., recompile_limit=) needs a newer torch than {torch.__version__}")
+
+# %% [markdown]
+# ### `torch.compiler.set_stance`: choose what happens on a recompile
+#
+# `torch.compiler.set_stance` (a function, a context manager or a decorator) changes how compiled
+# functions behave without touching them:
+#
+# - `"fail_on_recompile"` raises instead of recompiling. Wrap your steady-state loop (a serving loop,
+#   a training loop after the first steps) in it, and a surprise recompile becomes an error you see.
+# - `"eager_on_recompile"` runs in eager mode when a recompile would be needed, and keeps using the
+#   compiled versions it already has.
+# - `"force_eager"` ignores `torch.compile` entirely: the quickest way to ask "is the compiler the
+#   cause of this bug?" without editing code.
+
+# %%
+torch._dynamo.reset()
+counter = CountingBackend()
+served = torch.compile(scaled_sin, backend=counter)
+x32 = torch.randn(32)
+torch.testing.assert_close(served(x32, 2.0), scaled_sin(x32, 2.0))  # warm-up: the one compile we expect
+
+with torch.compiler.set_stance("fail_on_recompile"):
+    served(torch.randn(32), 2.0)  # same kind of input: fine
+    try:
+        served(x32.double(), 2.0)
+    except RuntimeError as err:
+        stance_error = err
+    else:
+        raise AssertionError("fail_on_recompile should have raised")
+print(f"fail_on_recompile raised {type(stance_error).__name__}:")
+print(textwrap.indent("\n".join(shorten(line) for line in str(stance_error).strip().splitlines()[:3]), "    "))
+assert "Detected recompile" in str(stance_error)
+
+calls_before = counter.calls
+with torch.compiler.set_stance("eager_on_recompile"):
+    torch.testing.assert_close(served(x32.double(), 2.0), scaled_sin(x32.double(), 2.0))
+    served(x32, 2.0)  # still has a compiled version for this input
+with torch.compiler.set_stance("force_eager"):
+    torch.testing.assert_close(served(x32, 2.0), scaled_sin(x32, 2.0))
+print(f"eager_on_recompile and force_eager: {counter.compiles} compile in total; "
+      f"compiled code ran {counter.calls - calls_before} time(s) in those 3 calls")
+assert counter.compiles == 1 and counter.calls - calls_before == 1
+
+
+# %% [markdown]
+# ## What graph breaks cost, measured
+#
+# Now the cost. `broken_block` is an activation block with three typical breaks: a forgotten debug
+# log line, a temperature pulled out of a tensor with `.item()`, and a Python `if` on tensor data.
+# `fixed_block` computes the same values with no break: the log line is gone, the temperature stays
+# a 0-d tensor, and the branch is a `torch.where` on a scalar.
+
+# %%
+def broken_block(x, temperature):
+    y = torch.sin(x) * torch.cos(x) + x
+    logger.debug("first stage done")       # break 1: a logging call
+    y = y * torch.sigmoid(y)
+    t = temperature.item()                  # break 2: a tensor value into Python
+    y = torch.tanh(y / t)
+    if temperature > 1:                     # break 3: a Python branch on tensor data
+        y = y * 0.5
+    else:
+        y = y * 2.0
+    return y + torch.sigmoid(x)
+
+
+def fixed_block(x, temperature):
+    y = torch.sin(x) * torch.cos(x) + x
+    y = y * torch.sigmoid(y)
+    y = torch.tanh(y / temperature)
+    y = y * torch.where(temperature > 1, 0.5, 2.0)
+    return y + torch.sigmoid(x)
+
+
+SIZE = config.pick(quick=256, full=2048)
+big = torch.randn(SIZE, SIZE)
+hot, cold = torch.tensor(1.5), torch.tensor(0.5)   # one temperature for each branch
+
+report_before, report_after = break_report(broken_block, big, hot), break_report(fixed_block, big, hot)
+graphs_before, breaks_before = report_before.graphs, report_before.breaks
+graphs_after, breaks_after = report_after.graphs, report_after.breaks
+print(f"broken_block: {breaks_before} graph breaks, {graphs_before} graphs")
+print(f"fixed_block : {breaks_after} graph breaks, {graphs_after} graph")
+assert (breaks_before, graphs_before, breaks_after, graphs_after) == (3, 4, 0, 1)
+bench.record("breaks.count.before", breaks_before, "breaks", function="broken_block")
+bench.record("breaks.count.after", breaks_after, "breaks", function="fixed_block");
+
+# %%
+torch._dynamo.reset()
+compiled_broken = torch.compile(broken_block)
+compiled_fixed = torch.compile(fixed_block)
+generated = {}  # label -> the Python/C++ source of each compiled graph (run_and_get_code, wrapped)
+
+
+def first_call_keeping_code(label, compiled):
+    generated[label] = generated_code(compiled, big, hot)[1]
+
+
+compile_broken_s = bench.first_call(first_call_keeping_code, "broken", compiled_broken)
+compile_fixed_s = bench.first_call(first_call_keeping_code, "fixed", compiled_fixed)
+loops = {label: sum(len(fused_kernels(src)) for src in sources)
+         for label, sources in generated.items()}
+print(f"first call (compile included): broken {compile_broken_s:.1f} s, fixed {compile_fixed_s:.1f} s")
+print(f"compiled graphs: broken {len(generated['broken'])}, fixed {len(generated['fixed'])}; "
+      f"fused C++ loops in them: broken {loops['broken']}, fixed {loops['fixed']}")
+assert len(generated["fixed"]) == 1 and loops["fixed"] == 1 and loops["broken"] > loops["fixed"]
+
+for temperature in (hot, cold):
+    expected = broken_block(big, temperature)
+    torch.testing.assert_close(compiled_broken(big, temperature), expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(compiled_fixed(big, temperature), expected, rtol=1e-5, atol=1e-5)
+print("both compiled versions match eager for both temperatures (rtol=atol=1e-5)")
+
+# %% [markdown]
+# Each graph was compiled on its own, so the broken version also pays more compile time (unless
+# Inductor's on-disk cache already holds its kernels from an earlier run). Now the steady state, at
+# two sizes: a large tensor, where the work is in the loops over memory, and a tiny one (8 numbers),
+# where the work is almost all per-call overhead. The first tiny call recompiles each piece for the
+# new shape (guards at work); the warm-up inside `bench.compare` absorbs that.
+
+# %%
+variants = {"eager": broken_block, "compiled, 3 breaks": compiled_broken, "compiled, fixed": compiled_fixed}
+large = bench.compare(variants, big, hot)
+tiny_x = torch.randn(8)
+tiny = bench.compare(variants, tiny_x, hot)
+torch.testing.assert_close(compiled_fixed(tiny_x, hot), broken_block(tiny_x, hot), rtol=1e-5, atol=1e-5)
+
+print(f"{SIZE}x{SIZE} tensor:\n{large}\n\n8 numbers:\n{tiny}")
+fig, axes = plt.subplots(1, 2, figsize=(11, 2.8))
+bench.bar_chart(large, title=f"{SIZE}x{SIZE} tensor", ax=axes[0])
+bench.bar_chart(tiny, title="8 numbers (overhead only)", ax=axes[1])
+fig.tight_layout();
+
+# %%
+speedup_large = large.ratio("compiled, 3 breaks", "compiled, fixed")
+speedup_tiny = tiny.ratio("compiled, 3 breaks", "compiled, fixed")
+# The headline is the per-call effect on small inputs: the breaks' fixed costs, large and robust.
+bench.record("breaks.speedup.fixed", speedup_tiny, "x", input="8 numbers", breaks_before=breaks_before,
+             large_tensor_ratio=round(speedup_large, 2), large_size=SIZE)
+for label, table in ((f"{SIZE}x{SIZE} tensor", large), ("8 numbers", tiny)):
+    print(f"{label:>16}: the fixed block is {table.describe('compiled, fixed', 'compiled, 3 breaks')}")
+
+# Why the large tensor goes either way: what the extra trips through memory can cost here, measured.
+copy_ms = bench.time_fn(torch.clone, big).median_ms  # one read and one write of the tensor
+broken_ms = large.row("compiled, 3 breaks").median_s * 1e3
+large_word = large.verdict("compiled, fixed", "compiled, 3 breaks")
+print(f"\nwhy, on the {SIZE}x{SIZE} tensor: copying it once takes {copy_ms:.2f} ms, so the three extra trips "
+      f"through memory the breaks add cost about {3 * copy_ms:.1f} ms of the broken version's {broken_ms:.1f} ms; "
+      "the rest is arithmetic (five transcendental functions per element), compiled separately in each version. "
+      + {"faster": "Here the saved trips showed.",
+         "no clear difference": "Here the saved trips were lost in the timing spread.",
+         "slower": "Here the one fused loop did that arithmetic more slowly than the four separate loops, so how "
+                   "each loop was compiled mattered more than the memory it saved."}[large_word])
+if not config.is_quick():
+    # Four graphs with Python and a .item() between them against one graph: on 8 numbers the
+    # per-call overhead dominates, a large and robust effect.
+    assert speedup_tiny > 1.5, "expected the fixed block to be much cheaper per call"
+
+
+# %% [markdown]
+# Where the time goes in the broken version, on every call:
+#
+# - **lost fusion**: `fixed_block` became one fused loop (counted above) that reads `x` once and
+#   writes the result once. `broken_block` runs four graphs, each with its own loop; each writes its
+#   output tensor to memory in full and the next one reads it back. On a large tensor that is three extra round trips through memory. How
+#   much they cost depends on how the element-wise maths (five transcendental functions here)
+#   compares with your memory bandwidth, which is why the large-tensor ratio varies between machines.
+# - **Python between the graphs**: leaving compiled code, running the logging call and the
+#   `.item()`, evaluating the `if` in Python, entering the next graph.
+# - **guards**: four graphs, four sets of guards to check.
+# - **`.item()` is a synchronisation point**: it needs the value now. On a CPU that is cheap; on a
+#   GPU the CPU has to wait until all queued GPU work is done (the guarded cell below).
+#
+# On 8 numbers there is nothing to fuse and the overheads are all that is left, so that is the
+# cleanest measure of what the breaks themselves cost per call (it is the headline result). On the
+# large tensor those fixed costs are small next to the arithmetic, and the lost fusion competes
+# with everything else the machine is doing: the verdict line says whether the difference stood
+# out from the timing spread on yours.
+#
+# The guarded cell repeats the measurement on a GPU, where each `.item()` drains the GPU's queue.
+
+# %%
+if requires_cuda("the same comparison on a GPU, where .item() makes the CPU wait for the GPU"):
+    big_gpu, hot_gpu = big.cuda(), hot.cuda()
+    gpu = bench.compare(variants, big_gpu, hot_gpu)
+    torch.testing.assert_close(compiled_fixed(big_gpu, hot_gpu), broken_block(big_gpu, hot_gpu),
+                               rtol=1e-4, atol=1e-5)
+    print(gpu)
+    print(f"on the GPU, removing the breaks: {gpu.ratio('compiled, 3 breaks', 'compiled, fixed'):.2f}x")
+
+# %% [markdown]
+# ## Check yourself
+#
+# **Exercise 1.** How many graph breaks does `torch.compile` hit in `mystery`? Read it, write your
+# guess, then check your reasoning with `break_report(mystery, x)` if you like.
+
+# %%
+from course_utils.exercises.nb02 import mystery, soft_clip, STEP_SOURCE, RECOMPILE_OPTIONS
+
+print(inspect.getsource(mystery))
+
+# %%
+my_count = None  # Your code here: the number of graph breaks, as an int
+
+exercises.check("02.count_breaks", my_count)
+
+# %% [markdown]
+# **Exercise 2.** `soft_clip` divides by the peak when it exceeds 1. Write `soft_clip_fixed`
+# that returns the same values and compiles with `fullgraph=True`; pass the plain function, the
+# checker compiles it.
+
+# %%
+print(inspect.getsource(soft_clip))
+
+
+def soft_clip_fixed(x: torch.Tensor) -> torch.Tensor:
+    # Your code here: the same values as soft_clip, without a graph break.
+    return soft_clip(x)
+
+
+exercises.check("02.fullgraph", soft_clip_fixed)
+
+# %% [markdown]
+# **Exercise 3.** `step` below is compiled and called once as `step(torch.randn(32, 10), 0.1)`.
+# Which of the second calls A-F would make it recompile? Each is considered on its own, right
+# after that first call. Answer with a set of letters. (The checker measures the answer on your
+# torch, and resets the compiler to do so: compiled functions above recompile on their next call.)
+
+# %%
+print(STEP_SOURCE)
+for letter, call in RECOMPILE_OPTIONS.items():
+    print(f"  {letter}. {call}")
+
+my_letters = set()  # Your code here, e.g. {"A", "C"}
+
+exercises.check("02.recompile", my_letters)
+
+# %% [markdown]
+# Stuck? `print(exercises.solution_source("02.fullgraph"))` shows a reference solution (the same
+# works for the other two); try on your own first.
+#
+# ## Summary
+#
+# - A graph break splits a compiled function into several graphs with Python in between. It costs
+#   fusion across the break, Python and guard checks on every call, and compile time.
+#   `torch._dynamo.explain` lists the breaks and their reasons (count them with `len(break_reasons)`;
+#   `graph_break_count` counts graphs). It resets Dynamo, so do not use it between compile and benchmark.
+# - What breaks on current torch: printing and logging, C functions Dynamo has no model of
+#   (`time.perf_counter`), libraries it cannot see into (SciPy), and anything that needs a tensor's
+#   value in Python (`if` on a tensor, `.item()`, `.tolist()`). NumPy calls, `try`/`except`,
+#   `getattr` and dict lookups no longer break.
+# - Fixes, best first: move the work out or express it in tensors (`torch.where`, `torch.cond`,
+#   0-d tensors instead of floats); `capture_scalar_outputs`; a custom operator for library code;
+#   `torch.compiler.disable` to keep Python on purpose (the break stays); `allow_in_graph` or
+#   `nonstrict_trace` with care (side effects happen at compile time). Confirm with `fullgraph=True`,
+#   which raises `torch._dynamo.exc.Unsupported` at the first call.
+# - `TORCH_LOGS="graph_breaks,recompiles,guards"` (or `torch._logging.set_logs(...)` in a notebook)
+#   shows breaks, recompiles and guards as they happen.
+# - Guards check each input's metadata (shape, dtype, strides, device, `requires_grad`) and the value
+#   of Python constants. A failed guard recompiles; a size or a number that changed once becomes
+#   dynamic (automatic dynamic). `dynamic=True` and `mark_dynamic` decide up front. After
+#   `recompile_limit` versions a function silently falls back to eager; `set_stance("fail_on_recompile")`
+#   turns surprise recompiles into errors.
+# - The headline results (`breaks.count.before`, `breaks.count.after`, and `breaks.speedup.fixed`, the
+#   per-call gain of the fixed block on a small input) feed the course's results report.
+#
+# **Next:** notebook 03 opens up the compile stack: the graphs Dynamo captures, what AOTAutograd does
+# with them, and the code Inductor writes.
+#
+# ## Further reading
+#
+# - [torch.compile troubleshooting](https://docs.pytorch.org/docs/stable/torch.compiler_troubleshooting.html) (official guide: graph breaks, recompiles, logs)
+# - [torch.compiler API reference](https://docs.pytorch.org/docs/stable/torch.compiler_api.html) (`disable`, `allow_in_graph`, `set_stance`, `nonstrict_trace`)
+# - [Dynamic shapes](https://docs.pytorch.org/docs/stable/torch.compiler_dynamic_shapes.html)
+# - [`torch.cond`](https://docs.pytorch.org/docs/stable/cond.html)
+# - [Custom operators landing page](https://docs.pytorch.org/tutorials/advanced/custom_ops_landing_page.html)
+# - [`torch._logging` and `TORCH_LOGS`](https://docs.pytorch.org/docs/stable/logging.html)
+# - [The graph break site](https://meta-pytorch.github.io/compile-graph-break-site/) (one page per break reason; the links in the error messages point there)

@@ -1,0 +1,1121 @@
+# %% [markdown]
+# # 08 · Quantization: from a hand-written int8 Linear to torchao and ONNX Runtime
+#
+# A trained network stores every weight as a 32-bit float, and at inference time most of the work
+# is moving those weights from memory to the arithmetic units. Store them in 8 bits instead and the
+# model is a quarter of the size: it downloads faster, fits in a phone's memory, and, with the
+# right kernels, runs faster too. The catch is in two words of that sentence: *right kernels*.
+# This notebook writes int8 quantization by hand to see exactly what it does, then uses the tools
+# PyTorch users reach for today (torchao and ONNX Runtime), and measures size, speed and quality
+# side by side on a real pretrained transformer and a small CNN, including the cases where int8
+# makes things *slower*.
+
+# %% [markdown]
+# ## What you will learn
+#
+# - how to measure a model's storage (serialized bytes) and what a bf16 or fp16 cast saves and costs;
+# - symmetric int8 quantization written by hand, per tensor and per output channel, and why the
+#   simple version (dequantize the whole weight on every call) saves bytes but not time;
+# - the status of PyTorch's old `torch.ao.quantization` (deprecated) and where its pieces moved;
+# - today's path: torchao's `quantize_` with int8 weight-only and dynamic-activation configurations,
+#   and how it combines with `torch.compile`;
+# - ONNX Runtime's dynamic and static quantization, and the per-channel switch that decides quality;
+# - the FP8 formats (`float8_e4m3fn`, `float8_e5m2`), their ranges, and a scaled FP8 matmul;
+# - one table per model (all-MiniLM-L6-v2 and a digits CNN): size, latency and quality of every variant.
+#
+# **Prerequisites:** notebook 00 (timing with `course_utils.bench`) and 01 (`torch.compile`);
+# notebook 07 (ONNX export) helps but is not required: this notebook exports what it needs.
+#
+# **Time on a laptop CPU:** <!-- stamp:time -->1.9 min the first time (every cache empty), 1.4 min after that (compile cache warm), 0.6 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-avx512-vnni, torch 2.14.1, 2026-11-30). A slower or busy laptop takes longer.<!-- /stamp:time --> Quick mode skips compiling the transformer.
+# **Your CPU decides the speed results.** Int8 pays only where the CPU has fast integer
+# dot-product instructions and the library uses them. The setup cell prints your CPU's class; every
+# speed result below is a verdict for *this* machine, with the reason it holds here.
+#
+# **GPU:** not needed. The scaled FP8 matrix multiply needs a CUDA GPU of compute capability 8.9
+# or newer (and torchao's float8 configurations too); that cell says it skipped otherwise.
+
+# %%
+import os
+
+# The profiler used once below logs Kineto messages (and, on a CPU-only machine, a harmless
+# "gpuGetDeviceCount failed") to stderr unless this is set before it first starts.
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+
+import copy
+import logging
+import warnings
+from collections import Counter
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm import tqdm
+
+from course_utils import bench, config, cpu, exercises, session, size
+from course_utils.data import digits_loaders, load_retrieval_set, ranking_agreement, similarity
+from course_utils.device import requires_cuda
+from course_utils.models import SmallResNet, load_minilm
+
+# torchao registers an Enum with torch's pytree at import time, and torch 2.14 logs a note that
+# this is no longer needed; it is noise for us, so silence that one logger.
+logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
+# Two more notes that are noise here: tqdm.auto (imported by transformers) asks for Jupyter widgets,
+# and compiling torchao's tensor subclasses notes that they do not support AOT autograd caching.
+warnings.filterwarnings("ignore", message="IProgress not found")
+warnings.filterwarnings("ignore", message=".*_stable_hash_for_caching")
+import onnx
+import onnxruntime as ort
+import torchao
+from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                      quantize_dynamic, quantize_static)
+from torchao.quantization import (Int8DynamicActivationInt8WeightConfig, Int8WeightOnlyConfig,
+                                  IntxWeightOnlyConfig, quantize_)
+from torchao.quantization.granularity import PerAxis
+
+print(session.start(seed=0))
+print(f"torchao {torchao.__version__}, onnxruntime {ort.__version__}")
+cpu_facts = cpu.info()
+print("CPU class:", cpu_facts.line())
+BUILD = config.build_dir() / "nb08"
+BUILD.mkdir(parents=True, exist_ok=True)
+
+# %% [markdown]
+# ## Why quantize, and how we measure size
+#
+# A float32 weight takes 4 bytes, a bfloat16 or float16 weight 2, an int8 weight 1. Fewer bytes
+# help in three places: on disk and over the network (the file you ship), in memory (how many
+# models fit), and in time, because a layer whose weights are bigger than the CPU caches is
+# limited by how fast memory delivers them, not by arithmetic.
+#
+# The measure of storage in this course is `course_utils.size.serialized_bytes`: the number of
+# bytes `torch.save` writes for a module's `state_dict`, which is what you would ship. Our first
+# subject is a plain MLP, 1024 → 4096 → 1024, the shape of a transformer's feed-forward block.
+
+# %%
+torch.manual_seed(0)
+mlp = nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024)).eval()
+x_mlp = torch.randn(16, 1024)  # a batch of 16 token vectors
+
+n_params = size.count_parameters(mlp)
+mlp_bytes = size.serialized_bytes(mlp)
+print(f"parameters: {n_params:,}   dtypes: {size.parameter_dtypes(mlp)}")
+print(f"serialized: {mlp_bytes / 1e6:.2f} MB   (4 bytes x parameters = {4 * n_params / 1e6:.2f} MB)")
+assert abs(mlp_bytes - 4 * n_params) < 0.01 * 4 * n_params  # the rest is names and metadata
+
+
+# %% [markdown]
+# ## Halving the bytes: bf16 and fp16
+#
+# The simplest reduction is a cast: `model.to(torch.bfloat16)` turns every floating-point parameter
+# and buffer into 16 bits. The two 16-bit formats spend their bits differently. **bfloat16** keeps
+# float32's 8 exponent bits (same range) and keeps only 7 mantissa bits; **float16** has 10
+# mantissa bits (finer steps) but 5 exponent bits, so it overflows above 65504. `torch.finfo` says
+# so:
+
+# %%
+def finfo_row(dtype: torch.dtype) -> str:
+    fi = torch.finfo(dtype)
+    return f"{str(dtype):<22} {fi.bits:>4} {fi.max:>12.4g} {fi.tiny:>12.4g} {fi.eps:>10.3g}"
+
+
+print(f"{'dtype':<22} {'bits':>4} {'max':>12} {'smallest normal':>15} {'eps':>8}")
+for dt in (torch.float32, torch.bfloat16, torch.float16):
+    print(finfo_row(dt))
+
+# %% [markdown]
+# Now the real model of this notebook: **all-MiniLM-L6-v2**, a 6-layer BERT-style sentence
+# encoder (22.7 million parameters) that maps a sentence to a 384-number embedding. Quality is
+# measured on the course's retrieval set (questions and passages): the mean cosine similarity
+# between a variant's embeddings and the fp32 ones, and `ranking_agreement`, the fraction of
+# questions whose top-3 passages come out in the same order as with fp32.
+
+# %%
+mini = load_minilm()
+retrieval = load_retrieval_set()
+texts = retrieval.queries + retrieval.passages
+n_queries = len(retrieval.queries)
+
+with torch.inference_mode():
+    emb_fp32 = mini.encode(texts)
+sims_fp32 = similarity(emb_fp32[:n_queries], emb_fp32[n_queries:])
+
+
+def embedding_quality(model) -> tuple[float, float]:
+    """Return (mean cosine to fp32, top-3 ranking agreement) for a variant taking (ids, mask)."""
+    with torch.inference_mode():
+        emb = mini.encode(texts, model=model)
+    cosine = (emb * emb_fp32).sum(dim=-1).mean().item()
+    agree = ranking_agreement(sims_fp32, similarity(emb[:n_queries], emb[n_queries:]), k=3)
+    return cosine, agree
+
+
+fp32_bytes = size.serialized_bytes(mini.model)
+print(f"MiniLM: {size.count_parameters(mini.model):,} parameters, {fp32_bytes / 1e6:.1f} MB serialized, "
+      f"{len(texts)} texts to embed")
+half_cos = {}
+for dtype in (torch.bfloat16, torch.float16):
+    half = copy.deepcopy(mini.model).to(dtype)
+    cos, agree = embedding_quality(half)
+    ratio = size.serialized_bytes(half) / fp32_bytes
+    print(f"{str(dtype):<15} size {ratio:.2f}x fp32, "
+          f"mean cosine to fp32 {cos:.5f}, top-3 rankings unchanged for {agree:.0%} of queries")
+    assert cos > 0.99 and 0.49 < ratio < 0.51  # half the bytes, a tiny loss
+    half_cos[dtype] = cos
+assert half_cos[torch.float16] > half_cos[torch.bfloat16]  # float16's finer mantissa
+
+
+# %% [markdown]
+# Half the bytes for a tiny loss of accuracy: float16's finer mantissa gives the closer
+# embeddings here, since nothing in this model comes near its overflow limit. On a CPU, though, a
+# cast is a storage trick more than a speed trick: whether bf16 arithmetic is fast depends on the
+# CPU (recent x86 chips have bf16 dot-product instructions, older ones emulate them). The final
+# table measures it.
+#
+# ## Int8 by hand
+#
+# Integers need a *scale*. Symmetric int8 quantization maps a float weight `w` to
+# `q = round(w / scale)`, clamped to [-127, 127], with `scale = max|w| / 127`, so the largest
+# weight lands exactly on ±127 and zero stays zero. To use the weight we *dequantize*:
+# `w ≈ q * scale`. Each weight is then off by at most half a step, `scale / 2`.
+#
+# The question is what `max|w|` is taken over. **Per tensor**: one scale for the whole matrix, so
+# one large weight anywhere makes the steps coarse for every row. **Per output channel**: one scale
+# per row of the `(out_features, in_features)` weight, so each output neuron gets steps sized to
+# its own weights. It costs one extra float per row, nothing at all next to the row itself.
+#
+# The code below is written for clarity, not speed. `Int8Linear` stores int8 weights and their
+# scales as buffers, and, like most first attempts, dequantizes the whole weight on every
+# forward call.
+
+# %%
+def quantize_int8(w: torch.Tensor, per_channel: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return (q, scale): symmetric int8 values and the float scale(s) with q * scale ≈ w."""
+    if per_channel:
+        amax = w.abs().amax(dim=1, keepdim=True)  # one value per output row, shape (out, 1)
+    else:
+        amax = w.abs().amax()                      # one value for the whole tensor
+    scale = amax.clamp(min=1e-12) / 127
+    q = torch.round(w / scale).clamp(-127, 127).to(torch.int8)
+    return q, scale
+
+
+class Int8Linear(nn.Module):
+    """A Linear layer whose weight is stored as int8 plus scale(s); it computes in float."""
+
+    def __init__(self, linear: nn.Linear, per_channel: bool = True) -> None:
+        super().__init__()
+        q, scale = quantize_int8(linear.weight.detach(), per_channel)
+        self.register_buffer("weight_int8", q)
+        self.register_buffer("weight_scale", scale)
+        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone())
+
+    def dequantized_weight(self) -> torch.Tensor:
+        return self.weight_int8.float() * self.weight_scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Rebuilds a full float32 weight on EVERY call, then does an ordinary float matmul.
+        w = self.dequantized_weight().to(x.dtype)
+        return F.linear(x, w, None if self.bias is None else self.bias.to(x.dtype))
+
+
+def swap_linears(model: nn.Module, per_channel: bool = True) -> nn.Module:
+    """Replace every nn.Linear inside ``model`` (in place) by an Int8Linear; return the model."""
+    for name, child in model.named_children():
+        if isinstance(child, nn.Linear):
+            setattr(model, name, Int8Linear(child, per_channel))
+        else:
+            swap_linears(child, per_channel)
+    return model
+
+
+mlp_int8 = swap_linears(copy.deepcopy(mlp))
+print(mlp_int8)
+print(f"dtypes now: {size.parameter_dtypes(mlp_int8)}")
+print(f"serialized: {size.serialized_bytes(mlp_int8) / 1e6:.2f} MB, "
+      f"{size.serialized_bytes(mlp_int8) / mlp_bytes:.3f}x the fp32 MLP")
+with torch.inference_mode():
+    torch.testing.assert_close(mlp_int8(x_mlp), mlp(x_mlp), rtol=0.05, atol=0.01)
+print("int8 MLP output matches fp32 within rtol=0.05, atol=0.01")
+
+# %% [markdown]
+# ### Error per layer, per tensor against per channel
+#
+# How much does each MiniLM weight matrix lose? The relative error `‖W − dequant(W)‖ / ‖W‖` of
+# every Linear layer, both ways:
+
+# %%
+linears = {name: m for name, m in mini.model.named_modules() if isinstance(m, nn.Linear)}
+rel_err = {"per tensor": [], "per channel": []}
+for name, lin in linears.items():
+    w = lin.weight.detach()
+    for label, per_channel in (("per tensor", False), ("per channel", True)):
+        q, scale = quantize_int8(w, per_channel)
+        rel_err[label].append(((q.float() * scale - w).norm() / w.norm()).item())
+
+worst = max(range(len(linears)), key=lambda i: rel_err["per tensor"][i])
+worst_name = list(linears)[worst]
+max_rel_err = max(rel_err["per channel"])
+print(f"{len(linears)} Linear layers")
+for label, errs in rel_err.items():
+    print(f"{label:>12}: mean relative error {sum(errs) / len(errs):.4f}, worst {max(errs):.4f}")
+print(f"worst layer per tensor: {worst_name}")
+assert all(c <= t + 1e-6 for c, t in zip(rel_err["per channel"], rel_err["per tensor"]))
+assert max_rel_err < 0.05
+bench.record("quant.handwritten.max_rel_err", max_rel_err, "ratio", scheme="int8 symmetric per channel",
+             model="all-MiniLM-L6-v2", layers=len(linears))
+
+# %%
+w = linears[worst_name].weight.detach()
+fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
+axes[0].plot(rel_err["per tensor"], "o-", label="per tensor")
+axes[0].plot(rel_err["per channel"], "o-", label="per channel")
+axes[0].set(xlabel="Linear layer (in model order)", ylabel="relative error", title="int8 error per layer")
+axes[0].legend()
+axes[1].hist(w.flatten().numpy(), bins=200, log=True, color="tab:gray")
+axes[1].set(xlabel="weight value", ylabel="count (log)", title=f"weights of {worst_name.split('encoder.')[-1]}")
+for label, per_channel in (("per tensor", False), ("per channel", True)):
+    q, scale = quantize_int8(w, per_channel)
+    axes[2].hist((q.float() * scale - w).flatten().numpy(), bins=200, histtype="step", log=True, label=label)
+axes[2].set(xlabel="dequantized - original", ylabel="count (log)", title="error distribution, same layer")
+axes[2].legend()
+fig.tight_layout();
+
+# %% [markdown]
+# The weight histogram has long tails: a few large weights set `max|w|`. Per tensor, those
+# outliers make the step coarse for every row; per channel, only their own rows pay. The error
+# histograms show it: per tensor, the errors spread evenly over a band as wide as that coarse step;
+# per channel, they stay in a narrow spike around zero.
+#
+# ### What the hand-written version costs at run time
+#
+# `Int8Linear` saves bytes on disk, but each call rebuilds a float32 copy of the weight (read 1
+# byte, write 4 bytes per weight) and then runs the same float matmul as before. Timing one
+# 1024 → 4096 layer at batch 16:
+
+# %%
+layer = mlp[0]
+layer_int8 = Int8Linear(layer)
+with torch.inference_mode():
+    t_layer = bench.compare({
+        "fp32 nn.Linear": layer,
+        "Int8Linear (dequantize + float matmul)": layer_int8,
+        "dequantize alone": lambda x: layer_int8.dequantized_weight(),
+    }, x_mlp)
+print(t_layer)
+layer_word = t_layer.verdict("Int8Linear (dequantize + float matmul)", "fp32 nn.Linear")
+print(f"\nthe hand-written int8 layer is {t_layer.describe('Int8Linear (dequantize + float matmul)', 'fp32 nn.Linear')}: "
+      + {"slower": "it saves storage, not time", "no clear difference": "it saves storage, and no time",
+         "faster": "it saves storage and, on this machine, even time"}[layer_word])
+
+# %% [markdown]
+# A real int8 kernel never builds that float32 copy. It reads the int8 weights directly (a
+# quarter of the memory traffic), and, when the activations are quantized too, multiplies int8 by
+# int8 into 32-bit integer accumulators. Then it applies one float rescale per output element:
+# `y[i, j] ≈ acc[i, j] · scale_x[i] · scale_w[j]`. Exercise 2 asks you to write exactly that.
+#
+# How fast that integer product runs depends on the CPU more than anything else in this course:
+#
+# - **x86 with AVX-512 VNNI, AVX-VNNI or AMX** (recent server chips, many recent laptops): one
+#   `VPDPBUSD` instruction multiplies groups of four 8-bit pairs and adds them straight into 32-bit
+#   sums; AMX does whole tiles at once.
+# - **x86 with AVX2 only** (most laptops and cloud machines a few years old): there is no 8-bit dot
+#   product. Libraries multiply unsigned 8-bit by signed 8-bit values with `VPMADDUBSW`, which adds
+#   neighbouring pairs into a *16-bit* lane (and can saturate there, see the CNN section), then
+#   widen; some libraries have no vectorised int8 kernel at all on such a CPU.
+# - **ARM** (Apple silicon, Graviton): `SDOT`/`UDOT` where the core has the dot-product extension.
+#
+# So before any model, measure the bare int8 matrix product against the float one, with the same
+# shape as the MLP's first layer:
+#
+
+# %%
+a_q = torch.randint(-64, 65, (16, 1024), dtype=torch.int8)
+b_q = torch.randint(-64, 65, (1024, 4096), dtype=torch.int8)
+a_f, b_f = a_q.float(), b_q.float()
+# Exact: every partial sum is an integer far below 2**24, so float32 holds it without rounding.
+torch.testing.assert_close(torch._int_mm(a_q, b_q).float(), a_f @ b_f, rtol=0, atol=0)
+
+gemm_table = bench.compare({"fp32 mm": lambda: a_f @ b_f, "int8 torch._int_mm": lambda: torch._int_mm(a_q, b_q)})
+print(gemm_table)
+route = cpu.onednn_report()  # a fresh process with ONEDNN_VERBOSE=1: which library ran the int8 product?
+print(f"\ntorch._int_mm ran through: {route['int_mm']}; oneDNN's instruction set: {route['isa']}")
+int8_gemm = gemm_table.verdict("int8 torch._int_mm", "fp32 mm")
+bench.record("quant.int8_gemm.speedup", gemm_table.speedup("int8 torch._int_mm"), "x", route=route["int_mm"],
+             shape="16x1024 @ 1024x4096", cpu=cpu_facts.line())
+print(f"on this CPU ({cpu_facts.cpu_class}) the int8 product is "
+      f"{gemm_table.describe('int8 torch._int_mm', 'fp32 mm')}")
+onednn_dot = any(word in route["isa"] for word in ("DL Boost", "VNNI", "AMX"))
+if route["int_mm"] != "oneDNN":
+    why = ("torch has no vectorised int8 GEMM for this CPU: without AVX-512 VNNI it runs its own "
+           "plain loop, one multiply-add at a time")
+elif onednn_dot:
+    why = "oneDNN runs it with 8-bit dot-product instructions (VNNI or AMX), several multiply-adds per instruction"
+else:
+    why = ("oneDNN has no 8-bit dot-product instruction here: it pairs products into 16-bit sums "
+           "and widens them, more instructions per multiply-add than a float FMA needs")
+print("why:", why)
+if cpu_facts.profile and route["int_mm"] == "oneDNN" and onednn_dot and not cpu_facts.int8_dot:
+    print(f"(CPU profile {cpu_facts.profile}: torch picks this route from the real CPU, which has VNNI; on a real "
+          "AVX2-only CPU it would be torch's own loop. `make test-haswell` emulates one to show that.)")
+
+
+# %% [markdown]
+# ## PyTorch's eager dynamic quantization: deprecated, still running
+#
+# Many older tutorials call `torch.quantization.quantize_dynamic`, the eager-mode API of
+# `torch.ao.quantization`. It swaps each `nn.Linear` for a `DynamicQuantizedLinear` that stores
+# int8 weights (per tensor by default) and quantizes activations on the fly, using the int8
+# kernels of the backend named by `torch.backends.quantized.engine`. Here is what the installed
+# torch says when you call it:
+
+# %%
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    mlp_ao = torch.ao.quantization.quantize_dynamic(copy.deepcopy(mlp), {nn.Linear}, dtype=torch.qint8)
+
+seen = set()
+for w_ in caught:
+    first_line = str(w_.message).strip().splitlines()[0]
+    if first_line not in seen:
+        seen.add(first_line)
+        print(f"{w_.category.__name__}: {first_line}")
+deprecations = [w_ for w_ in caught if issubclass(w_.category, DeprecationWarning)]
+assert deprecations and "torchao" in str(deprecations[0].message), "expected a deprecation pointing at torchao"
+print()
+print(mlp_ao[0])
+print(f"quantized engine: {torch.backends.quantized.engine}")
+print(f"serialized: {size.serialized_bytes(mlp_ao) / mlp_bytes:.3f}x the fp32 MLP")
+with torch.inference_mode():
+    torch.testing.assert_close(mlp_ao(x_mlp), mlp(x_mlp), rtol=0.05, atol=0.02)
+print("it still runs, and matches fp32 within rtol=0.05, atol=0.02")
+
+# %% [markdown]
+# The warning names a removal release, yet the API is still here in the torch you are running:
+# read such dates as intent, not as a schedule, and migrate anyway. (A second warning may follow:
+# the quantized tensor dtypes such as `torch.qint8` are slated for removal too.) The same message
+# says where each piece went: eager quantization to torchao's `quantize_`, and the graph-mode
+# flows (FX, and PT2E, the `torch.export`-based flow for static quantization) to
+# `torchao.quantization.pt2e`. PT2E is already gone from torch itself:
+
+# %%
+try:
+    import torch.ao.quantization.quantize_pt2e  # noqa: F401
+    print("torch.ao.quantization.quantize_pt2e still ships with this torch")
+except ModuleNotFoundError as err:
+    print(f"in torch {torch.__version__}: {err}")
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e  # noqa: E402,F401
+
+print("torchao provides:", prepare_pt2e.__module__ + ".prepare_pt2e / convert_pt2e")
+
+# %% [markdown]
+# ## Today's path: torchao `quantize_`
+#
+# torchao is PyTorch's quantization library. Its entry point is `quantize_(model, config)`: it walks
+# the model and, for each `nn.Linear` (or whatever `filter_fn` selects), replaces the weight
+# *in place* by a tensor subclass that holds int8 data and scales and knows how to run
+# `F.linear`. The module stays an ordinary `nn.Linear`; only its weight changed type. Two
+# configurations run on a CPU:
+#
+# - `Int8WeightOnlyConfig()`: int8 weights per output channel, activations stay float. It saves
+#   memory; whether it saves time depends on a fast weight-only kernel for your hardware.
+# - `Int8DynamicActivationInt8WeightConfig()`: weights as above, and each activation row is
+#   quantized at run time, so the matmul itself runs in int8.
+
+# %%
+mlp_wo = copy.deepcopy(mlp)
+quantize_(mlp_wo, Int8WeightOnlyConfig())
+mlp_dyn = copy.deepcopy(mlp)
+quantize_(mlp_dyn, Int8DynamicActivationInt8WeightConfig())
+
+weight = mlp_dyn[0].weight
+print(f"module type: {type(mlp_dyn[0]).__name__}; weight type: {type(weight).__name__}")
+print(f"inside: qdata {weight.qdata.dtype} {tuple(weight.qdata.shape)}, scale {tuple(weight.scale.shape)}")
+for name, model in (("weight-only", mlp_wo), ("dynamic act + weight", mlp_dyn)):
+    with torch.inference_mode():
+        torch.testing.assert_close(model(x_mlp), mlp(x_mlp), rtol=0.05, atol=0.02)
+    # (measure sizes outside inference_mode: saving these subclass weights inside it fails)
+    print(f"{name:>20}: {size.serialized_bytes(model) / mlp_bytes:.3f}x the fp32 size, "
+          "output matches fp32 within rtol=0.05, atol=0.02")
+
+# %% [markdown]
+# Does `size.serialized_bytes` measure these subclass weights correctly? It calls `torch.save`
+# on the state dict, which stores the subclass with its int8 payload and scales. Check it against
+# the bytes the payload must take, and check the file loads back with `weights_only=True` (torchao
+# registers its tensor classes as safe to load):
+
+# %%
+import io
+
+payload = sum(m.weight.qdata.numel() + 4 * m.weight.scale.numel() + 4 * m.bias.numel()
+              for m in mlp_dyn if isinstance(m, nn.Linear))
+measured = size.serialized_bytes(mlp_dyn)
+print(f"int8 payload + float scales + biases: {payload / 1e6:.3f} MB; torch.save wrote {measured / 1e6:.3f} MB")
+assert payload <= measured < payload * 1.01
+
+buf = io.BytesIO()
+torch.save(mlp_dyn.state_dict(), buf)
+buf.seek(0)
+restored = torch.load(buf, weights_only=True)
+print(f"reloaded with weights_only=True: {type(restored['0.weight']).__name__}")
+
+# %% [markdown]
+# ### Speed, and how it combines with `torch.compile`
+#
+# torchao's tensor subclasses work in eager mode, but they are designed for `torch.compile`:
+# Inductor sees the quantize, int8 matmul and rescale as one graph and fuses the pieces around the
+# matmul. The fair comparison therefore includes compiled fp32 too. Compiling each variant costs
+# seconds once (`bench.compare` warms up first, so it is not timed).
+
+# %%
+torch._dynamo.reset()
+mlp_variants = {
+    "fp32 eager": mlp,
+    "fp32 compiled": torch.compile(copy.deepcopy(mlp)),
+    "torch.ao dynamic int8 (deprecated)": mlp_ao,
+    "torchao int8 weight-only, eager": mlp_wo,
+    "torchao int8 dyn-act, eager": mlp_dyn,
+    "torchao int8 dyn-act, compiled": torch.compile(copy.deepcopy(mlp_dyn)),
+}
+if not config.is_quick():
+    mlp_variants["torchao int8 weight-only, compiled"] = torch.compile(copy.deepcopy(mlp_wo))
+
+with torch.inference_mode():
+    for name, fn in tqdm(list(mlp_variants.items()), desc="warm-up and compile"):
+        torch.testing.assert_close(fn(x_mlp), mlp(x_mlp), rtol=0.05, atol=0.02)
+    mlp_table = bench.compare(mlp_variants, x_mlp)
+print(mlp_table)
+bench.bar_chart(mlp_table, title="MLP 1024-4096-1024, batch 16, CPU");
+
+# %%
+for name in ("torch.ao dynamic int8 (deprecated)", "torchao int8 dyn-act, compiled",
+             "torchao int8 dyn-act, eager", "torchao int8 weight-only, eager"):
+    print(f"{name:<36} {mlp_table.describe(name, 'fp32 eager')}")
+print(f"{'torchao int8 dyn-act, compiled':<36} {mlp_table.describe('torchao int8 dyn-act, compiled', 'fp32 compiled')}")
+
+# Why: which library call does the work in each int8 variant? Count it with the profiler.
+def top_ops(fn, n=3):
+    with torch.inference_mode(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn(x_mlp)
+    events = [e for e in prof.key_averages() if not e.key.startswith(("Torch-Compiled", "## ", "CompiledFunction"))]
+    return [e.key for e in sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:n]]
+
+ao_ops = top_ops(mlp_variants["torch.ao dynamic int8 (deprecated)"])
+tao_ops = top_ops(mlp_variants["torchao int8 dyn-act, compiled"])
+print(f"\ntorch.ao's heaviest calls:            {ao_ops}")
+print(f"compiled torchao dyn-act's heaviest: {tao_ops}")
+assert any("linear_dynamic" in k for k in ao_ops), "torch.ao runs FBGEMM's fused dynamic int8 Linear"
+assert any("_int_mm" in k for k in tao_ops), "torchao's dynamic int8 Linear runs torch._int_mm"
+print(f"\nso torchao's speed here follows the bare int8 GEMM measured earlier: {int8_gemm} than fp32 on this CPU")
+
+
+# %% [markdown]
+# The profile explains the table. torch.ao's deprecated layers call FBGEMM's
+# `quantized::linear_dynamic`, one fused call that quantizes the activation and runs FBGEMM's own
+# int8 kernels, which exist for AVX2 and for AVX-512 (with VNNI where present). torchao's dynamic
+# layers quantize each activation row and then call `torch._int_mm`: they are exactly as fast as
+# the bare int8 product measured before, plus the quantize and rescale steps that `torch.compile`
+# fuses. Uncompiled, those steps run one small operator at a time.
+#
+# Weight-only quantization keeps the arithmetic in float: the kernel must convert int8 weights
+# before multiplying, and at batch 16 a CPU matmul is not purely limited by memory, so the
+# conversion competes with what the smaller reads save. The verdicts above say how that came out
+# here.
+#
+# Two more facts hide in those layers. FBGEMM calls its kernel with `reduce_range=True`: the
+# activations are quantized to 7 bits, not 8, to keep the 16-bit pair sums of AVX2 from
+# saturating. That is one reason torch.ao's quality is lower in the final table. And the other
+# torchao configurations do not run on this CPU at all; the library says why:
+#
+
+# %%
+from torchao.quantization import Float8DynamicActivationFloat8WeightConfig, Int4WeightOnlyConfig
+
+for config_cls in (Float8DynamicActivationFloat8WeightConfig, Int4WeightOnlyConfig):
+    probe = nn.Sequential(nn.Linear(256, 256))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            quantize_(probe, config_cls())
+            probe(torch.randn(4, 256))
+        print(f"{config_cls.__name__}: ran here")
+    except Exception as err:  # what the library reports on this machine
+        print(f"{config_cls.__name__}: {type(err).__name__}: {str(err).splitlines()[0]}")
+
+
+# %% [markdown]
+# ## ONNX Runtime quantization
+#
+# ONNX Runtime has its own quantization tools, which rewrite an ONNX file. **Dynamic** quantization
+# (`onnxruntime.quantization.quantize_dynamic`) stores the weights of `MatMul` (and embedding
+# `Gather`) nodes as int8 and inserts `DynamicQuantizeLinear` nodes that quantize activations at
+# run time, feeding `MatMulInteger`. First export MiniLM to ONNX with the `torch.export`-based
+# exporter (`dynamo=True`), with batch and sequence length dynamic:
+
+# %%
+def ort_session(path) -> ort.InferenceSession:
+    """Return a CPU session using as many threads as torch does (a fair comparison)."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = torch.get_num_threads()
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+class OrtEncoder:
+    """Call an ONNX MiniLM like the torch module: (ids, mask) tensors in, a tensor out."""
+
+    def __init__(self, path) -> None:
+        self.session = ort_session(path)
+
+    def __call__(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        feeds = {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
+        return torch.from_numpy(self.session.run(None, feeds)[0])
+
+
+ids_small, mask_small = mini.tokenize(texts[:2])
+batch, seq = torch.export.Dim("batch", max=64), torch.export.Dim("seq", max=256)
+minilm_onnx = BUILD / "minilm_fp32.onnx"
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # exporter notes about transformers internals
+    torch.onnx.export(mini.model, (ids_small, mask_small), str(minilm_onnx), dynamo=True,
+                      external_data=False, verbose=False,
+                      input_names=["input_ids", "attention_mask"], output_names=["sentence_embedding"],
+                      dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}))
+ort_fp32 = OrtEncoder(minilm_onnx)
+with torch.inference_mode():
+    torch.testing.assert_close(ort_fp32(ids_small, mask_small), mini.model(ids_small, mask_small),
+                               rtol=1e-4, atol=1e-5)
+print(f"{minilm_onnx.name}: {size.serialized_bytes(minilm_onnx) / 1e6:.1f} MB, matches torch within 1e-4")
+
+
+# %%
+class quiet_logging:
+    """Silence logging inside a with-block (ONNX Runtime's quantizer logs a generic tip each call)."""
+
+    def __enter__(self):
+        logging.disable(logging.WARNING)
+
+    def __exit__(self, *exc):
+        logging.disable(logging.NOTSET)
+
+
+def ort_quantize_dynamic(src, name: str, per_channel: bool):
+    dst = BUILD / name
+    with quiet_logging():
+        quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=per_channel)
+    return dst
+
+
+minilm_int8_tensor = ort_quantize_dynamic(minilm_onnx, "minilm_int8_per_tensor.onnx", per_channel=False)
+minilm_int8_channel = ort_quantize_dynamic(minilm_onnx, "minilm_int8_per_channel.onnx", per_channel=True)
+
+ops = Counter(node.op_type for node in onnx.load(str(minilm_int8_channel)).graph.node)
+print("quantized graph:", {op: ops[op] for op in ("MatMulInteger", "DynamicQuantizeLinear", "MatMul", "Gather")})
+ort_quality = {}
+for label, path in (("per tensor (the default)", minilm_int8_tensor), ("per channel", minilm_int8_channel)):
+    cos, agree = embedding_quality(OrtEncoder(path))
+    ort_quality[label] = cos
+    print(f"ORT dynamic int8, {label:<24}: {size.serialized_bytes(path) / size.serialized_bytes(minilm_onnx):.3f}x "
+          f"the fp32 file, mean cosine {cos:.4f}, top-3 agreement {agree:.0%}")
+assert ort_quality["per channel"] > ort_quality["per tensor (the default)"]
+
+# %% [markdown]
+# The default, `per_channel=False`, gives one scale per weight matrix, and on this model that
+# costs visible quality; `per_channel=True` is the switch to remember. The remaining gap to torchao
+# (see the final table) comes from the activations: ONNX Runtime's `DynamicQuantizeLinear` uses one
+# scale for a whole activation tensor (asymmetric uint8), while torchao's dynamic configuration
+# uses one scale per row, that is per token.
+#
+# The int8 file is about a quarter of the fp32 one because the quantizer also stored the token
+# embedding table (the `Gather`) in int8. In MiniLM that table is about half of all parameters:
+
+# %%
+emb_params = sum(m.weight.numel() for m in mini.model.modules() if isinstance(m, nn.Embedding))
+lin_params = sum(m.weight.numel() for m in linears.values())
+total = size.count_parameters(mini.model)
+print(f"embeddings: {emb_params / total:.0%} of parameters; Linear weights: {lin_params / total:.0%}")
+print("so quantizing only the Linear layers can at best bring the model to about "
+      f"{(total - lin_params * 0.75) / total:.2f}x its fp32 size")
+
+# %% [markdown]
+# That is why the torchao variants in the final table also quantize the embeddings, with
+# `IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0))` (one scale per token's
+# row) applied only to `nn.Embedding` through `quantize_`'s `filter_fn`.
+#
+# ## FP8: 8-bit floats
+#
+# Newer GPUs (compute capability 8.9 and up: Ada, Hopper, Blackwell) multiply 8-bit *floats*.
+# PyTorch has the two standard formats as dtypes: **e4m3fn** (4 exponent bits, 3 mantissa bits,
+# no infinities) for weights and activations, and **e5m2** (the range of float16, fewer steps)
+# mostly for gradients. Their ranges are tiny next to float32:
+
+# %%
+print(f"{'dtype':<22} {'bits':>4} {'max':>12} {'smallest normal':>15} {'eps':>8}")
+for dt in (torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16):
+    print(finfo_row(dt))
+
+x = torch.randn(100_000)
+for dt in (torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16):
+    rel = ((x.to(dt).float() - x).abs() / x.abs()).median().item()
+    print(f"cast of N(0, 1) samples to {str(dt):<20} median relative error {rel:.4f}")
+big = torch.tensor([300.0, 448.0, 500.0, 1000.0])
+print(f"casting {big.tolist()} to e4m3fn gives {big.to(torch.float8_e4m3fn).float().tolist()}")
+
+
+# %% [markdown]
+# With only 3 mantissa bits, e4m3fn rounds to within a few percent, and values beyond its maximum
+# come back as the maximum itself: the cast saturates, and what they were is lost. So FP8 is always *scaled*:
+# divide the tensor by `amax / 448` first so it fills the format's range, and keep that float
+# scale next to the FP8 data, just as int8 keeps its scale. `torch._scaled_mm` multiplies two FP8
+# matrices and applies both scales in one kernel (a private API, the one torchao's float8 layers
+# call). This torch build also runs it on the CPU, which is handy to check the arithmetic:
+
+# %%
+def to_fp8(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return (t scaled into float8_e4m3fn, the float32 scale with t ≈ fp8.float() * scale)."""
+    scale = t.abs().amax().float().clamp(min=1e-12) / torch.finfo(torch.float8_e4m3fn).max
+    return (t / scale).to(torch.float8_e4m3fn), scale
+
+
+a, b = torch.randn(64, 128) * 30, torch.randn(32, 128) * 0.01  # b like a (out, in) weight
+a8, sa = to_fp8(a)
+b8, sb = to_fp8(b)
+reference = a @ b.T
+try:
+    # _scaled_mm wants the first operand row-major and the second column-major: b8.t() is.
+    out = torch._scaled_mm(a8, b8.t(), scale_a=sa, scale_b=sb, out_dtype=torch.float32)
+    err = ((out - reference).norm() / reference.norm()).item()
+    print(f"FP8 scaled matmul on the CPU: relative error {err:.4f} against fp32")
+    assert err < 0.1
+except RuntimeError as e:  # older torch releases implement _scaled_mm on CUDA only
+    print(f"torch._scaled_mm is not available on the CPU in torch {torch.__version__}: {str(e).splitlines()[0]}")
+
+# %%
+if requires_cuda("FP8 torch._scaled_mm against a bf16 matmul, compute capability >= 8.9"):
+    cc = torch.cuda.get_device_capability()
+    if cc < (8, 9):
+        print(f"skipped: this GPU is sm_{cc[0]}{cc[1]}; FP8 matmul needs compute capability 8.9 or newer")
+    else:
+        n = config.pick(2048, 8192)
+        a_gpu = torch.randn(n, n, device="cuda")
+        w_gpu = torch.randn(n, n, device="cuda") * 0.02
+        a8_gpu, sa_gpu = to_fp8(a_gpu)
+        w8_gpu, sw_gpu = to_fp8(w_gpu)
+        a_bf16, w_bf16 = a_gpu.bfloat16(), w_gpu.bfloat16()
+
+        def bf16_mm():
+            return a_bf16 @ w_bf16.T
+
+        def fp8_mm():
+            return torch._scaled_mm(a8_gpu, w8_gpu.t(), scale_a=sa_gpu, scale_b=sw_gpu, out_dtype=torch.bfloat16)
+
+        ref_gpu = a_gpu @ w_gpu.T
+        fp8_err = ((fp8_mm().float() - ref_gpu).norm() / ref_gpu.norm()).item()
+        print(f"FP8 relative error vs fp32: {fp8_err:.4f}")
+        assert fp8_err < 0.1
+        gpu_table = bench.compare({"bf16 matmul": bf16_mm, "fp8 _scaled_mm": fp8_mm})
+        print(gpu_table)
+
+# %% [markdown]
+# ## A CNN: the digits classifier
+#
+# Transformers are mostly Linear layers; convolutional networks are mostly convolutions, which
+# torchao's int8 configurations do not cover (they target Linear layers). For a CNN on a CPU the
+# usual tool is ONNX Runtime, and the choice that matters is **dynamic** against **static**
+# quantization. Static quantization runs calibration data through the model once to fix the
+# activation scales in advance, so no scale is computed at run time and the quantize and
+# dequantize steps can be fused into the integer convolutions.
+#
+# First a small residual CNN (`course_utils.models.SmallResNet`) trained briefly on the 8×8 digits:
+
+# %%
+torch.manual_seed(0)
+train_loader, test_loader = digits_loaders(batch_size=64)
+cnn = SmallResNet(width=32)
+optimizer = torch.optim.AdamW(cnn.parameters(), lr=3e-3)
+epochs = config.pick(quick=2, full=6)
+for epoch in tqdm(range(epochs), desc="training"):
+    cnn.train()
+    for images, labels in train_loader:
+        optimizer.zero_grad()
+        F.cross_entropy(cnn(images), labels).backward()
+        optimizer.step()
+cnn.eval()
+
+x_test = torch.cat([images for images, _ in test_loader])
+y_test = torch.cat([labels for _, labels in test_loader])
+x_calib = torch.cat([images for images, _ in train_loader])[:512]  # calibration: training images only
+
+
+def accuracy(fn) -> float:
+    with torch.inference_mode():
+        return (fn(x_test).argmax(dim=1) == y_test).float().mean().item() * 100
+
+
+acc_fp32 = accuracy(cnn)
+print(f"fp32 test accuracy after {epochs} epochs: {acc_fp32:.2f}%  ({len(y_test)} test images)")
+assert acc_fp32 > 90
+
+# %%
+digits_onnx = BUILD / "digits_fp32.onnx"
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    torch.onnx.export(cnn, (x_test[:8],), str(digits_onnx), dynamo=True, external_data=False,
+                      verbose=False, input_names=["image"], output_names=["logits"],
+                      dynamic_shapes=({0: torch.export.Dim("batch", max=4096)},))
+
+
+class CalibrationImages(CalibrationDataReader):
+    """Feeds calibration batches to ONNX Runtime's static quantizer."""
+
+    def __init__(self, images: torch.Tensor, batch_size: int = 64) -> None:
+        self.batches = iter(images.split(batch_size))
+
+    def get_next(self):
+        batch = next(self.batches, None)
+        return None if batch is None else {"image": batch.numpy()}
+
+
+digits_dyn = ort_quantize_dynamic(digits_onnx, "digits_int8_dynamic.onnx", per_channel=True)
+
+
+def ort_quantize_static(name: str, reduce_range: bool):
+    """Static QDQ int8: uint8 activations, int8 per-channel weights (7-bit ones with reduce_range)."""
+    dst = BUILD / name
+    with quiet_logging():
+        quantize_static(str(digits_onnx), str(dst), CalibrationImages(x_calib),
+                        quant_format=QuantFormat.QDQ, per_channel=True, reduce_range=reduce_range,
+                        weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8)
+    return dst
+
+
+digits_static = ort_quantize_static("digits_int8_static_qdq.onnx", reduce_range=True)
+digits_static_full = ort_quantize_static("digits_int8_static_qdq_fullrange.onnx", reduce_range=False)
+for path in (digits_dyn, digits_static):
+    ops = Counter(node.op_type for node in onnx.load(str(path)).graph.node)
+    print(f"{path.name}: {dict(ops.most_common(5))}")
+
+
+class OrtClassifier:
+    """Call an ONNX image classifier like a torch module."""
+
+    def __init__(self, path) -> None:
+        self.session = ort_session(path)
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(self.session.run(None, {"image": images.numpy()})[0])
+
+
+# %% [markdown]
+# Two static variants are built above, and the difference between them is one switch. ONNX
+# Runtime's fast int8 convolutions take **unsigned** 8-bit activations and **signed** 8-bit weights
+# (U8S8). On an x86 CPU without VNNI, the instruction that multiplies them, `VPMADDUBSW`, adds each
+# pair of neighbouring products into a signed 16-bit lane, which tops out at 32767, and a pair of
+# full-range values does not fit. `reduce_range=True` stores the weights in 7 bits, so every pair
+# does fit. CPUs with VNNI (and ARM's dot products) add into 32 bits and never saturate. The
+# arithmetic, checked:
+#
+
+# %%
+int16_max = torch.iinfo(torch.int16).max
+pair_full = 2 * 255 * 128    # two products of a uint8 activation and a full-range int8 weight
+pair_reduced = 2 * 255 * 64  # the same with reduce_range's 7-bit weights, in [-64, 63]
+print(f"largest pair sum: {pair_full} with 8-bit weights, {pair_reduced} with 7-bit ones; int16 holds {int16_max}")
+assert pair_reduced <= int16_max < pair_full
+# ONNX Runtime reads the CPU itself (a CPU profile does not change its choice).
+ort_kernels = cpu.onnxruntime_kernels()
+saturates_here = "can saturate" in ort_kernels
+print(f"ONNX Runtime on this CPU uses {ort_kernels}: "
+      + ("full-range U8S8 pairs CAN saturate here" if saturates_here
+         else "full-range weights cannot saturate here"))
+
+
+# %%
+digits_variants = {
+    "fp32 torch eager": (cnn, size.serialized_bytes(cnn)),
+    "fp32 ONNX Runtime": (OrtClassifier(digits_onnx), size.serialized_bytes(digits_onnx)),
+    "int8 ORT dynamic": (OrtClassifier(digits_dyn), size.serialized_bytes(digits_dyn)),
+    "int8 ORT static QDQ": (OrtClassifier(digits_static), size.serialized_bytes(digits_static)),
+    "int8 static, 8-bit weights": (OrtClassifier(digits_static_full), size.serialized_bytes(digits_static_full)),
+}
+x_batch = x_test[:256]
+with torch.inference_mode():
+    digits_table = bench.compare({name: fn for name, (fn, _) in digits_variants.items()}, x_batch)
+
+print(f"{'variant':<26} {'size KB':>8} {'latency ms':>11} {'vs torch':>9} {'accuracy':>9}")
+digits_acc = {}
+for name, (fn, nbytes) in digits_variants.items():
+    digits_acc[name] = accuracy(fn)
+    row = digits_table.row(name)
+    print(f"{name:<26} {nbytes / 1e3:>8.1f} {row.median_s * 1e3:>11.3f} {row.speedup:>8.2f}x {digits_acc[name]:>8.2f}%")
+
+acc_drop = acc_fp32 - digits_acc["int8 ORT static QDQ"]
+full_drop = acc_fp32 - digits_acc["int8 static, 8-bit weights"]
+print(f"\nstatic int8 (reduce_range) accuracy drop: {acc_drop:.2f} percentage points; "
+      f"with full-range 8-bit weights: {full_drop:.2f}")
+if saturates_here:
+    print("  on this CPU the full-range variant's pair sums can saturate; any extra loss above comes from that")
+else:
+    print("  on this CPU nothing saturates, so the two differ only by the 7-bit weights' coarser steps")
+print(f"ORT static int8 (reduce_range): {digits_table.describe('int8 ORT static QDQ', 'fp32 ONNX Runtime')}")
+print(f"ORT dynamic int8:               {digits_table.describe('int8 ORT dynamic', 'fp32 ONNX Runtime')}")
+fp32_onnx_kb = size.serialized_bytes(digits_onnx)
+print(f"int8 files: {size.serialized_bytes(digits_dyn) / fp32_onnx_kb:.2f}x (dynamic) and "
+      f"{size.serialized_bytes(digits_static) / fp32_onnx_kb:.2f}x (static) the fp32 ONNX file")
+weight_share = 4 * size.count_parameters(cnn) / fp32_onnx_kb
+print(f"the weights are {weight_share:.0%} of the fp32 file, so storing every one of them in 8 bits could at best "
+      f"bring it to {1 - 0.75 * weight_share:.2f}x; scales, zero points and extra nodes come on top")
+assert size.serialized_bytes(digits_static) / fp32_onnx_kb > 1 - 0.75 * weight_share > 0.25  # above the bound
+assert acc_drop <= 1.0
+bench.record("quant.digits.int8.acc_drop", acc_drop, "pp", variant="onnxruntime static QDQ per-channel int8, reduce_range",
+             fp32_acc=acc_fp32, epochs=epochs)
+bench.bar_chart(digits_table, title="digits CNN, batch 256, CPU");
+
+
+# %% [markdown]
+# Read the size lines first: the int8 files stay above a quarter of the fp32 file (asserted). This CNN
+# has so few weights that the scales, zero points and extra graph nodes the quantizer adds are a
+# large share of the file. Quantization only shrinks the weights, so the file shrinks only as far as
+# the weights' share of it allows: the last line above prints that bound for this model.
+#
+# On speed, look at what each variant does per call. Dynamic quantization makes ONNX Runtime
+# compute an activation scale before every convolution and run a generic integer convolution
+# between float operations. Static QDQ quantization fixes the scales ahead of time, and ONNX
+# Runtime fuses each `DequantizeLinear → Conv → QuantizeLinear` pattern into one integer
+# convolution that keeps activations in 8 bits from layer to layer. The verdict lines above say
+# what that was worth on this CPU; on 8×8 images there is little arithmetic to save, larger image
+# networks have far more.
+#
+# On accuracy: the course uses `reduce_range=True` because it is safe on every x86 CPU. If you
+# quantize with full 8-bit weights, check the accuracy on the oldest CPU you deploy to: the loss
+# appears only on CPUs without VNNI, so it passes on a new development machine and fails in
+# production. (The course's test suite runs this model on an emulated AVX2-only CPU to check it.)
+#
+# ## The transformer, every variant side by side
+#
+# Now all-MiniLM-L6-v2, with every variant of this notebook. Size is the serialized state dict
+# (torch variants) or the ONNX file (ONNX Runtime variants), each compared with fp32 in the same
+# format; latency is a batch of 16 sentences; quality is measured on the whole retrieval set.
+# Quick mode leaves out the compiled variants (compiling MiniLM takes a while).
+
+# %%
+def torchao_minilm(linear_config) -> nn.Module:
+    """Return a copy of MiniLM with Linear layers quantized by ``linear_config`` and int8 embeddings."""
+    model = copy.deepcopy(mini.model)
+    quantize_(model, linear_config)  # the default filter picks nn.Linear layers
+    quantize_(model, IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0)),
+              filter_fn=lambda module, fqn: isinstance(module, nn.Embedding))
+    return model
+
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # the torch.ao deprecation, already shown above
+    minilm_ao = torch.ao.quantization.quantize_dynamic(copy.deepcopy(mini.model), {nn.Linear}, dtype=torch.qint8)
+
+fp32_onnx_bytes = size.serialized_bytes(minilm_onnx)
+minilm_variants = {  # name: (callable taking (ids, mask), serialized bytes, fp32 bytes of that format)
+    "fp32 eager": (mini.model, fp32_bytes, fp32_bytes),
+    "bf16 eager": (copy.deepcopy(mini.model).to(torch.bfloat16), None, fp32_bytes),
+    "hand-written int8 Linear": (swap_linears(copy.deepcopy(mini.model)), None, fp32_bytes),
+    "torch.ao dynamic int8 (deprecated)": (minilm_ao, None, fp32_bytes),
+    "torchao int8 weight-only": (torchao_minilm(Int8WeightOnlyConfig()), None, fp32_bytes),
+    "torchao int8 dyn-act": (torchao_minilm(Int8DynamicActivationInt8WeightConfig()), None, fp32_bytes),
+    "ORT fp32": (ort_fp32, fp32_onnx_bytes, fp32_onnx_bytes),
+    "ORT int8 dynamic per-channel": (OrtEncoder(minilm_int8_channel), size.serialized_bytes(minilm_int8_channel),
+                                     fp32_onnx_bytes),
+}
+if not config.is_quick():
+    torch._dynamo.reset()
+    minilm_variants["fp32 compiled"] = (torch.compile(mini.model), fp32_bytes, fp32_bytes)
+    dyn_model = minilm_variants["torchao int8 dyn-act"][0]
+    minilm_variants["torchao int8 dyn-act, compiled"] = (torch.compile(dyn_model), size.serialized_bytes(dyn_model),
+                                                         fp32_bytes)
+
+rows = {}
+for name, (fn, nbytes, ref_bytes) in tqdm(minilm_variants.items(), desc="quality"):
+    if nbytes is None:
+        nbytes = size.serialized_bytes(fn)
+    cos, agree = embedding_quality(fn)  # also warms up (and compiles) each variant
+    rows[name] = {"size_mb": nbytes / 1e6, "size_ratio": nbytes / ref_bytes, "cosine": cos, "agree": agree}
+
+ids16, mask16 = mini.tokenize(retrieval.passages[:16])
+with torch.inference_mode():  # every variant was warmed up (and compiled) by the quality pass
+    minilm_table = bench.compare({name: v[0] for name, v in minilm_variants.items()}, ids16, mask16, warmup=1)
+for name, row in rows.items():
+    row["latency_ms"] = minilm_table.row(name).median_s * 1e3
+    row["latency_ratio"] = 1 / minilm_table.speedup(name)
+print(f"batch of 16 sentences, {ids16.shape[1]} tokens each after padding")
+
+# %%
+print(f"{'variant':<34} {'size MB':>8} {'vs fp32':>8} {'latency ms':>11} {'vs fp32 eager':>14} "
+      f"{'cosine':>8} {'top-3 agree':>12}")
+for name, r in rows.items():
+    print(f"{name:<34} {r['size_mb']:>8.1f} {r['size_ratio']:>7.2f}x {r['latency_ms']:>11.1f} "
+          f"{r['latency_ratio']:>13.2f}x {r['cosine']:>8.4f} {r['agree']:>11.0%}")
+
+fig, axes = plt.subplots(1, 2, figsize=(12, 0.9 + 0.42 * len(rows)), sharey=True)
+names = list(rows)
+axes[0].barh(names, [rows[n]["size_mb"] for n in names], color="tab:green")
+axes[0].set(xlabel="serialized size (MB)", title="size")
+axes[1].barh(names, [rows[n]["latency_ms"] for n in names], color="tab:blue")
+axes[1].set(xlabel="median latency, batch 16 (ms)", title="latency")
+axes[0].invert_yaxis()
+fig.tight_layout();
+
+# %%
+int8_rows = {n: r for n, r in rows.items() if "int8" in n}
+smallest = min(int8_rows, key=lambda n: int8_rows[n]["size_ratio"])
+# A fast variant only counts if it keeps the quality: the fastest among those with cosine >= 0.99.
+good = [n for n, r in int8_rows.items() if r["cosine"] >= 0.99]
+fastest = min(good, key=lambda n: int8_rows[n]["latency_ratio"])
+s = int8_rows[smallest]
+print(f"smallest int8 variant: {smallest}: {s['size_ratio']:.3f}x the fp32 size, mean cosine {s['cosine']:.4f}, "
+      f"top-3 agreement {s['agree']:.0%}")
+print(f"fastest int8 variant with mean cosine >= 0.99: {fastest}: "
+      f"{int8_rows[fastest]['latency_ratio']:.2f}x the fp32 eager latency")
+print("int8 variants below that quality bar: " + (", ".join(n for n in int8_rows if n not in good) or "none"))
+for word, heading in (("faster", "FASTER than"), ("no clear difference", "not clearly different from"),
+                      ("slower", "SLOWER than")):
+    names = [n for n in int8_rows if minilm_table.verdict(n, "fp32 eager") == word]
+    print(f"int8 variants {heading} fp32 eager on this CPU: " + (", ".join(names) or "none"))
+lowest = min(rows, key=lambda n: rows[n]["cosine"])
+print(f"lowest quality: {lowest} (mean cosine {rows[lowest]['cosine']:.4f}, "
+      f"top-3 agreement {rows[lowest]['agree']:.0%})")
+same = abs(rows["hand-written int8 Linear"]["cosine"] - rows["torchao int8 weight-only"]["cosine"])
+print(f"hand-written per-channel int8 and torchao weight-only differ in mean cosine by {same:.1e} "
+      "(the same scheme on the Linear weights)")
+
+assert s["size_ratio"] <= 0.30, "the int8 model should be at most 30% of fp32"
+assert s["cosine"] >= 0.99, "int8 embeddings should stay within cosine 0.99 of fp32"
+bench.record("quant.minilm.int8.size_ratio", s["size_ratio"], "x", variant=smallest)
+bench.record("quant.minilm.int8.cosine", s["cosine"], "cosine", variant=smallest, top3_agreement=s["agree"])
+bench.record("quant.minilm.int8.latency_ratio", int8_rows[fastest]["latency_ratio"], "x", variant=fastest,
+             baseline="fp32 eager", batch=16, tokens=ids16.shape[1], selection="fastest with cosine >= 0.99")
+print(f"on this CPU ({cpu_facts.cpu_class}) the fastest good int8 variant is "
+      f"{minilm_table.describe(fastest, 'fp32 eager')}")
+
+
+# %% [markdown]
+# How to read this table:
+#
+# - **Size.** Only variants that quantize the embedding table as well as the Linear layers get
+#   near a quarter of fp32; the Linear-only ones (hand-written, `torch.ao`) stop well above.
+# - **Quality.** The ranking agreement is the stricter test: swapping two near-tied passages in
+#   the top 3 counts as a disagreement even when the cosine barely moves. The variants with
+#   per-channel weight scales stay closest to fp32; `torch.ao`'s dynamic quantization uses one
+#   scale per weight tensor (and per activation tensor) and shows what that costs on this model.
+# - **Speed.** Storing int8 is not enough. A variant can only win with integer matmul kernels
+#   that are fast on *this* CPU *and* little work around them. ONNX Runtime's `MatMulInteger`
+#   kernels (MLAS) have their own AVX2, AVX-512, VNNI and ARM versions. torchao's dynamic layers
+#   are as fast as `torch._int_mm` is here (measured near the top), once `torch.compile` has fused
+#   the quantize and rescale steps. The hand-written layer and weight-only quantization dequantize
+#   on every call; uncompiled torchao subclasses add per-call Python dispatch around each of this
+#   model's many small matmuls. The verdict lines above sort the int8 variants into faster, no
+#   clear difference and slower on your machine, judged against the timing spread.
+#
+# | CPU class (`cpu.info()`) | torch.ao dynamic (FBGEMM) | torchao dyn-act (`torch._int_mm`) | ONNX Runtime int8 (MLAS) |
+# |---|---|---|---|
+# | x86 with AMX or AVX-512 VNNI | VNNI kernels | oneDNN's VNNI or AMX kernels | VNNI kernels |
+# | x86 with AVX-VNNI, no AVX-512 | AVX2 kernels | torch's own plain loop | AVX-VNNI kernels |
+# | x86 with AVX2 only | AVX2 kernels, 7-bit activations | torch's own plain loop | AVX2 kernels (U8S8 pairs can saturate) |
+# | ARM (`arm64`) | QNNPACK engine instead of FBGEMM | depends on the build: measure | dot-product kernels where the core has them |
+#
+# Which of these your machine gets is the first thing to check before choosing an int8 path; the
+# setup cell printed your class, and `python -m course_utils cpu --probe` asks oneDNN directly.
+#
+# ## Pitfalls and their fixes
+#
+# - **Per-tensor scales on weights with outliers.** One large weight coarsens every row. Use per
+#   output channel (the default in torchao's int8 configurations; `per_channel=True` in ONNX
+#   Runtime, whose default is per tensor).
+# - **Counting only the Linear layers.** In small transformers the token embedding table is a
+#   large share of the bytes; quantize it too (torchao `IntxWeightOnlyConfig` with a `filter_fn`
+#   for `nn.Embedding`, or ONNX Runtime's `Gather` quantization).
+# - **Expecting speed from storage.** Dequantize-then-float-matmul (what many first attempts write, and
+#   weight-only quantization without a dedicated kernel) saves bytes, not time. Measure.
+# - **Dynamic quantization on a CNN.** Per-call activation scales for every convolution cost more
+#   than they save; calibrate and quantize statically (QDQ) instead.
+# - **Tiny models.** Scales, zero points and extra nodes can make a quantized file *bigger*.
+# - **Deprecated APIs.** `torch.quantization` / `torch.ao.quantization` still run but warn; new
+#   code uses torchao (`quantize_`, and `torchao.quantization.pt2e` for export-based static flows).
+# - **Keep numerically sensitive parts in float.** LayerNorm, softmax and the final pooling and
+#   normalisation stay in float32 in every variant here; all the tools above quantize only the
+#   weight-heavy layers.
+#
+# ## Check yourself
+#
+# **Exercise 1.** Write `quantize_per_channel(w)` for a Linear weight `w` of shape
+# `(out_features, in_features)`: return `(q, scale)` where `scale` has shape `(out_features, 1)`,
+# one value per output channel equal to that row's `max|w| / 127`, and `q` is the int8 tensor
+# `round(w / scale)` clamped to [-127, 127].
+
+# %%
+def quantize_per_channel(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    # Your code here: return (q, scale).
+    return None
+
+
+exercises.check("08.per_channel", quantize_per_channel)
+
+
+# %% [markdown]
+# **Exercise 2.** Write the arithmetic of a real int8 kernel,
+# `int8_linear(x, w_q, w_scale)`: `w_q` is an int8 weight `(out, in)` with per-row scales
+# `w_scale` `(out, 1)`. Quantize `x` `(batch, in)` on the fly with one symmetric scale per row
+# (`max|row| / 127`), multiply the int8 values with int32 accumulation (`.to(torch.int32)` then
+# `@`), and rescale the result by the row scale of `x` times the channel scale of `w`.
+
+# %%
+def int8_linear(x: torch.Tensor, w_q: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
+    # Your code here.
+    return None
+
+
+exercises.check("08.int8_linear", int8_linear)
+
+# %% [markdown]
+# Stuck? `print(exercises.solution_source("08.int8_linear"))` shows a reference solution; try
+# first. Once it passes, the cell below checks your kernel against torchao's dynamic int8 layer on
+# the MLP's first layer.
+
+# %%
+if exercises.check("08.int8_linear", int8_linear):
+    q_w, s_w = quantize_int8(mlp[0].weight.detach(), per_channel=True)
+    with torch.inference_mode():
+        mine = int8_linear(x_mlp, q_w, s_w) + mlp[0].bias
+        theirs = mlp_dyn[0](x_mlp)
+    diff = ((mine - theirs).norm() / theirs.norm()).item()
+    print(f"your int8 layer vs torchao's: relative difference {diff:.2e}")
+else:
+    print("solve Exercise 2 to compare your kernel with torchao's")
+
+# %% [markdown]
+# ## Summary
+#
+# - Storage is measured as serialized bytes; a bf16 or fp16 cast halves it with almost no loss.
+# - Symmetric int8 stores `round(w / scale)`; one scale per output channel keeps the error small
+#   where per-tensor scales suffer from outliers.
+# - Storing int8 is not the same as computing in int8: dequantizing on every call, as the
+#   hand-written layer does, saves bytes and costs time. Speed comes from integer kernels
+#   (int8 × int8 → int32), which need the activations quantized too.
+# - Whether an int8 path is fast depends on the CPU class: integer dot-product instructions
+#   (AVX-512 VNNI, AVX-VNNI, AMX, ARM dot products) and whether the library has kernels for them.
+#   Measure the bare int8 product first; the verdicts above are for your CPU only.
+# - `torch.ao.quantization` is deprecated but still runs (FBGEMM, with 7-bit activations);
+#   torchao's `quantize_` is the maintained PyTorch API. Its int8 dynamic configuration plus
+#   `torch.compile` rides on `torch._int_mm`, so it pays where that product is fast. Float8
+#   configurations need a recent GPU, int4 an extra package.
+# - ONNX Runtime: dynamic quantization suits transformers (turn on `per_channel`); CNNs want static
+#   QDQ quantization with calibration data, and `reduce_range=True` for U8S8 models that must run
+#   on x86 CPUs without VNNI, where 16-bit pair sums can saturate.
+# - FP8 formats have tiny ranges, so FP8 data always travels with a scale; scaled FP8 matmuls need
+#   compute capability 8.9 or newer.
+# - The headline results (`quant.minilm.int8.*`, `quant.digits.int8.acc_drop`,
+#   `quant.handwritten.max_rel_err`) feed the course's results report.
+#
+# ## Further reading
+#
+# - [torchao documentation](https://docs.pytorch.org/ao/stable/) (quantization overview, `quantize_`, configurations)
+# - [torchao PT2E quantization tutorials](https://docs.pytorch.org/ao/stable/tutorials_source/pt2e_quant_ptq.html)
+# - [`torch.ao.quantization` (deprecated) reference](https://docs.pytorch.org/docs/stable/quantization.html)
+# - [ONNX Runtime quantization guide](https://onnxruntime.ai/docs/performance/model-optimizations/quantization.html)
+# - [`torch.finfo`](https://docs.pytorch.org/docs/stable/type_info.html) and the [FP8 formats paper](https://arxiv.org/abs/2209.05433)

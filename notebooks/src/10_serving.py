@@ -1,0 +1,1107 @@
+# %% [markdown]
+# # 10 · Serving: from a Gradio demo to a batched, streaming model server
+#
+# A trained model is only useful once something can call it. The quickest way to share one is a
+# demo page; the way to serve many people at once is an HTTP server that keeps the model busy.
+# Between the two lies most of what makes serving hard: many clients at once, a Python event loop
+# that must never block, a model that runs far more efficiently on a batch than on one request,
+# and users who want to see the first words before the last are written. This notebook walks that
+# path one step at a time, measuring what each step fixes, then puts the course's own server
+# (`course_utils.serving`) under load and compares it with LitServe on the same model.
+
+# %% [markdown]
+# ## What you will learn
+#
+# - to put a model behind a Gradio page, then behind a FastAPI endpoint, and what each lacks;
+# - why an `async` endpoint that runs the model itself stalls the whole server, and the fix;
+# - request batching: a queue, a model worker thread, a maximum batch size and a maximum wait;
+# - token streaming with server-sent events, and why time to first token is its own metric;
+# - *iteration-level* (continuous) batching with a key-value cache, measured against static
+#   batching and against no batching at 1, 8 and 32 concurrent clients;
+# - how close the server comes to the bare model, where the rest of the time goes (the worker's
+#   phases, its threads' CPU time, the GIL) and what running the engine in a process of its own buys;
+# - an OpenAI-compatible API on the same server, so any client that speaks it (here the official
+#   `openai` package) can use the model;
+# - what `torch.compile` does inside a server, how our server compares with LitServe, and where
+#   the production engines (vLLM, Ray Serve, Triton, TorchServe) stand.
+#
+# **Prerequisites:** notebook 01 (`torch.compile`); HTTP requests and JSON at user level. The
+# model is the course's character-level `TinyGPT` (trained on Python's documentation, shipped in
+# `data/tiny_gpt.pt`).
+#
+# **Time on a laptop CPU:** <!-- stamp:time -->1.6 min the first time (every cache empty), 1.7 min after that (compile cache warm), 0.7 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-avx512-vnni, torch 2.14.1, 2026-11-30). A slower or busy laptop takes longer.<!-- /stamp:time --> Quick mode sends fewer requests and skips the compiled server.
+# **GPU:** not needed; every server here runs on the CPU. One guarded cell notes what changes on a GPU.
+
+# %%
+import asyncio
+import contextlib
+import json
+import os
+import queue
+import threading
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import matplotlib.pyplot as plt
+import torch
+import uvicorn
+from fastapi import FastAPI
+from fastapi.responses import StreamingResponse
+from fastapi.testclient import TestClient
+from pydantic import BaseModel, Field
+from tqdm import tqdm
+
+from course_utils import bench, config, exercises, session
+from course_utils.device import requires_cuda
+from course_utils.models import load_tiny_gpt
+from course_utils.models.gpt import generate_cached, greedy_steps, pad_prompts
+from course_utils.serving.extras.bare import bare_decode_tokens_per_s
+from course_utils.serving.server.loadgen import run_load
+from course_utils.serving.server.process import serve_in_subprocess
+from course_utils.serving.server.settings import default_threads
+
+print(session.start(seed=0))
+
+# %% [markdown]
+# ## The model we serve
+#
+# `load_tiny_gpt()` checks the checkpoint's sha256 and loads it with `torch.load(...,
+# weights_only=True)`, which reads tensors and plain containers only and never runs code stored in
+# the file. `generate_cached` continues a batch of prompts greedily with the model's key-value
+# cache: the prompt is run once (*prefill*), then each step feeds one new token per sequence and
+# attends to the keys and values stored for the earlier ones.
+#
+# One setting matters before anything is timed: the number of threads torch uses. A decoding step
+# of this model is a handful of small matrix products; on a small, busy machine, several OpenMP
+# threads per step spend more time synchronising than computing, and they compete with the
+# server's own threads. The course's server uses `default_threads()` (one thread on a machine with
+# few cores), and so does this notebook.
+
+# %%
+model, tok = load_tiny_gpt()
+torch.set_num_threads(default_threads())
+n_params = sum(p.numel() for p in model.parameters())
+print(f"TinyGPT: {n_params / 1e6:.2f} M parameters, {model.config.n_layer} layers, "
+      f"context {model.config.block_size} characters, vocabulary {tok.vocab_size}; "
+      f"torch threads: {torch.get_num_threads()}")
+
+
+def complete(prompt: str, max_new_tokens: int = 32) -> str:
+    """Return the greedy continuation of one prompt (the text after it)."""
+    ids = torch.tensor([tok.encode(prompt)])
+    return tok.decode(generate_cached(model, ids, max_new_tokens)[0])
+
+
+PROMPTS = ["The ", "A class ", "def ", "import ", "If the ", "for x in ", "The object ", "print("]
+print(repr("The Python " + complete("The Python ", 48)))
+
+# The cached decoding is exact: the same tokens as re-running the whole sequence every step.
+ids = torch.tensor([tok.encode("The Python ")])
+uncached = model.generate(ids, 48, temperature=0.0)[0, ids.shape[1]:].tolist()
+assert generate_cached(model, ids, 48)[0] == uncached
+one = bench.time_fn(complete, "The Python ", 32, min_run_time=config.pick(0.3, 1.0))
+print(f"one request of 32 tokens: {one.median_ms:.1f} ms, "
+      f"i.e. {32 / one.median_s:,.0f} tokens/s for a single user")
+
+# %% [markdown]
+# ## Step 1 · A Gradio prototype
+#
+# Gradio turns a Python function into a web page: give it the function, an input and an output
+# component, and `launch()`. Two settings keep it local: `server_name="127.0.0.1"` (only this
+# machine can connect) and no `share=True` (which would open a public tunnel through Gradio's
+# servers). `prevent_thread_lock=True` returns at once instead of blocking the cell, and the
+# environment variable `GRADIO_ANALYTICS_ENABLED=False` stops Gradio from sending usage statistics.
+#
+# `course_utils.serving.extras.gradio_demo` (used at the end of this notebook) is the same idea pointed at
+# our HTTP server.
+
+# %%
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+with warnings.catch_warnings():  # gradio imports tqdm.auto, which warns that widgets are missing
+    warnings.filterwarnings("ignore", message="IProgress not found")
+    import gradio as gr
+
+prototype = gr.Interface(fn=lambda prompt: complete(prompt, 32), inputs=gr.Textbox(label="Prompt"),
+                         outputs=gr.Textbox(label="Continuation"), analytics_enabled=False)
+prototype.launch(server_name="127.0.0.1", server_port=None, share=False, prevent_thread_lock=True,
+                 quiet=True, ssr_mode=False, inline=False)
+page = httpx.get(prototype.local_url, timeout=30, trust_env=False)
+print(f"Gradio page at {prototype.local_url}: HTTP {page.status_code}, {len(page.text):,} bytes of HTML")
+# Gradio's queue runs each event this many at a time (change it with demo.queue(default_concurrency_limit=...))
+print(f"events of this page run {prototype._queue.default_concurrency_limit!r} at a time by default")
+assert page.status_code == 200
+prototype.close()
+
+
+# %% [markdown]
+# A prototype is the right tool for showing a model to people, and it is fine for a handful
+# of them. What it does not give you: a documented API with validated inputs for other programs,
+# control over how concurrent requests share the model (Gradio's queue runs each event one at a
+# time by default, printed above), metrics, and a way to batch requests. The rest of the notebook
+# builds those.
+#
+# ## Step 2 · A plain FastAPI endpoint
+#
+# FastAPI maps a Python function to a URL and validates the JSON body against a pydantic model: a
+# missing field, a wrong type or a value outside the limits is answered with HTTP 422 and a message
+# saying what is wrong, before our code runs. Limits are not decoration: the prompt length and the
+# number of new tokens bound how much work one request can demand.
+#
+# `TestClient` calls the application in-process, without opening a socket: the quickest way to try
+# an endpoint.
+
+# %%
+class GenerateIn(BaseModel):
+    prompt: str = Field(min_length=1, max_length=256)
+    max_new_tokens: int = Field(32, ge=1, le=256)
+
+
+plain = FastAPI()
+
+
+@plain.get("/health")
+def health() -> dict:
+    return {"status": "ok"}
+
+
+@plain.post("/generate")
+def generate_plain(req: GenerateIn) -> dict:
+    return {"text": complete(req.prompt, req.max_new_tokens)}
+
+
+with TestClient(plain) as client:
+    ok = client.post("/generate", json={"prompt": "The ", "max_new_tokens": 16})
+    bad = client.post("/generate", json={"prompt": "", "max_new_tokens": 1000})
+print("good request:", ok.status_code, ok.json())
+print("bad request: ", bad.status_code, [(e["loc"][-1], e["msg"]) for e in bad.json()["detail"]])
+assert ok.json()["text"] == complete("The ", 16)
+assert bad.status_code == 422 and len(bad.json()["detail"]) == 2
+
+
+# %% [markdown]
+# ### Measuring with real clients
+#
+# To see how an endpoint behaves with several users we need a real server and real connections.
+# `serve_in_thread` runs uvicorn (the ASGI server FastAPI apps run on) in a background thread on
+# a free loopback port; `hammer` starts `clients` threads that each send requests, while one more
+# client checks `/health` every 20 ms. The health check is the canary: a server that cannot answer
+# it quickly cannot answer anything else quickly either.
+
+# %%
+@contextlib.contextmanager
+def serve_in_thread(app: FastAPI):
+    """Run `app` with uvicorn on 127.0.0.1 (free port) in a thread; yield its base URL."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def hammer(url: str, clients: int, per_client: int, new_tokens: int = 48) -> dict:
+    """Return requests/s, the median /health latency and how many health checks were answered."""
+    done, health_ms = threading.Event(), []
+
+    def user(i: int) -> None:
+        with httpx.Client(timeout=120, trust_env=False) as c:
+            for j in range(per_client):
+                body = {"prompt": PROMPTS[(i + j) % len(PROMPTS)], "max_new_tokens": new_tokens}
+                c.post(f"{url}/generate", json=body).raise_for_status()
+
+    def probe() -> None:
+        with httpx.Client(timeout=120, trust_env=False) as c:
+            while not done.is_set():
+                start = time.perf_counter()
+                c.get(f"{url}/health").raise_for_status()
+                health_ms.append(1e3 * (time.perf_counter() - start))
+                time.sleep(0.02)
+
+    checker = threading.Thread(target=probe)
+    checker.start()
+    start = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(user, range(clients)))
+    wall = time.perf_counter() - start
+    done.set()
+    checker.join()
+    return {"req_per_s": clients * per_client / wall, "health_ms": sorted(health_ms)[len(health_ms) // 2],
+            "health_checks": len(health_ms), "wall_s": wall}
+
+
+CLIENTS = 8
+PER_CLIENT = config.pick(quick=2, full=4)
+step_results = {}
+with serve_in_thread(plain) as url:
+    step_results["def endpoint"] = hammer(url, CLIENTS, PER_CLIENT)
+
+
+def show_steps() -> None:
+    for name, r in step_results.items():
+        print(f"{name:26s} {r['req_per_s']:5.1f} requests/s | /health: median {r['health_ms']:7.1f} ms, "
+              f"{r['health_checks']:3d} answered in {r['wall_s']:.1f} s")
+
+
+show_steps()
+
+# %% [markdown]
+# ## Step 3 · `async def`, and the trap in it
+#
+# FastAPI runs a plain `def` endpoint in a pool of worker threads, so several requests run the model
+# at once in different threads; they do not get faster, they take turns on the same cores. An
+# `async def` endpoint runs *on the event loop itself*. That is right for code that waits (on a
+# database, on another service, on a queue) because `await` hands the loop to other requests while
+# it waits. It is wrong for code that computes: a model call inside `async def` holds the loop for
+# its whole duration, and every other request, health checks included, waits behind it.
+#
+# A common suggestion is to add `async` to the endpoint to serve requests
+# concurrently; here is what that does when the model runs inside it:
+
+# %%
+blocking = FastAPI()
+blocking.get("/health")(health)
+
+
+@blocking.post("/generate")
+async def generate_blocking(req: GenerateIn) -> dict:
+    return {"text": complete(req.prompt, req.max_new_tokens)}  # computes ON the event loop
+
+
+with serve_in_thread(blocking) as url:
+    step_results["async, model on the loop"] = hammer(url, CLIENTS, PER_CLIENT)
+show_steps()
+ratio = step_results["async, model on the loop"]["health_ms"] / step_results["def endpoint"]["health_ms"]
+print(f"running the model on the event loop makes the health check {ratio:,.0f}x slower (median)")
+# How many times slower depends on the machine and its load (a busy machine slows the healthy
+# server's checks too), so the size is a verdict; that the blocked loop is slower at all is asserted.
+assert ratio > 1, "a blocked event loop cannot answer health checks faster than a free one"
+print("verdict: " + ("health checks wait for whole generations" if ratio > 5 else
+                     "slower, but by less than 5x on this machine right now (a busy machine slows both servers)"))
+
+
+# %% [markdown]
+# The health check does no work at all, yet now it waits behind whole generations: while the
+# model runs on the loop, nothing else is even read from the network, so only a handful of health
+# checks get answered in the whole run. A load balancer would take this server for dead. Nor does `async` make the model itself
+# concurrent: the two throughput figures only differ in how requests take turns on the same cores
+# (one after another on the loop, or several threads contending for the model), and neither lets
+# requests share the model's work. The fix is not `async` as such: it is to keep the loop free and give the model
+# its own thread. That is what the next step does, and the same structure also lets us batch.
+#
+# ## Step 4 · A batching worker
+#
+# Running the model on 8 prompts at once costs far less than 8 separate runs: the weights are read
+# once per step for the whole batch, and the per-step Python and dispatch overhead is shared. So we
+# decouple receiving requests from running the model:
+#
+# - the endpoint puts each request on a `queue.Queue` and `await`s its result, leaving the loop free;
+# - one **model worker thread** takes the first waiting request, then keeps collecting until it has
+#   `max_batch` requests or `max_wait_s` has passed since the first, whichever comes first;
+# - it prefills the batch (prompts right-padded to the same length) and decodes it step by step with
+#   the KV cache (`greedy_steps`, the generator `generate_cached` is built on), and hands each
+#   token back to the event loop with `loop.call_soon_threadsafe`, the one
+#   safe way for another thread to touch asyncio objects.
+#
+# The worker starts and stops with the app's **lifespan**, so no thread outlives the server.
+
+# %%
+class Batcher:
+    """A model worker thread: collects queued requests into batches and decodes each batch."""
+
+    def __init__(self, max_batch: int = 32, max_wait_s: float = 0.005) -> None:
+        self.pending: queue.Queue = queue.Queue()
+        self.max_batch, self.max_wait_s = max_batch, max_wait_s
+        self.batch_sizes: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def submit(self, prompt: str, max_new_tokens: int, on_token) -> None:
+        """Queue a request; on_token(text) is called per token, then on_token(None) at the end."""
+        self.pending.put((tok.encode(prompt), max_new_tokens, on_token))
+
+    def _take_batch(self) -> list:
+        try:
+            batch = [self.pending.get(timeout=0.1)]
+        except queue.Empty:
+            return []
+        deadline = time.monotonic() + self.max_wait_s
+        while len(batch) < self.max_batch and (left := deadline - time.monotonic()) > 0:
+            try:
+                batch.append(self.pending.get(timeout=left))
+            except queue.Empty:
+                break
+        return batch
+
+    @torch.inference_mode()
+    def _decode(self, batch: list) -> None:
+        idx, lengths = pad_prompts([ids for ids, _, _ in batch])  # right-padded prompts
+        steps = max(n for _, n, _ in batch)  # a static batch runs until its longest request ends
+        # greedy_steps prefills the batch once, then yields one token per row and decoding step
+        for step, nxt in enumerate(greedy_steps(model, idx, lengths, steps)):
+            for (_, n, on_token), t in zip(batch, nxt.tolist()):
+                if step < n:
+                    on_token(tok.decode([t]))
+                if step + 1 == n:
+                    on_token(None)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if batch := self._take_batch():
+                self.batch_sizes.append(len(batch))
+                self._decode(batch)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def batched_app(batcher: Batcher, stream: bool) -> FastAPI:
+    """Return an app whose /generate goes through `batcher` (whole answer, or streamed as SSE)."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        batcher.start()
+        yield
+        batcher.stop()
+
+    app = FastAPI(lifespan=lifespan)
+    app.get("/health")(health)
+
+    @app.post("/generate")
+    async def generate(req: GenerateIn):
+        loop, tokens = asyncio.get_running_loop(), asyncio.Queue()
+        batcher.submit(req.prompt, req.max_new_tokens,
+                       lambda t: loop.call_soon_threadsafe(tokens.put_nowait, t))
+        if not stream:
+            pieces = []
+            while (t := await tokens.get()) is not None:
+                pieces.append(t)
+            return {"text": "".join(pieces)}
+
+        async def events():
+            index = 0
+            while (t := await tokens.get()) is not None:
+                yield f"data: {json.dumps({'token': t, 'index': index})}\n\n"
+                index += 1
+            yield f"event: end\ndata: {json.dumps({'reason': 'length', 'tokens': index})}\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return app
+
+
+batcher = Batcher(max_batch=32, max_wait_s=0.005)
+with serve_in_thread(batched_app(batcher, stream=False)) as url:
+    answer = httpx.post(f"{url}/generate", json={"prompt": "The ", "max_new_tokens": 16}, timeout=60).json()
+    step_results["batching worker"] = hammer(url, CLIENTS, PER_CLIENT)
+assert answer["text"] == complete("The ", 16), "batched decoding must give the same text"
+show_steps()
+sizes = batcher.batch_sizes
+print(f"the worker ran {len(sizes)} batches, mean size {sum(sizes) / len(sizes):.1f}, largest {max(sizes)}")
+gain = step_results["batching worker"]["req_per_s"] / step_results["def endpoint"]["req_per_s"]
+print(f"batching serves {gain:.1f}x the requests per second of the plain endpoint at {CLIENTS} clients")
+assert max(sizes) > 1, "with 8 concurrent clients the worker should have formed real batches"
+if not config.is_quick():
+    assert gain > 1.5, "batching 8 concurrent requests should clearly raise throughput"
+
+
+# %% [markdown]
+# Two things changed at once: the throughput, because concurrent requests now share each decoding
+# step, and the health check, because the event loop only shuffles tokens while the model works in
+# its own thread. (Torch releases Python's global interpreter lock inside its operators, so the loop
+# really does run while the model computes; the Python code between steps still takes turns with it.)
+#
+# ## Step 5 · Streaming tokens
+#
+# So far each client waits for its whole answer. Generation produces one token per step, so the
+# server can send each token as soon as it exists: the text appears while it is being written, and
+# the user sees the first words after one step instead of after all of them. The standard way to
+# stream over plain HTTP is **server-sent events** (SSE, the `text/event-stream` media type): the
+# response stays open and carries lines like `data: {...}` separated by blank lines. Our events
+# follow the course server's format: `data: {"token": ..., "index": i}` per token, then
+# `event: end` with a summary, so a client can tell a finished stream from one cut off halfway.
+#
+# With streaming, latency splits into two numbers: the **time to first token** (TTFT: how long the
+# user stares at nothing) and the time to the last token. The course's load generator
+# (`course_utils.serving.server.loadgen.run_load`) measures both and checks every stream: well-formed
+# events, indices in order, the requested number of tokens, an `end` event.
+
+# %%
+stream_batcher = Batcher(max_batch=32, max_wait_s=0.005)
+with serve_in_thread(batched_app(stream_batcher, stream=True)) as url:
+    with httpx.stream("POST", f"{url}/generate", json={"prompt": "The ", "max_new_tokens": 3}, timeout=60) as r:
+        print(r.headers["content-type"])
+        print(r.read().decode())
+    streamed = run_load(url, concurrency=CLIENTS, n_requests=CLIENTS * PER_CLIENT, prompts=PROMPTS,
+                        max_new_tokens=32, keep_texts=True)
+assert streamed.n_lost == 0, streamed.errors
+assert streamed.texts[0] == complete(PROMPTS[0], 32)
+print(f"{streamed.n_ok} streams, all valid: first token after {streamed.ttft_ms['p50']:.0f} ms (median), "
+      f"last token after {streamed.latency_ms['p50']:.0f} ms (median)")
+
+# %% [markdown]
+# The first token arrives in a fraction of the time the whole answer takes. This notebook's servers are enough to understand the design, but they have gaps that
+# matter under real load:
+#
+# - a **static batch** runs until its longest request is done: a request that arrives one step after
+#   a batch started waits for the whole batch, and finished rows keep occupying their slot;
+# - the queue is unbounded, so an overloaded server accepts work it can never finish instead of
+#   refusing it early;
+# - a client that disconnects keeps its row decoding until the end;
+# - there are no metrics to tell any of this is happening.
+#
+# ## The course's server: iteration-level batching under load
+#
+# `course_utils.serving` closes those gaps. Its `/generate` has the same request and event format as
+# above, and its worker runs in one of three modes (`ServeSettings(batching=...)`):
+#
+# - `"none"`: one request at a time (the baseline);
+# - `"static"`: the design of step 4 (collect up to `max_batch_size` within `max_wait_ms`, decode to the end);
+# - `"iteration"`: *iteration-level* (continuous) batching: the KV cache holds one row per live
+#   sequence, a new request's prompt is computed in the running batch's next forward pass (so it
+#   joins at once), and a finished or disconnected one leaves at once, its row reused.
+#
+# ### Reading the engine
+#
+# The engine is two files. `course_utils/serving/core.py` is the scheduler, with no threads, no
+# event loop and no metrics in it: `EngineCore.step()` admits waiting sequences into free cache rows,
+# plans the step's tokens under a budget (one for each decoding sequence, the rest for prompts; a
+# long prompt is computed in chunks over several steps), runs **one** forward pass for all of them,
+# emits the next token of every sequence that is ready, and retires the finished ones.
+# `course_utils/serving/server/engine.py` is the server's adapter around it: a bounded queue, the batching
+# policy, a worker thread that calls `step()` in a loop, and the hand-over of tokens to the asyncio
+# loop. Here is `step()`, and the core driven directly, without any server:
+#
+
+# %%
+import inspect
+
+from course_utils.serving.core import EngineCore
+
+print(inspect.getsource(EngineCore.step))
+core = EngineCore(model, capacity=4, max_len=128)
+prompts = ["The ", "def ", "import "]
+answers = core.generate([tok.encode(p) for p in prompts], max_new_tokens=24)
+for p, a in zip(prompts, answers):
+    # each answer equals decoding that prompt alone with the KV cache (asserted)
+    assert a == generate_cached(model, torch.tensor([tok.encode(p)]), 24)[0]
+    print(repr(p + tok.decode(a)))
+print(f"{core.steps} forward passes for {len(prompts)} prompts of 24 tokens each")
+
+
+# %% [markdown]
+# Notebook 13 writes the same loop by hand and checks it against this core token for token.
+#
+# The queue is bounded (full queue: HTTP 503 with `Retry-After`; waited too long: 504), shutdown ends
+# every open stream with a clear event, and `/metrics` exposes queue depth, batch sizes, latencies and
+# tokens per second in Prometheus format. Here it runs as a separate process on loopback, started
+# by `serve_in_subprocess`, so the load generator in this kernel does not share an interpreter with
+# it. Each mode serves 1, 8 and 32 concurrent clients.
+
+# %%
+CONCURRENCY = [1, 8, 32]
+NEW_TOKENS = 32
+ROUNDS = config.pick(quick=2, full=8)  # requests per client in each measurement (short runs are dominated by their start and end)
+MODES = ["none", "static", "iteration"]
+reports: dict[tuple[str, int], object] = {}
+client_cpu_s: dict[tuple[str, int], float] = {}  # CPU time this kernel (the clients) spent per run
+with tqdm(total=len(MODES) * len(CONCURRENCY), desc="mode x clients") as bar:
+    for mode in MODES:
+        with serve_in_subprocess({"batching": mode, "embed": False, "max_batch_size": 32}) as server:
+            run_load(server.url, concurrency=4, n_requests=4, max_new_tokens=4)  # warm-up
+            for c in CONCURRENCY:
+                cpu = time.process_time()
+                reports[mode, c] = run_load(server.url, concurrency=c, n_requests=c * ROUNDS,
+                                            prompts=PROMPTS, max_new_tokens=NEW_TOKENS)
+                client_cpu_s[mode, c] = time.process_time() - cpu
+                bar.update()
+            if mode == "iteration":
+                metrics_text = httpx.get(f"{server.url}/metrics", timeout=10, trust_env=False).text
+
+print(f"{'mode':>10} {'clients':>7} {'tokens/s':>9} {'TTFT p50':>9} {'latency p50':>12} {'p99':>8}  lost")
+for (mode, c), r in reports.items():
+    print(f"{mode:>10} {c:>7} {r.tokens_per_s:>9.0f} {r.ttft_ms['p50']:>7.0f}ms {r.latency_ms['p50']:>10.0f}ms "
+          f"{r.latency_ms['p99']:>6.0f}ms  {r.n_lost}")
+assert all(r.n_lost == 0 for r in reports.values()), [r.errors[:2] for r in reports.values() if r.n_lost]
+
+# %%
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+for mode in MODES:
+    ax1.plot(CONCURRENCY, [reports[mode, c].tokens_per_s for c in CONCURRENCY], "o-", label=mode)
+    ax2.plot(CONCURRENCY, [reports[mode, c].latency_ms["p99"] for c in CONCURRENCY], "o-", label=mode)
+for ax, title in ((ax1, "throughput (tokens/s)"), (ax2, "p99 latency of a request (ms)")):
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(CONCURRENCY, [str(c) for c in CONCURRENCY])
+    ax.set_xlabel("concurrent clients")
+    ax.set_title(title)
+    ax.legend()
+ax2.set_yscale("log")
+fig.suptitle(f"TinyGPT served on this CPU, {NEW_TOKENS} new tokens per request")
+fig.tight_layout();
+
+# %%
+none32 = reports["none", 32]
+best_mode = max(["static", "iteration"], key=lambda m: reports[m, 32].tokens_per_s)
+best32 = reports[best_mode, 32]
+batched_gain = best32.tokens_per_s / none32.tokens_per_s
+print(f"at 32 clients, '{best_mode}' batching serves {best32.tokens_per_s:,.0f} tokens/s against "
+      f"{none32.tokens_per_s:,.0f} without batching: {batched_gain:.1f}x")
+print(f"p99 latency {best32.latency_ms['p99']:,.0f} ms against {none32.latency_ms['p99']:,.0f} ms; "
+      f"median time to first token {best32.ttft_ms['p50']:,.0f} ms against {none32.ttft_ms['p50']:,.0f} ms")
+it1, it32 = reports["iteration", 1], reports["iteration", 32]
+print(f"with one client, batching has nothing to batch: iteration mode {it1.tokens_per_s:,.0f} tokens/s, "
+      f"no batching {reports['none', 1].tokens_per_s:,.0f}")
+for c in (8, 32):
+    st, it = reports["static", c], reports["iteration", c]
+    print(f"{c} clients: iteration/static throughput {it.tokens_per_s / st.tokens_per_s:.2f}x, "
+          f"median TTFT {it.ttft_ms['p50']:.0f} ms (iteration) vs {st.ttft_ms['p50']:.0f} ms (static)")
+ctx = dict(mode=best_mode, clients=32, new_tokens=NEW_TOKENS, requests=best32.n_requests)
+bench.record("serve.batched_vs_unbatched.c32", batched_gain, "x", **ctx)
+bench.record("serve.p99_ms.c32", best32.latency_ms["p99"], "ms", **ctx)
+bench.record("serve.ttft_p50_ms.c32", best32.ttft_ms["p50"], "ms", **ctx)
+print(f"course target: batched >= 4x unbatched at 32 clients -> {'met' if batched_gain >= 4 else 'NOT met'} "
+      "on this machine")
+if not config.is_quick():
+    # The direction is robust; the exact ratio moves with how busy the machine is.
+    assert batched_gain >= 2, f"batching should clearly raise throughput at 32 clients, measured {batched_gain:.2f}x"
+
+
+# %% [markdown]
+# The unbatched server can only run the model's single-sequence speed, whatever the number of
+# clients, so its latency grows with the queue in front of it. Batched, the same model can serve
+# many more tokens per second at 32 clients (in full mode the cell asserts at least twice as many
+# and prints this machine's figure, with both servers' p99 latency), because a request no longer
+# waits for 31 others to finish one by one.
+#
+# Compare the two batching modes line by line above; which one wins depends on the load. This
+# benchmark is the kindest case for static batching: every request asks for the same number of
+# tokens and the clients send their next request as soon as the previous one ends, so a batch forms,
+# decodes without interruption and finishes together. Its cost is waiting: a request that arrives
+# while a batch decodes waits for that whole batch before its own can start, which shows in the time
+# to first token and the p99 as the number of clients grows. Iteration-level batching computes each
+# newcomer's prompt inside a step of the running batch (that step does more work), but no request waits for a batch to
+# drain and no slot idles on a finished sequence; it pulls ahead when requests differ in length or
+# arrive at random times, as real traffic does. The server's own metrics show the batch sizes it actually ran (Prometheus histogram, from
+# the iteration-mode server above):
+
+# %%
+lines = [ln for ln in metrics_text.splitlines()
+         if ln.startswith(("serve_batch_size_count", "serve_batch_size_sum", "serve_tokens_generated_total"))]
+print("\n".join(lines) or metrics_text[:800])
+count = next((float(ln.split()[-1]) for ln in lines if ln.startswith("serve_batch_size_count")), None)
+total = next((float(ln.split()[-1]) for ln in lines if ln.startswith("serve_batch_size_sum")), None)
+if count and total:
+    print(f"mean rows per forward pass: {total / count:.1f}")
+
+# %% [markdown]
+# ### How close to the bare model?
+#
+# The ceiling for a server is the model itself, decoding a batch with no HTTP, no queue and no event
+# loop: `bare_decode_tokens_per_s` times exactly that (prefill plus decoding, KV cache, batch of 32,
+# the same thread count). The ratio of served to bare tokens per second says how much the serving
+# machinery costs.
+#
+# To measure the server rather than the machine, the next cell gives the server process one core
+# and this kernel (the load generator) the others, where the operating system allows it
+# (`os.sched_setaffinity`, Linux; elsewhere they share every core, and the cell says so), and runs
+# 32 clients long enough that starting and draining the batch are a small part of the run. While it
+# runs, `course_utils.serving.extras.breakdown` reads the server's own counters (`/metrics`: seconds per
+# phase of the model worker, forward passes, rows per pass, the passes that also computed prompts) and the CPU seconds of each of
+# its threads, so the cell can say where the time went.
+
+# %%
+from course_utils.serving.extras.breakdown import measure, own_core_plan, pinned
+
+EFF_ROUNDS = config.pick(quick=3, full=24)   # requests per client: long enough for a steady batch
+plan = own_core_plan()                       # ({server core}, {client cores}) or None
+with serve_in_subprocess({"batching": "iteration", "embed": False, "max_batch_size": 32}) as server, \
+        pinned({server.proc.pid: plan[0], os.getpid(): plan[1]} if plan else {}) as is_pinned:
+    run_load(server.url, concurrency=8, n_requests=8, max_new_tokens=8)  # warm-up
+    cpu = time.process_time()
+    eff_run, breakdown = measure(server.url, server.proc.pid, lambda: run_load(
+        server.url, concurrency=32, n_requests=32 * EFF_ROUNDS, prompts=PROMPTS, max_new_tokens=NEW_TOKENS))
+    client_s = time.process_time() - cpu
+assert eff_run.n_lost == 0, eff_run.errors[:3]
+bare32 = bare_decode_tokens_per_s(model, batch_size=32, prompt_len=8, new_tokens=NEW_TOKENS,
+                                  repeats=config.pick(3, 5), threads=default_threads())
+efficiency = eff_run.tokens_per_s / bare32
+print(f"bare model, batch 32: {bare32:,.0f} tokens/s; served at 32 clients: {eff_run.tokens_per_s:,.0f} tokens/s "
+      f"-> efficiency {efficiency:.2f}")
+print("server on its own core, load generator on the others" if is_pinned else
+      "server and load generator share every core (this OS or machine cannot give each its own)")
+print("\n".join(breakdown.lines()))
+print(f"load generator (this kernel): {client_s / eff_run.wall_s:.0%} of a core")
+bench.record("serve.efficiency.c32", efficiency, "ratio", mode="iteration", pinned=is_pinned, rounds=EFF_ROUNDS,
+             bare_tokens_per_s=round(bare32), served_tokens_per_s=round(eff_run.tokens_per_s))
+print(f"course target: efficiency >= 0.7 -> {'met' if efficiency >= 0.7 else 'NOT met'} on this machine")
+assert 0 < efficiency < 1.5, "served throughput cannot sensibly exceed the bare model's by much"
+assert breakdown.tokens == eff_run.n_ok * NEW_TOKENS, "the server counted other tokens than the clients received"
+
+# %%
+# Where the wall time went: the bare model's time for the same tokens (the floor), then each loss.
+# The worker's phases are clock time; its CPU seconds say how much of that it actually ran (the
+# rest it waited for the GIL or a core). `Breakdown.wall_seconds` does the sums.
+parts = breakdown.wall_seconds(bare32)
+for name, seconds in parts.items():
+    print(f"{breakdown.share(seconds):5.0%}  {name}")
+if breakdown.worker_on_cpu() is None:
+    print("(this OS does not report CPU seconds per thread, so waiting cannot be told from working)")
+print(f"largest loss on this machine: {breakdown.largest_loss(bare32)}")
+if len(breakdown.thread_cpu_s) >= 2:
+    print(f"the event loop thread (HTTP, JSON, SSE) ran {breakdown.share(breakdown.thread_cpu_s[1]):.0%} of the "
+          "wall time, holding the GIL the worker needs between operators")
+# the worker is always in exactly one phase, so its phases cannot add up to more than the run
+ph = breakdown.phases_s
+assert sum(ph.values()) <= 1.05 * breakdown.wall_s + 0.05, (ph, breakdown.wall_s)
+assert sum(parts.values()) <= 1.05 * breakdown.wall_s + 0.05, parts
+
+
+# %% [markdown]
+# The shares above are this machine's. What each means, and what production engines do about it:
+#
+# - **Forward passes beyond the floor.** Clients finish together and come back a round trip later,
+#   so the batch runs with fewer than 32 rows for a few steps, and a step's fixed cost (every layer's
+#   Python and dispatch) is shared by fewer tokens. Newcomers' prompts are computed in the same passes
+#   (as vLLM schedules them: the token budget of chunked prefill, notebook 13), so their tokens are
+#   in this part too, instead of in passes of their own.
+# - **Prefix cache copies.** Copying cached prompt blocks into a newcomer's row and filing a prompt's
+#   blocks after its first token; small with prompts this short.
+# - **The worker not running.** The model worker and the event loop are threads of one Python
+#   process. Torch releases the GIL inside each operator, but the Python between operators needs
+#   it, and the event loop holds it while it parses requests and writes tokens; on a small machine
+#   the worker also waits for a core, which it shares with the event loop and the load generator.
+#   vLLM runs its engine in a separate process from its API server for the first reason;
+#   `ServeSettings(engine_process=True)` (`serve --engine-process`) does the same for the course's
+#   server, and the next cell measures what that buys on this machine.
+#
+# Every cost above is per step or per token, so a model with more work per token (or a GPU doing
+# the model's work) makes them a smaller part of the whole.
+
+# %%
+# The same load against the server with its engine as a thread and as a process of its own, side by
+# side: both servers run for the whole cell and take turns, nobody pinned (the engine process needs a
+# core of its own to pay, and pinning the whole server to one core would take that away).
+import statistics
+
+ep_rates: dict[str, list[float]] = {}
+with serve_in_subprocess({"batching": "iteration", "embed": False}) as srv_thread, \
+        serve_in_subprocess({"batching": "iteration", "embed": False, "engine_process": True}) as srv_process:
+    servers = {"engine thread": srv_thread, "engine process": srv_process}
+    for srv in servers.values():
+        run_load(srv.url, concurrency=8, n_requests=8, max_new_tokens=8)  # warm-up
+    for _ in range(config.pick(1, 3)):
+        for name, srv in servers.items():
+            r = run_load(srv.url, concurrency=32, n_requests=32 * EFF_ROUNDS, prompts=PROMPTS,
+                         max_new_tokens=NEW_TOKENS)
+            assert r.n_lost == 0, (name, r.errors[:3])
+            ep_rates.setdefault(name, []).append(r.tokens_per_s)
+ep_median = {name: statistics.median(rates) for name, rates in ep_rates.items()}
+for name, rate in ep_median.items():
+    print(f"{name:15s} {rate:8,.0f} tokens/s at 32 clients (median of {len(ep_rates[name])} runs)")
+ep_word = bench.band_verdict(ep_median["engine process"], ep_median["engine thread"], band=0.10)
+print(f"engine in its own process: {ep_median['engine process'] / ep_median['engine thread']:.2f}x the "
+      f"throughput of the engine thread -> {ep_word} on this machine ({os.cpu_count()} cores; differences "
+      "under 10% are within run-to-run variation)")
+print("served / bare model (the bare figure above), unpinned: " +
+      ", ".join(f"{name} {rate / bare32:.2f}" for name, rate in ep_median.items()))
+
+# %% [markdown]
+# Whether a separate engine process pays depends on the cores: it removes the wait for the GIL, but
+# the engine process then wants a core to itself, while the event loop and, in this notebook, the
+# load generator still need theirs. The verdict above is this machine's. The cell below gives the
+# engine that core and sets its breakdown beside the first one, so you can see which losses a core of
+# its own removes on this machine and what takes their place. Where rows per step fall, the
+# engine is waiting for requests: the HTTP side and the load generator, now on one core between them,
+# have become the slow part, which is where a machine with only two cores stops being able to show
+# more. A server whose clients run elsewhere, with cores to spare, does not have that limit. (The
+# server's default stays one process: simpler to read, to debug and to stop.)
+
+# %%
+# The engine process once more, now alone on one core, with the HTTP side and the load generator on
+# the other: the worker waits for neither the GIL nor a core. Its breakdown beside the first one's.
+from course_utils.serving.extras.breakdown import WALL_PARTS, engine_child
+
+own = None
+if plan is None:
+    print("skipped: this OS or machine cannot give the engine a core of its own")
+else:
+    with serve_in_subprocess({"batching": "iteration", "embed": False, "engine_process": True}) as server:
+        child = engine_child(server.proc.pid)   # the whole server on the other core, then its engine on its own
+        layout = {server.proc.pid: plan[1], child: plan[0], os.getpid(): plan[1]} if child else {}
+        with pinned(layout) as pinned_own:
+            run_load(server.url, concurrency=8, n_requests=8, max_new_tokens=8)  # warm-up
+            own_run, own = measure(server.url, server.proc.pid, lambda: run_load(
+                server.url, concurrency=32, n_requests=32 * EFF_ROUNDS, prompts=PROMPTS, max_new_tokens=NEW_TOKENS))
+    assert own_run.n_lost == 0, own_run.errors[:3]
+    assert own.tokens == own_run.n_ok * NEW_TOKENS, "the engine counted other tokens than the clients received"
+    print(("engine process alone on one core, HTTP side and load generator on the other" if pinned_own else
+           "the engine could not be pinned apart here, so this run shares every core") +
+          f": {own_run.tokens_per_s:,.0f} tokens/s -> served / bare {own_run.tokens_per_s / bare32:.2f}")
+    print("\n".join(own.lines()))
+    first, alone = breakdown.wall_seconds(bare32), own.wall_seconds(bare32)
+    print("\nshare of the wall time     thread, server on one core | engine process alone on one core")
+    for name in WALL_PARTS:
+        print(f"{breakdown.share(first[name]):>27.0%} | {own.share(alone[name]):>5.0%}   {name}")
+    print(f"largest loss: {breakdown.largest_loss(bare32)} -> {own.largest_loss(bare32)}")
+    rows_word = bench.band_verdict(own.mean_rows, breakdown.mean_rows, band=0.15)
+    print(f"rows per forward pass: {breakdown.mean_rows:.1f} -> {own.mean_rows:.1f} ({rows_word}, 15% band)"
+          + (": the engine now frees rows faster than the HTTP side and the clients, sharing one core, "
+             "send the next requests" if rows_word == "lower" else ""))
+
+
+# %% [markdown]
+# ## Compiling the model inside the server
+#
+# `ServeSettings(compile=True)` compiles the tensor work of a decoding step
+# (`course_utils.models.gpt.decode_core`) with `torch.compile(..., dynamic=True)`. Two details make
+# that work in a server. First, what stays outside the compiled region: `decode_step` reads a Python
+# number out of a tensor (how far back to attend) and writes the new keys and values into the
+# cache; inside a compiled function the first would break the graph (notebook 02) and the second
+# would make Inductor copy the whole cache on every step. `decode_core` only computes, so it
+# compiles to one graph for batch size 1 (sizes 0 and 1 are specialised) and one for every other
+# batch size and length. Steps that also compute prompt tokens run
+# eager (`EngineCore` uses the compiled step only when every row decodes). Second, *when* it compiles: the server compiles during start-up, before
+# `/health` answers, so no client waits for it; `serve_in_subprocess` waits for that.
+# Compiling adds to the start-up (the cell prints how long it took here: a few seconds with a warm
+# Inductor cache, far longer on a first, cold run), so quick mode skips this cell.
+
+# %%
+compiled_report = None
+if config.is_quick():
+    print("skipped in quick mode: compiling the server's decoding step is too slow for quick mode")
+else:
+    started = time.perf_counter()
+    with serve_in_subprocess({"batching": "iteration", "embed": False, "compile": True},
+                             startup_timeout_s=300) as server:
+        startup_s = time.perf_counter() - started
+        run_load(server.url, concurrency=8, n_requests=16, max_new_tokens=NEW_TOKENS)  # warm caches
+        compiled_report = run_load(server.url, concurrency=32, n_requests=32 * ROUNDS, prompts=PROMPTS,
+                                   max_new_tokens=NEW_TOKENS)
+    assert compiled_report.n_lost == 0, compiled_report.errors[:3]
+    ratio = compiled_report.tokens_per_s / it32.tokens_per_s
+    compile_word = {"higher": "pays", "lower": "is slower", "no clear difference": "makes no clear difference"}[
+        bench.band_verdict(compiled_report.tokens_per_s, it32.tokens_per_s, band=0.15)]
+    print(f"start-up including the compile: {startup_s:.0f} s (clients could not connect before it ended)")
+    print(f"iteration batching at 32 clients: compiled {compiled_report.tokens_per_s:,.0f} tokens/s, "
+          f"eager {it32.tokens_per_s:,.0f} tokens/s -> {ratio:.2f}x: compiling "
+          f"{compile_word} here "
+          "(one load run each: differences under 15% are within run-to-run variation)")
+
+# %% [markdown]
+# Why any gain is limited on a CPU: one decoding step of a model this small is a few
+# small matrix products, which Inductor hands to the same libraries eager mode calls, so there is
+# little to fuse; what compiling saves is Python and dispatch overhead per operation, which matters
+# most at small batches. Had the compiled region contained the `int(...)` or the in-place cache
+# writes, every step would have paid for a graph break or for a copy of the whole cache;
+# `TORCH_LOGS="graph_breaks,recompiles"` on the server process shows such problems (notebook 02), and
+# `tests/test_serving_batching.py` checks that the server's compiled step makes no new graph under
+# load. On a GPU the balance is different: per-step
+# kernel-launch overhead dominates, and fusing kernels plus CUDA graphs (`mode="reduce-overhead"`)
+# is where compiling a decoding step pays most.
+
+# %%
+if requires_cuda("batched decoding on a GPU, where a batch of 32 costs little more than one row"):
+    gpu_model = load_tiny_gpt()[0].to("cuda")
+    for b in (1, 32):
+        gpu_idx = torch.randint(0, tok.vocab_size, (b, 8), device="cuda")
+        t = bench.time_fn(generate_cached, gpu_model, gpu_idx, NEW_TOKENS, min_run_time=0.5)
+        print(f"GPU, batch {b:2d}: {b * NEW_TOKENS / t.median_s:,.0f} tokens/s")
+    del gpu_model
+
+# %% [markdown]
+# ## The same model in LitServe
+#
+# [LitServe](https://lightning.ai/docs/litserve) is a serving framework built on FastAPI and uvicorn.
+# You write a `LitAPI` class (`setup` loads the model, `decode_request`, `predict`,
+# `encode_response`), and LitServe runs the model in separate worker processes, batches requests
+# (`max_batch_size`, `batch_timeout`) and streams (`stream=True`: `predict` yields). Its batching is
+# static: a batch is collected, handed to `predict`, and decoded to the end.
+#
+# `course_utils/serving/extras/litserve_app.py` serves our checkpoint that way, with the KV-cache prefill
+# and decoding steps of `course_utils.models.gpt`, the same request limits, and the same SSE events, so the same load
+# generator drives it unchanged. It runs as its own process bound to 127.0.0.1, like our server.
+# Same prompts, same number of new tokens, same number of clients:
+
+# %%
+from course_utils.serving.extras.litserve_app import ROUTE, litserve_process  # noqa: E402
+
+with litserve_process(max_batch_size=32, batch_timeout=0.005) as lit:
+    run_load(lit.url, concurrency=4, n_requests=4, max_new_tokens=4, path=ROUTE)  # warm-up
+    lit32 = run_load(lit.url, concurrency=32, n_requests=32 * ROUNDS, prompts=PROMPTS,
+                     max_new_tokens=NEW_TOKENS, path=ROUTE, keep_texts=True)
+assert lit32.n_lost == 0, lit32.errors[:3]
+assert lit32.texts[1] == complete(PROMPTS[1], NEW_TOKENS), "LitServe must serve the same greedy text"
+vs_lit = best32.tokens_per_s / lit32.tokens_per_s
+print(f"32 clients: ours ({best_mode}) {best32.tokens_per_s:,.0f} tokens/s, LitServe {lit32.tokens_per_s:,.0f} "
+      f"tokens/s -> {vs_lit:.2f}x")
+print(f"TTFT p50: ours {best32.ttft_ms['p50']:.0f} ms, LitServe {lit32.ttft_ms['p50']:.0f} ms; "
+      f"p99 latency: ours {best32.latency_ms['p99']:.0f} ms, LitServe {lit32.latency_ms['p99']:.0f} ms")
+bench.record("serve.vs_litserve.c32", vs_lit, "x", ours=best_mode, litserve_batch=32, litserve_timeout_s=0.005,
+             new_tokens=NEW_TOKENS, requests=lit32.n_requests)
+# One load run each, so no spread to judge against: a gap under 15% is called no clear difference.
+# The target (at least LitServe's throughput) lives in the results report's expected range.
+lit_word = {"higher": "faster than", "lower": "slower than", "no clear difference": "not clearly different from"}[
+    bench.band_verdict(best32.tokens_per_s, lit32.tokens_per_s, band=0.15)]
+print(f"verdict on this machine: our server is {lit_word} LitServe at 32 clients")
+
+
+# %%
+names = ["none", "static", "iteration", "LitServe"]
+values = [reports[m, 32].tokens_per_s for m in MODES] + [lit32.tokens_per_s]
+fig, ax = plt.subplots(figsize=(7, 3.2))
+ax.barh(names, values, color=["#bbb", "#7aa6d6", "#2c6fbb", "#e08a3c"])
+for y, v in enumerate(values):
+    ax.text(v, y, f" {v:,.0f}", va="center")
+ax.set_xlabel("tokens/s at 32 concurrent clients")
+ax.set_title("the same TinyGPT checkpoint, four ways of serving it")
+fig.tight_layout();
+
+# %% [markdown]
+# Where the two differ, it is in the machinery around the model, not the model: LitServe passes
+# every request and every streamed chunk between its HTTP process and its worker process through
+# queues, while our worker hands tokens to the event loop in the same process. LitServe's design buys
+# isolation (a crashed worker does not take the HTTP server down) and scaling to several workers and
+# devices with one setting; on a small CPU the extra hops are visible.
+#
+# ## A thousand requests
+#
+# Throughput means little if requests get lost. The last measurement sends many requests from 64
+# concurrent clients, twice the maximum batch, so the queue is always full of waiting work, and counts
+# every request that failed or whose stream was malformed (wrong order, missing tokens, no `end`).
+
+# %%
+N_LOAD = config.pick(quick=192, full=1000)
+LOAD_TOKENS = config.pick(quick=8, full=16)
+with serve_in_subprocess({"batching": "iteration", "embed": False}) as server:
+    load = run_load(server.url, concurrency=64, n_requests=N_LOAD, prompts=PROMPTS,
+                    max_new_tokens=LOAD_TOKENS, timeout_s=120)
+print(f"{load.n_requests} requests, 64 clients: {load.n_ok} ok, {load.n_failed} failed, "
+      f"{load.n_malformed} malformed, in {load.wall_s:.1f} s ({load.requests_per_s:.0f} requests/s); "
+      f"statuses {load.statuses}")
+bench.record("serve.load.lost", load.n_lost, "requests", requests=N_LOAD, concurrency=64,
+             new_tokens=LOAD_TOKENS, note="quick mode sends fewer than 1,000 requests" if config.is_quick() else "")
+assert load.n_lost == 0, load.errors[:5]
+
+# %% [markdown]
+# ## The demo page, against the real server
+#
+# `launch_demo(url)` starts a Gradio page on 127.0.0.1 that holds no model: it is one more client of
+# the server, reading the token stream and showing the text as it grows. It returns at once, so the
+# notebook keeps running; open the printed address in a browser while the cell's server is up (run
+# the body by hand to keep it up longer). The test suite drives this page in a headless Chromium
+# (`tests/test_serving_browser.py`): it types a prompt, clicks, and checks the streamed text is the
+# model's greedy continuation.
+
+# %%
+from course_utils.serving.extras.gradio_demo import launch_demo, stream_generate  # noqa: E402
+
+with serve_in_subprocess({"batching": "iteration", "embed": False}) as server:
+    demo, demo_url = launch_demo(server.url)
+    try:
+        partial = list(stream_generate(server.url, "The Python ", max_new_tokens=24))
+        print(f"demo page at {demo_url} (HTTP {httpx.get(demo_url, timeout=30, trust_env=False).status_code})")
+    finally:
+        demo.close()
+print(f"what the page shows, growing one token at a time ({len(partial)} updates):")
+for text in partial[:3] + ["..."] + partial[-1:]:
+    print("  ", repr(text))
+assert partial[-1] == complete("The Python ", 24)
+
+# %% [markdown]
+# ## Any client: the OpenAI-compatible API
+#
+# `/generate` speaks the course's own event format, so only the course's clients can use it. Most
+# tools that call a language model (SDKs in every language, chat front ends, evaluation harnesses,
+# agent frameworks) speak one de-facto standard instead: the HTTP API of OpenAI, with
+# `/v1/models`, `/v1/completions` and `/v1/chat/completions`, streamed as `data: {json}` chunks that
+# end with `data: [DONE]`. vLLM, LitServe's OpenAI spec and most other engines offer it, so a client
+# written against it can switch servers by changing one URL. The course's server serves it too
+# (`course_utils/serving/extras/openai_api.py`), on the same engine, queue and batches as `/generate`.
+#
+# Two honest limits: a token is one character here (so `usage` counts characters), and TinyGPT is a
+# plain text model, not a chat model. A chat becomes one transcript (`User: ...` lines, then
+# `Assistant:`) and the "answer" is the model's continuation of it. What this server cannot do
+# (`n > 1`, `logprobs`, tools, ...) is refused with the API's error shape and a message, so the
+# official client raises its usual exceptions. Below: the official `openai` package, pointed at our
+# server on 127.0.0.1 (it insists on an API key; this server checks none).
+
+# %%
+import openai  # noqa: E402
+
+from course_utils.serving.server.runner import ThreadedServer  # noqa: E402
+from course_utils.serving.server.settings import ServeSettings  # noqa: E402
+
+OAI_PROMPT, OAI_TOKENS = "The Python ", 24
+with ThreadedServer(ServeSettings(embed=False, threads=default_threads()), model=model, tokenizer=tok) as server, \
+        openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0) as client:
+    served_models = [m.id for m in client.models.list()]
+    completion = client.completions.create(model="tiny-gpt", prompt=OAI_PROMPT, max_tokens=OAI_TOKENS,
+                                           temperature=0)
+    chat = client.chat.completions.create(
+        model="tiny-gpt", max_tokens=OAI_TOKENS, temperature=0,
+        messages=[{"role": "system", "content": "You answer questions about Python."},
+                  {"role": "user", "content": "What does the import statement do?"}])
+    pieces = [chunk.choices[0].text for chunk in client.completions.create(
+        model="tiny-gpt", prompt=OAI_PROMPT, max_tokens=OAI_TOKENS, temperature=0, stream=True)]
+    try:  # a request this server cannot serve: the client raises, with the server's reason
+        client.completions.create(model="tiny-gpt", prompt="caf\u00e9", n=2)
+        refusal = "no error"
+    except openai.BadRequestError as err:
+        refusal = f"{type(err).__name__} ({err.status_code}), param {err.body['param']!r}: {err.body['message']}"
+
+text = completion.choices[0].text
+print(f"models: {served_models}")
+print(f"completion ({completion.usage.completion_tokens} tokens, {completion.choices[0].finish_reason}): {text!r}")
+print(f"chat, as {chat.choices[0].message.role} ({chat.usage.completion_tokens} tokens): "
+      f"{chat.choices[0].message.content!r}")
+print(f"streamed in {len(pieces)} chunks: {''.join(pieces)!r}")
+print(f"refused: {refusal}")
+client_ok = int(completion.usage.completion_tokens == len(text) == OAI_TOKENS
+                and chat.usage.completion_tokens == len(chat.choices[0].message.content) == OAI_TOKENS
+                and "".join(pieces) == text)
+print(f"client_ok = {client_ok}")
+assert client_ok == 1
+assert text == complete(OAI_PROMPT, OAI_TOKENS)  # the same greedy text as the model alone
+assert refusal.startswith("BadRequestError (400)")
+bench.record("serve.openai.client_ok", client_ok, "flag", client=f"openai {openai.__version__}",
+             new_tokens=OAI_TOKENS, calls="models, completion, chat, streamed completion")
+
+# %% [markdown]
+# ## Pitfalls and their fixes
+#
+# | Pitfall | What you see | Fix |
+# |---|---|---|
+# | model called inside `async def` | health checks and every other request stall (step 3) | model in its own worker thread; the loop only awaits |
+# | touching asyncio objects from the worker thread | rare crashes, lost wake-ups | `loop.call_soon_threadsafe(...)` (step 4) |
+# | too many torch threads on a small machine | a busy server gets *slower* | one thread per worker on a few cores (`default_threads()`) |
+# | unbounded queue | latency grows without limit under overload | bounded queue, 503 with `Retry-After`, a queue timeout |
+# | compile on the first request | the first users wait for the compile, or time out | compile and warm up before reporting healthy |
+# | `share=True` or `0.0.0.0` in a demo | the model is reachable from outside | bind 127.0.0.1; put a real server behind a proxy for the world |
+# | one slow request holds a static batch | every request in the batch waits for the longest | iteration-level batching with a KV cache |
+#
+# ## Production engines
+#
+# What we built is the core of every serving engine; the real ones add much more. Checked against
+# their documentation when this notebook was written:
+#
+# - **vLLM** serves large language models on GPUs (and CPUs): continuous batching, *PagedAttention*
+#   (the KV cache stored in fixed-size blocks, like virtual-memory pages, so sequences of any length
+#   pack without waste), prefix caching, speculative decoding, and an OpenAI-compatible HTTP server.
+#   Use it for LLMs instead of writing your own engine.
+# - **LitServe** (Lightning AI; 0.2.19 is installed here) is a thin, general layer on FastAPI and
+#   uvicorn: the `LitAPI` hooks, batching, streaming, and worker processes per device, as measured above.
+# - **Ray Serve** scales Python deployments over a cluster; its `@serve.batch` decorator batches calls
+#   to an `async` method (`max_batch_size`, `batch_wait_timeout_s`), and a deployment can run vLLM.
+# - **NVIDIA Triton Inference Server** serves models from many frameworks (PyTorch, ONNX, TensorRT,
+#   Python backends) over HTTP and gRPC, with dynamic batching configured per model
+#   (`dynamic_batching { max_queue_delay_microseconds: ... }`).
+# - **TorchServe** is in *limited maintenance*: its documentation states there are no planned
+#   updates, bug fixes or security patches; its last release was 0.12.0 (September 2024) and its
+#   repository was archived in August 2025. Do not start new projects on it.
+#
+# Whatever the engine, the questions of this notebook stay the same: how are requests batched, how
+# long does the first token take, what does the 99th percentile look like at the load you expect,
+# and what happens when the load is more than that.
+#
+# ## Check yourself
+#
+# **Exercise 1.** Latency targets are stated as percentiles: "99 % of requests finish within X ms".
+# Write `p99(latencies_ms)` with the *nearest-rank* rule: sort the values, and take the one at
+# 1-based rank `ceil(0.99 * n)`.
+
+# %%
+
+
+def p99(latencies_ms: list[float]) -> float:
+    # Your code here.
+    return 0.0
+
+
+exercises.check("10.p99", p99)
+
+
+# %% [markdown]
+# **Exercise 2.** Write `parse_sse(stream)` for the event format of this notebook: return the
+# generated text (the `token` fields of the data events, joined) and the data of the `event: end`
+# event as a dict, or `None` when the stream has no end event (a stream cut off halfway). Careful:
+# a token may itself be a space, a newline, or text that looks like `data:`.
+
+# %%
+def parse_sse(stream: str) -> tuple[str, dict | None]:
+    # Your code here.
+    return "", None
+
+
+exercises.check("10.parse_sse", parse_sse)
+
+
+# %% [markdown]
+# **Exercise 3.** A bigger batch means more tokens per second in total, but every client waits
+# one whole decoding step for its next token. Given the bare model's tokens per second at several
+# batch sizes, write `choose_batch_size(tokens_per_s, budget_ms)`: the largest batch size whose
+# step time (`b` tokens at `tokens_per_s[b]`) is under `budget_ms`, or `None`. Then the next cell
+# applies it to this machine. Stuck? `print(exercises.solution_source("10.batch_size"))` shows a
+# reference solution.
+
+# %%
+def choose_batch_size(tokens_per_s: dict[int, float], budget_ms: float) -> int | None:
+    # Your code here.
+    return None
+
+
+exercises.check("10.batch_size", choose_batch_size)
+
+# %%
+if exercises.check("10.batch_size", choose_batch_size):
+    rates = {b: bare_decode_tokens_per_s(model, b, new_tokens=16, repeats=1, threads=default_threads())
+             for b in (1, 4, 16, 64)}
+    print({b: f"{r:,.0f} tok/s, {1e3 * b / r:.1f} ms/step" for b, r in rates.items()})
+    print("largest batch with a 20 ms step on this machine:", choose_batch_size(rates, 20.0))
+else:
+    print("solve Exercise 3 to see the batch size that fits a 20 ms step on this machine")
+
+# %% [markdown]
+# ## Summary
+#
+# - A Gradio page is the quickest way to show a model; bind it to 127.0.0.1 and leave `share` off.
+#   It is not a serving system.
+# - FastAPI with pydantic limits gives a validated API. Never run the model inside `async def`:
+#   it blocks the event loop. Run it in a worker thread and hand results back with
+#   `call_soon_threadsafe`.
+# - Batching concurrent requests multiplies throughput on the same hardware; streaming with SSE cuts
+#   the time to the first token. Measure both, plus the p99 latency, under the load you expect,
+#   with streams validated (`run_load`).
+# - Iteration-level batching with a KV cache lets requests join and leave the running batch at every
+#   step; the results recorded here are `serve.batched_vs_unbatched.c32`, `serve.efficiency.c32`,
+#   `serve.vs_litserve.c32`, `serve.load.lost`, `serve.p99_ms.c32`, `serve.ttft_p50_ms.c32` and
+#   `serve.openai.client_ok` (the official `openai` client against the course's server).
+# - A server's gap to the bare model is per-step and per-token work around the model: partial
+#   batches, prompt tokens in the steps, and a worker that waits for the GIL and the cores it shares with the
+#   event loop. `serving.breakdown` measures each; a separate engine process removes the GIL wait
+#   where there are cores to spare.
+# - `torch.compile` in a server must be paid before traffic arrives (compile during start-up), and
+#   the compiled region must be free of graph breaks and side effects; then measure whether it pays
+#   (above: the compiled-server cell).
+#
+# ## Further reading
+#
+# - [FastAPI: concurrency and `async` / `await`](https://fastapi.tiangolo.com/async/) and
+#   [lifespan events](https://fastapi.tiangolo.com/advanced/events/)
+# - [Server-sent events (WHATWG HTML standard)](https://html.spec.whatwg.org/multipage/server-sent-events.html)
+# - [Gradio: sharing your app](https://www.gradio.app/guides/sharing-your-app)
+# - [LitServe documentation](https://lightning.ai/docs/litserve)
+# - [vLLM documentation](https://docs.vllm.ai/) ·
+#   [Ray Serve dynamic request batching](https://docs.ray.io/en/latest/serve/advanced-guides/dyn-req-batch.html) ·
+#   [Triton Inference Server](https://docs.nvidia.com/deeplearning/triton-inference-server/user-guide/docs/) ·
+#   [TorchServe (limited maintenance)](https://pytorch.org/serve/)
+# - [`torch.compile` tutorial](https://pytorch.org/tutorials/intermediate/torch_compile_tutorial.html)

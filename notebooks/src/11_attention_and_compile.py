@@ -1,0 +1,871 @@
+# %% [markdown]
+# # 11 · Attention kernels and compiling real models
+#
+# Every transformer spends much of its time in one operation, attention, and PyTorch ships several
+# kernels for it: a fused `scaled_dot_product_attention` that picks a backend for you, and
+# FlexAttention, which lets you write a mask or a score bias as a small Python function and have
+# the compiler turn it into a fused kernel. The second half of this notebook is about making
+# `torch.compile` practical on a model of realistic shape: compiling the repeated block instead of
+# the whole model to cut the cold start, compiling the optimizer step and the backward pass, and
+# reading the compiler's own report (`TORCH_TRACE` + `tlparse`) when something goes wrong. All of it
+# runs on a CPU.
+
+# %% [markdown]
+# ## What you will learn
+#
+# - to check `F.scaled_dot_product_attention` (SDPA) against a hand-written softmax(QKᵀ/√d)V, which
+#   backends exist and which one your CPU runs, and how time and memory grow with the sequence;
+# - FlexAttention's `score_mod` and `block_mask`: causal, sliding-window, ALiBi-style bias and
+#   document masking, each checked against a masked SDPA reference, and how much work a block mask skips;
+# - autocast to bfloat16 under `torch.compile` on the CPU: its error, and whether it is faster here;
+# - regional compilation (compile the repeated block, or mark it with `nested_compile_region`):
+#   cold-start compile time in fresh processes and steady-state speed against whole-model compile;
+# - a compiled optimizer step with its LR scheduler, and compiled autograd: what each captures;
+# - `TORCH_TRACE` and `tlparse`: a report on a run with a graph break and a recompilation, read in
+#   the notebook, and how to attach it to a bug report; `error_on_graph_break` and `set_stance`.
+#
+# **Prerequisites:** notebooks 01 (`torch.compile`, cold and warm caches) and 02 (graph breaks,
+# recompilation); notebook 03 helps with the compiler's stages. Knowing what attention computes is
+# enough for the first half.
+#
+# **Time on a laptop CPU:** <!-- stamp:time -->3.0 min the first time (every cache empty), 2.3 min after that (compile cache warm), 1.1 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-avx512-vnni, torch 2.14.1, 2026-11-30). A slower or busy laptop takes longer.<!-- /stamp:time --> Quick mode uses shorter sequences and a smaller model, and leaves the `nested_compile_region` cold start to full mode.
+# **GPU:** not needed. One guarded cell lists the GPU attention backends (flash, memory-efficient, cuDNN) that a CUDA machine would also run.
+
+# %%
+import json
+import math
+import os
+import shutil
+import time
+
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")   # keep the profiler's start/stop lines out of the output
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch._dynamo.utils import counters
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.flex_attention import and_masks, create_block_mask, flex_attention
+from torch.profiler import ProfilerActivity, profile
+
+from course_utils import bench, compat, config, cpu, exercises, fresh, session, trace_report
+from course_utils.device import requires_cuda
+from course_utils.expect import expect_error
+
+print(session.start(seed=0))
+BUILD = config.build_dir() / "nb11"
+BUILD.mkdir(parents=True, exist_ok=True)
+
+
+# %% [markdown]
+# ## 1 · Scaled dot-product attention
+#
+# Attention takes queries `Q`, keys `K` and values `V` of shape (batch, heads, sequence, head
+# dimension) and returns softmax(QKᵀ/√d)·V: each query position mixes the value vectors of all key
+# positions, weighted by how well its query matches their keys. Written out by hand it is three
+# lines, and it builds the whole (sequence × sequence) score matrix in memory.
+# `F.scaled_dot_product_attention` computes the same thing with a fused kernel. First: are they equal?
+
+# %%
+def attention_by_hand(q, k, v, mask=None):
+    """softmax(q k^T / sqrt(d)) v; mask (bool, True = may attend) removes scores before the softmax."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return scores.softmax(dim=-1) @ v
+
+
+B, H, S, D = 2, 4, config.pick(256, 512), 64
+q, k, v = (torch.randn(B, H, S, D) for _ in range(3))
+causal = torch.ones(S, S, dtype=torch.bool).tril()
+
+TOL = 1e-5   # absolute, in float32 with values of order 1
+err_full = (F.scaled_dot_product_attention(q, k, v) - attention_by_hand(q, k, v)).abs().max().item()
+err_causal = (F.scaled_dot_product_attention(q, k, v, is_causal=True)
+              - attention_by_hand(q, k, v, causal)).abs().max().item()
+print(f"largest difference, SDPA vs by hand: {err_full:.2e} (no mask), {err_causal:.2e} (causal)")
+assert max(err_full, err_causal) < TOL
+bench.record("attn.sdpa.max_abs_err", max(err_full, err_causal), "abs", seq=S, head_dim=D, tol=TOL)
+
+# %% [markdown]
+# The differences are rounding: the fused kernel adds the same numbers in a different order.
+# `is_causal=True` is the cheap way to say "position i attends to positions ≤ i": the kernel never
+# needs the mask tensor. Any other mask goes in `attn_mask` (boolean, True = may attend, or a float
+# bias added to the scores).
+#
+# ### Which kernel runs?
+#
+# SDPA is a dispatcher over backends. `torch.nn.attention.sdpa_kernel` restricts it to the backends
+# you list, which is how you find out what your machine can run: a backend that cannot handle the
+# inputs is skipped, and with none left SDPA raises an error.
+
+# %%
+runs_here = {}
+for backend in (SDPBackend.MATH, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+                SDPBackend.CUDNN_ATTENTION):
+    try:
+        with sdpa_kernel([backend]):
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        runs_here[backend.name] = (out - attention_by_hand(q, k, v, causal)).abs().max().item() < TOL
+    except RuntimeError:
+        runs_here[backend.name] = False
+print("backends that run on this", q.device.type.upper(), "for these inputs:",
+      ", ".join(name for name, ok in runs_here.items() if ok))
+
+with profile(activities=[ProfilerActivity.CPU]) as prof:
+    F.scaled_dot_product_attention(q, k, v, is_causal=True)
+kernels = [e.key for e in prof.key_averages() if "attention" in e.key and e.key != "aten::scaled_dot_product_attention"]
+print("the default choice dispatched to:", kernels)
+assert runs_here["MATH"] and runs_here["FLASH_ATTENTION"]
+assert any("flash_attention_for_cpu" in name for name in kernels)
+
+# %% [markdown]
+# On a CPU two backends exist: `MATH` (the composite of matmuls and softmax, like our hand-written
+# version, kept as the reference) and a CPU flash-attention kernel, which the dispatcher picks by
+# default. The flash idea is to walk over the keys in blocks and keep a running softmax, so the full
+# score matrix never exists. The memory-efficient and cuDNN backends are CUDA kernels.
+
+# %%
+if requires_cuda("the CUDA attention backends (flash, memory-efficient, cuDNN)"):
+    qc, kc, vc = (t.cuda().half() for t in (q, k, v))
+    for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION):
+        try:
+            with sdpa_kernel([backend]):
+                t = bench.time_fn(F.scaled_dot_product_attention, qc, kc, vc, is_causal=True)
+            print(f"{backend.name:<20} {t.median_ms:.3f} ms")
+        except RuntimeError as err:
+            print(f"{backend.name:<20} not available here: {str(err).splitlines()[0][:80]}")
+else:
+    print("On a GPU this cell would time each CUDA backend in half precision; which ones run depends on "
+          "the GPU's generation and the head dimension.")
+
+
+# %% [markdown]
+# ### Time and memory as the sequence grows
+#
+# The score matrix has S² entries per head, so the hand-written version's memory grows with the
+# square of the sequence. The profiler's memory accounting (`profile_memory=True`) adds up what each
+# call allocates; the cell compares that with the size of one score matrix.
+
+# %%
+def allocated_mb(fn, *args):
+    """Megabytes allocated on the CPU while fn(*args) runs (sum of every allocation)."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as p:
+        fn(*args)
+    return sum(e.self_cpu_memory_usage for e in p.key_averages() if e.self_cpu_memory_usage > 0) / 2**20
+
+
+sdpa_causal = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
+by_hand_causal = lambda q, k, v: attention_by_hand(q, k, v, torch.ones(q.shape[2], q.shape[2], dtype=torch.bool).tril())  # noqa: E731
+lengths = config.pick([128, 256, 512], [128, 256, 512, 1024, 2048])
+growth = {"by hand": {"ms": [], "mb": []}, "SDPA": {"ms": [], "mb": []}}
+for n in lengths:
+    qs, ks, vs = (torch.randn(1, H, n, D) for _ in range(3))
+    cmp = bench.compare({"by hand": by_hand_causal, "SDPA": sdpa_causal}, qs, ks, vs,
+                        min_run_time=config.pick(0.1, 0.4), rounds=2)
+    for name, fn in (("by hand", by_hand_causal), ("SDPA", sdpa_causal)):
+        growth[name]["ms"].append(cmp.row(name).median_s * 1e3)
+        growth[name]["mb"].append(allocated_mb(fn, qs, ks, vs))
+    print(f"S={n:5}: by hand {growth['by hand']['ms'][-1]:8.2f} ms, {growth['by hand']['mb'][-1]:7.1f} MB | "
+          f"SDPA {growth['SDPA']['ms'][-1]:8.2f} ms, {growth['SDPA']['mb'][-1]:6.1f} MB | SDPA {cmp.describe('SDPA')}")
+
+score_mb = H * lengths[-1] ** 2 * 4 / 2**20   # one float32 score matrix for every head
+assert growth["by hand"]["mb"][-1] >= score_mb > growth["SDPA"]["mb"][-1]
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+for name, g in growth.items():
+    axes[0].plot(lengths, g["ms"], "o-", label=name)
+    axes[1].plot(lengths, g["mb"], "o-", label=name)
+axes[1].axhline(score_mb, color="grey", ls=":", label=f"one score matrix at S={lengths[-1]}")
+for ax, label in zip(axes, ("milliseconds per call", "MB allocated per call")):
+    ax.set(xscale="log", yscale="log", xlabel="sequence length", ylabel=label)
+    ax.legend()
+fig.suptitle(f"causal attention, {H} heads, head dim {D}")
+fig.tight_layout();
+
+# %% [markdown]
+# The memory panel is the structural result: the hand-written version allocates at least one full
+# score matrix (several, in fact: the scores, their scaled copy and the softmax), while the fused
+# kernel allocates less than one, growing only linearly. The time panel is this machine's verdict,
+# printed per length above.
+#
+# ## 2 · FlexAttention: masks and biases as Python functions
+#
+# Real models need other patterns: a sliding window (each token sees only the last W tokens), a
+# position bias added to the scores (ALiBi), or several documents packed into one sequence that
+# must not see each other. With SDPA each becomes a dense S×S `attn_mask`, and the kernel still
+# visits every block. FlexAttention takes two small functions instead:
+#
+# - `score_mod(score, b, h, q_idx, kv_idx)` returns a new score (a bias, a scaling);
+# - `mask_mod(b, h, q_idx, kv_idx)` returns True where attention is allowed. `create_block_mask`
+#   evaluates it once per (block × block) tile and records which tiles are empty, so the kernel skips them.
+#
+# `torch.compile(flex_attention)` generates one fused kernel for each combination; on the CPU it
+# uses Inductor's C++ template. Without compiling, FlexAttention runs an unfused reference (and warns).
+
+# %%
+S_FLEX, WINDOW = config.pick(512, 1024), config.pick(128, 256)
+qf, kf, vf = (torch.randn(1, H, S_FLEX, D) for _ in range(3))
+documents = torch.zeros(S_FLEX, dtype=torch.long)          # three packed documents
+documents[S_FLEX // 3:] = 1
+documents[S_FLEX // 2:] = 2
+slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / H) for h in range(H)])   # one ALiBi slope per head
+
+
+def causal_mask(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx
+
+
+def window_mask(b, h, q_idx, kv_idx):
+    return q_idx - kv_idx < WINDOW
+
+
+def same_document(b, h, q_idx, kv_idx):
+    return documents[q_idx] == documents[kv_idx]
+
+
+def alibi_bias(score, b, h, q_idx, kv_idx):
+    return score + slopes[h] * (kv_idx - q_idx)    # farther back = lower score, per-head slope
+
+
+sliding_window = and_masks(causal_mask, window_mask)
+document_causal = and_masks(causal_mask, same_document)
+compiled_flex = torch.compile(flex_attention)
+
+# %% [markdown]
+# Each variant's reference is SDPA with the equivalent dense inputs, built from the same rule on a
+# grid of indices: a boolean mask for the masks, and for ALiBi a float `attn_mask` holding the bias
+# with −∞ above the diagonal.
+
+# %%
+i = torch.arange(S_FLEX).view(-1, 1)
+j = torch.arange(S_FLEX).view(1, -1)
+zero = torch.tensor(0)
+dense = {"causal": causal_mask(zero, zero, i, j), "sliding window": sliding_window(zero, zero, i, j),
+         "document": document_causal(zero, zero, i, j)}
+alibi_dense = (slopes.view(H, 1, 1) * (j - i)).masked_fill(~dense["causal"], float("-inf"))
+
+variants = {   # name: (block mask, score_mod, SDPA reference)
+    name: (create_block_mask(rule, None, None, S_FLEX, S_FLEX, device="cpu"), None,
+           F.scaled_dot_product_attention(qf, kf, vf, attn_mask=dense[name]))
+    for name, rule in (("causal", causal_mask), ("sliding window", sliding_window), ("document", document_causal))
+}
+variants["ALiBi + causal"] = (variants["causal"][0], alibi_bias,
+                              F.scaled_dot_product_attention(qf, kf, vf, attn_mask=alibi_dense))
+
+FLEX_TOL = 1e-5
+matches = 0
+for name, (block_mask, score_mod, reference) in variants.items():
+    start = time.perf_counter()
+    out = compiled_flex(qf, kf, vf, score_mod=score_mod, block_mask=block_mask)
+    first_s = time.perf_counter() - start
+    err = (out - reference).abs().max().item()
+    matches += err < FLEX_TOL
+    print(f"{name:<15} max difference from SDPA {err:.1e} | first call (compiles) {first_s:5.1f} s | "
+          f"blocks skipped {block_mask.sparsity():5.1f}%")
+assert matches == len(variants), "every FlexAttention variant must equal its SDPA reference"
+bench.record("attn.flex.variants_equal", matches, "count", variants=len(variants), seq=S_FLEX, tol=FLEX_TOL)
+
+# %% [markdown]
+# ### What a block mask skips
+#
+# A `BlockMask` stores, for each row of query blocks, which key blocks hold at least one allowed
+# entry. `sparsity()` is the percentage of tiles with none. We can count it ourselves from the
+# dense mask, tile by tile, and see the mask the kernel works from.
+
+# %%
+sw_mask = variants["sliding window"][0]
+block = sw_mask.BLOCK_SIZE[0]
+tiles = dense["sliding window"].view(S_FLEX // block, block, S_FLEX // block, block).any(dim=(1, 3))
+skipped = 1.0 - tiles.float().mean().item()
+print(f"block size {block}: {tiles.numel()} tiles, {int((~tiles).sum())} of them empty -> skip {skipped:.1%} "
+      f"(BlockMask.sparsity() says {sw_mask.sparsity():.1f}%)")
+print(sw_mask)
+assert math.isclose(skipped * 100, sw_mask.sparsity(), abs_tol=1e-6)
+bench.record("attn.flex.block_sparsity", skipped, "fraction", seq=S_FLEX, window=WINDOW, block=block)
+
+# %% [markdown]
+# Skipping empty tiles is where FlexAttention's speed comes from; the tiles on the window's edge are
+# only partly allowed, and the kernel applies the `mask_mod` inside them. Does skipping pay on this
+# CPU against SDPA with the same mask as a dense tensor?
+
+# %%
+sw_dense = dense["sliding window"]
+sliding = bench.compare({
+    "SDPA, dense mask": lambda: F.scaled_dot_product_attention(qf, kf, vf, attn_mask=sw_dense),
+    "flex, block mask": lambda: compiled_flex(qf, kf, vf, block_mask=sw_mask),
+}, min_run_time=config.pick(0.3, 1.0))
+print(sliding)
+print(f"verdict on this machine: FlexAttention is {sliding.describe('flex, block mask')} "
+      f"(it skips {skipped:.0%} of the tiles; SDPA reads the whole {S_FLEX}x{S_FLEX} mask)")
+
+# %% [markdown]
+# ### What the CPU backend does not do
+#
+# On the installed torch, FlexAttention on the CPU is for inference: the compiled CPU kernel has no
+# backward pass, so training with it needs a GPU. The error says so directly:
+
+# %%
+q_train = qf.clone().requires_grad_()
+err = expect_error(lambda: compiled_flex(q_train, kf, vf, block_mask=sw_mask).sum().backward(),
+                   match="backward")
+print(type(err).__name__ + ":", str(err).splitlines()[0])
+
+
+# %% [markdown]
+# ## 3 · Autocast to bfloat16 with `torch.compile`
+#
+# bfloat16 keeps float32's exponent range with an 8-bit mantissa: about three significant digits.
+# `torch.autocast("cpu", dtype=torch.bfloat16)` runs matrix products (and attention) in bf16 and
+# keeps reductions such as softmax and layer norm in float32; `torch.compile` traces the autocast
+# region and generates code for the mixed types. The error is easy to measure; whether it is faster
+# depends on the CPU: bf16 arithmetic is native with AVX-512 BF16 or AMX, and converted on older CPUs.
+
+# %%
+class AttentionBlock(nn.Module):
+    """Pre-norm transformer block: causal self-attention (SDPA) and an MLP, each with a residual."""
+
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.fc, self.out = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+                   for z in self.qkv(self.ln1(x)).split(c, dim=-1))
+        x = x + self.proj(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, c))
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+block = AttentionBlock(256, 4).eval()
+xa = torch.randn(config.pick(4, 8), config.pick(64, 128), 256)
+compiled_block = torch.compile(block)
+
+
+def bf16_block(x):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return compiled_block(x)
+
+
+with torch.no_grad():
+    fp32 = block(xa)
+    bf16 = bf16_block(xa)
+    rel = ((bf16.float() - fp32).norm() / fp32.norm()).item()
+    amp = bench.compare({"fp32 compiled": compiled_block, "bf16 autocast compiled": bf16_block}, xa,
+                        min_run_time=config.pick(0.3, 1.0))
+print(f"relative error against fp32: {rel:.2e} (the output is {bf16.dtype}: the residual additions mix a "
+      "float32 input with bf16 products, and autocast leaves additions to type promotion)")
+print(amp)
+print(f"verdict on this machine ({cpu.cpu_class()}): bf16 is {amp.describe('bf16 autocast compiled')}")
+assert rel < 2e-2, "bf16 keeps about 3 significant digits: the error should be well under 2%"
+
+# %% [markdown]
+# The error is what bf16's short mantissa predicts, far below what matters for most inference.
+# The speed verdict belongs to your CPU: native bf16 instructions make the products faster; without
+# them, converting to and from bf16 costs more than it saves.
+#
+# ## 4 · Regional compilation: compile the block, not the model
+#
+# A transformer is the same block repeated N times. `torch.compile(model)` traces all N copies into
+# one graph and generates code for each, so compile time grows with the depth of the model.
+# *Regional compilation* compiles the repeated block instead (`block.compile()` on each): Dynamo
+# traces one block, and since every block has the same code and the same shapes, the other N−1 reuse
+# that compiled code. The price is the Python loop between blocks and no fusion across them.
+#
+# Recent releases add `torch.compiler.nested_compile_region` (the notebook asks `compat.has` first),
+# the same idea inside a whole-model compile: mark the block's `forward`, compile the whole model, and the marked region is compiled
+# once and reused.
+#
+# The only honest cold start is a new process with empty caches (notebook 01, section 7).
+# `course_utils.fresh.run_script` runs a script in a new Python with its own empty Inductor cache
+# directory and returns the JSON the script prints. The model below is written once as a string of Python code, so
+# that this notebook and the fresh processes run exactly the same code.
+
+# %%
+MODEL_SOURCE = """
+import torch, torch.nn as nn, torch.nn.functional as F
+
+class Block(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.fc, self.out = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+                   for z in self.qkv(self.ln1(x)).split(c, dim=-1))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, c)
+        x = x + self.proj(a)
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+class Transformer(nn.Module):
+    def __init__(self, n_layer, dim, heads):
+        super().__init__()
+        self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(n_layer))
+        self.ln = nn.LayerNorm(dim)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.ln(x)
+
+def prepare(model, how):
+    if how == "whole model":
+        return torch.compile(model)
+    if how == "regional":
+        for block in model.blocks:
+            block.compile()
+        return model
+    if how == "nested region":
+        Block.forward = torch.compiler.nested_compile_region(Block.forward)
+        return torch.compile(model)
+    return model
+"""
+
+COLD_START = MODEL_SOURCE + """
+import json, sys, time
+from torch._dynamo.utils import compile_times, counters
+how, n_layer, dim, tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+torch.manual_seed(0)
+model = Transformer(n_layer, dim, 4).eval()
+x = torch.randn(4, tokens, dim)
+run = prepare(model, how)
+start = time.perf_counter()
+with torch.no_grad():
+    run(x)
+first_s = time.perf_counter() - start
+names, values = compile_times(repr="csv", aggregate=True)
+times = {n: float(v) for n, v in zip(names, values)}
+print(json.dumps({"first_s": first_s, "cpp_build_s": times.get("compile_file", 0.0),
+                  "graphs": counters["stats"]["unique_graphs"], "ops_traced": counters["stats"]["calls_captured"]}))
+"""
+
+DEPTHS, DIM, TOKENS = config.pick([6], [6, 24]), config.pick(128, 256), config.pick(32, 128)
+N_LAYER = DEPTHS[-1]             # the model of the headline result and of the steady-state comparison
+model_code = {}
+exec(MODEL_SOURCE, model_code)   # the same classes here, for the steady-state comparison below
+Transformer, prepare = model_code["Transformer"], model_code["prepare"]
+
+# The floor: what a cold start costs for a one-line function (loading the compiler, its CPU probes).
+FLOOR = """
+import json, time, torch
+f = torch.compile(lambda x: x + 1)
+start = time.perf_counter()
+f(torch.randn(8))
+print(json.dumps({"first_s": time.perf_counter() - start}))
+"""
+floor_s = fresh.run_script(FLOOR, cold=True)["first_s"]
+print(f"floor: a one-line function, compiled cold, first call {floor_s:.1f} s")
+cold = {}
+for n in DEPTHS:
+    hows = ["whole model", "regional"]
+    if n == N_LAYER and compat.has("nested_compile_region") and not config.is_quick():
+        hows.append("nested region")
+    for how in hows:
+        r = cold[(how, n)] = fresh.run_script(COLD_START, [how, n, DIM, TOKENS], cold=True)
+        print(f"{how:<14} {n:2} blocks: cold first call {r['first_s']:6.1f} s (C++ build {r['cpp_build_s']:5.1f} s) | "
+              f"graphs {r['graphs']}, operations traced {r['ops_traced']}")
+
+# %% [markdown]
+# The counts explain the times: whole-model compile traces every block's operations; regional
+# compile traces one block and reuses it, so it traces about 1/N as many. What does not shrink is the
+# floor measured first: any cold start loads the compiler and builds a few small C++ programs that
+# probe the CPU, whatever it compiles. The ratio of the two cold starts is therefore the ratio of
+# (floor + N blocks' work) to (floor + one block's work); the next cell prints it for each depth
+# and says whether it reaches the course's target for compiling only the block.
+
+# %%
+for n in DEPTHS:
+    assert cold[("regional", n)]["ops_traced"] * (n - 1) < cold[("whole model", n)]["ops_traced"], \
+        "regional compile traces one block, not all of them"
+    assert cold[("whole model", n)]["first_s"] > cold[("regional", n)]["first_s"], \
+        "compiling one block must cost less than compiling all of them"
+ratios = {n: cold[("whole model", n)]["first_s"] / cold[("regional", n)]["first_s"] for n in DEPTHS}
+whole, regional = cold[("whole model", N_LAYER)], cold[("regional", N_LAYER)]
+cold_ratio = ratios[N_LAYER]
+bench.record("compile.regional.cold_start_ratio", cold_ratio, "x", n_layer=N_LAYER, dim=DIM,
+             whole_s=whole["first_s"], regional_s=regional["first_s"], floor_s=floor_s)
+for n, ratio in ratios.items():
+    w, r = cold[("whole model", n)]["first_s"], cold[("regional", n)]["first_s"]
+    print(f"{n:2} blocks: whole model {w:.1f} s, regional {r:.1f} s -> {ratio:.2f}x shorter "
+          f"({'meets' if ratio >= 2 else 'misses'} the 2x target); above the floor: {w - floor_s:.1f} s against "
+          f"{r - floor_s:.1f} s")
+if len(DEPTHS) > 1:
+    deeper = bench.band_verdict(ratios[DEPTHS[-1]], ratios[DEPTHS[0]], band=0.1)
+    print(f"the ratio at {DEPTHS[-1]} blocks against {DEPTHS[0]}: {deeper} (band 10%); regional's own cold start "
+          f"at {DEPTHS[-1]} against {DEPTHS[0]} blocks: "
+          f"{bench.band_verdict(regional['first_s'], cold[('regional', DEPTHS[0])]['first_s'], band=0.1)}")
+if ("nested region", N_LAYER) in cold:
+    nested = cold[("nested region", N_LAYER)]["first_s"]
+    print(f"nested_compile_region, {N_LAYER} blocks: {nested:.1f} s cold, {whole['first_s'] / nested:.2f}x shorter "
+          "than whole-model compile")
+
+fig, ax = plt.subplots(figsize=(6.5, 1.0 + 0.45 * (len(cold) + 1)))
+labels = ["one-line function (floor)"] + [f"{how}, {n} blocks" for how, n in cold]
+ax.barh(labels, [floor_s] + [r["first_s"] for r in cold.values()], label="first call (cold)")
+ax.barh(labels[1:], [r["cpp_build_s"] for r in cold.values()], label="of which C++ build")
+ax.invert_yaxis()
+ax.set_xlabel("seconds, in a new process with empty caches")
+ax.set_title("transformer cold starts")
+ax.legend(loc="lower right")
+fig.tight_layout();
+
+# %% [markdown]
+# Now the steady state, measured side by side in this process (these compiles reuse this machine's
+# warm cache after the first run of the notebook): does giving up cross-block fusion cost speed?
+
+# %%
+torch.manual_seed(0)
+base = Transformer(N_LAYER, DIM, 4).eval()
+xs = torch.randn(4, TOKENS, DIM)
+
+
+def twin_of(model):
+    """A new Transformer with the same weights (each compile variant gets its own copy)."""
+    twin = Transformer(N_LAYER, DIM, 4).eval()
+    twin.load_state_dict(model.state_dict())
+    return twin
+
+
+whole_model = prepare(twin_of(base), "whole model")
+regional_model = prepare(twin_of(base), "regional")
+with torch.no_grad():
+    reference = base(xs)
+    for name, m in (("whole model", whole_model), ("regional", regional_model)):
+        torch.testing.assert_close(m(xs), reference, rtol=1e-4, atol=1e-4)
+    steady = bench.compare({"eager": base, "whole model": whole_model, "regional": regional_model}, xs,
+                           min_run_time=config.pick(0.4, 2.0))
+print(steady)
+steady_ratio = steady.ratio("regional", "whole model")   # regional time / whole-model time
+bench.record("compile.regional.steady_ratio", steady_ratio, "x", n_layer=N_LAYER, dim=DIM)
+band = bench.band_verdict(steady.row("regional").median_s, steady.row("whole model").median_s, band=0.1)
+print(f"regional takes {steady_ratio:.2f}x the whole model's time per call: {band} (band: 10%); "
+      f"the target is to stay within 10%. Against eager, regional is {steady.describe('regional', 'eager')}.")
+
+# %% [markdown]
+# Regional compilation pays most on deep models, where whole-model compile has the most to trace
+# (full mode compares two depths above); whole-model compile keeps the chance of fusing across
+# blocks, which the steady-state verdict above weighs on this machine, and the compile cache
+# (notebook 01) hides either cost on the second run.
+#
+# ## 5 · Compiling the optimizer step and the backward pass
+#
+# `torch.compile(model)` compiles the forward and, through AOTAutograd, the matching backward. Two
+# parts of a training step stay outside it:
+#
+# - **The optimizer step.** `opt.step()` is a loop over every parameter tensor, a few small
+#   element-wise operations each. Compiled, it becomes a handful of fused loops over all of them. Put
+#   the learning rate in a tensor (`lr=torch.tensor(...)`) so that an LR scheduler changing it does
+#   not trigger a recompile: a Python float would be a constant in the graph.
+# - **Hooks and the autograd engine.** *Compiled autograd* (`torch._dynamo.config.compiled_autograd`)
+#   traces the backward pass when `.backward()` runs, hooks included, into one graph.
+
+# %%
+threads_before = torch.get_num_threads()
+torch.set_num_threads(1)   # many small tensors: waking a second thread costs more than it saves (notebook 10)
+
+
+def make_mlp():
+    torch.manual_seed(0)
+    layers = [nn.Sequential(nn.Linear(64, 64), nn.LayerNorm(64), nn.GELU()) for _ in range(config.pick(6, 12))]
+    return nn.Sequential(*layers, nn.Linear(64, 1))
+
+
+xo, yo = torch.randn(32, 64), torch.randn(32, 1)
+models, optimizers, schedulers = [], [], []
+for _ in range(2):
+    m = make_mlp()
+    m.zero_grad()
+    F.mse_loss(m(xo), yo).backward()            # the same gradients in both copies
+    opt = torch.optim.AdamW(m.parameters(), lr=torch.tensor(0.01))
+    models.append(m)
+    optimizers.append(opt)
+    schedulers.append(torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=50))
+
+
+def eager_step():
+    optimizers[0].step()
+    schedulers[0].step()
+
+
+@torch.compile
+def compiled_opt_step():
+    optimizers[1].step()
+
+
+def compiled_step():
+    compiled_opt_step()
+    schedulers[1].step()
+
+
+torch._dynamo.reset()
+counters.clear()
+start = time.perf_counter()
+compiled_step()
+print(f"first compiled step (compiles): {time.perf_counter() - start:.1f} s")
+eager_step()
+for _ in range(20):
+    eager_step()
+    compiled_step()
+graphs_after_22 = counters["stats"]["unique_graphs"]
+diff = max((a - b).abs().max().item() for a, b in zip(models[0].parameters(), models[1].parameters()))
+lrs = [float(o.param_groups[0]["lr"]) for o in optimizers]
+print(f"after 22 steps: parameters differ by at most {diff:.1e}; learning rates {lrs[0]:.5f} / {lrs[1]:.5f}; "
+      f"graphs compiled {graphs_after_22}")
+assert diff < 1e-5 and math.isclose(lrs[0], lrs[1], rel_tol=1e-6)
+assert graphs_after_22 <= 2, "a tensor learning rate must not recompile at every scheduler step"
+
+# %% [markdown]
+# This section runs torch on one thread: each parameter tensor here is small, and on a small
+# machine waking a second thread for every little loop costs more than the work it takes over.
+#
+# Twenty-two steps, the learning rate changing at each, and the compiled step still matches the eager
+# one to rounding, without a recompile per step. (The optimizer's first step may compile twice: its
+# state is created on the first call.) The speed, measured on the same parameters:
+
+# %%
+opt_cmp = bench.compare({"eager AdamW step": eager_step, "compiled AdamW step": compiled_step},
+                        min_run_time=config.pick(0.3, 1.5))
+print(opt_cmp)
+step_speedup = opt_cmp.speedup("compiled AdamW step")
+n_tensors = len(list(models[0].parameters()))
+bench.record("compile.optimizer.step_speedup", step_speedup, "x", param_tensors=n_tensors)
+print(f"verdict on this machine: the compiled step is {opt_cmp.describe('compiled AdamW step')} "
+      f"({n_tensors} parameter tensors: eager dispatches several small operations per tensor)")
+
+
+# %%
+def train_step(model, x, y):
+    loss = F.mse_loss(model(x), y)
+    loss.backward()
+    return loss
+
+
+eager_model, ca_model = make_mlp(), make_mlp()
+for m in (eager_model, ca_model):      # a gradient hook: compiled autograd traces it into the backward graph
+    m[0][0].weight.register_hook(lambda g: g.clamp(-0.01, 0.01))
+
+train_step(eager_model, xo, yo)
+torch._dynamo.reset()
+counters.clear()
+start = time.perf_counter()
+with torch._dynamo.config.patch(compiled_autograd=True):   # read when torch.compile wraps the function
+    compiled_train_step = torch.compile(train_step)
+    compiled_train_step(ca_model, xo, yo)
+print(f"first step with compiled autograd (compiles): {time.perf_counter() - start:.1f} s; "
+      f"backward graphs captured by compiled autograd: {counters['compiled_autograd']['captures']}; "
+      f"graphs in all: {counters['stats']['unique_graphs']}, operations traced: {counters['stats']['calls_captured']}")
+grad_diff = max((a.grad - b.grad).abs().max().item() for a, b in zip(eager_model.parameters(), ca_model.parameters()))
+print(f"gradients differ from eager by at most {grad_diff:.1e}; the hooked weight's gradient stays in "
+      f"[{ca_model[0][0].weight.grad.min().item():.3f}, {ca_model[0][0].weight.grad.max().item():.3f}]")
+assert counters["compiled_autograd"]["captures"] >= 1 and grad_diff < 1e-5
+assert ca_model[0][0].weight.grad.abs().max() <= 0.01 + 1e-7
+torch.set_num_threads(threads_before)
+
+# %% [markdown]
+# Compiled autograd pays where the backward pass is more than AOTAutograd's precomputed graph:
+# hooks, gradient accumulation into `.grad`, and distributed training, where it lets the compiler
+# overlap gradient communication with computation. Enable it only around the training step, as
+# above (the setting is read when `torch.compile` wraps the function), so the rest of the program
+# keeps the ordinary autograd engine.
+#
+# ## 6 · What did the compiler do? `TORCH_TRACE` and `tlparse`
+#
+# `TORCH_LOGS` (notebook 02) prints while the program runs. For a whole run, set
+# `TORCH_TRACE=<folder>`: torch writes a structured log of everything the compiler did, per
+# process, and `tlparse` turns it into an HTML report with one section per *compile ID*: `[0/1]`
+# means frame 0 (the first function Dynamo compiled), its second compilation (a recompile). The
+# program below has a graph break (a `print`) and a recompilation (an input of another rank). We run
+# it in a fresh process so that the trace holds this program alone.
+
+# %%
+TRACED = """
+import json, torch
+
+def scaled_tanh(x, scale):
+    y = torch.tanh(x) * scale
+    print("checkpoint")              # a graph break: Dynamo cannot put print() in a graph
+    return y.sum(dim=-1)
+
+f = torch.compile(scaled_tanh)
+f(torch.randn(8, 16), 2.0)
+f(torch.randn(8, 16), 2.0)           # same guards: no new compile
+f(torch.randn(4, 8, 16), 2.0)        # another rank: a recompilation
+print(json.dumps({"done": True}))
+"""
+trace_dir, report_dir = BUILD / "trace", BUILD / "tlparse"
+shutil.rmtree(trace_dir, ignore_errors=True)
+assert fresh.run_script(TRACED, env={"TORCH_TRACE": str(trace_dir)}, cold=False)["done"]
+log = trace_report.trace_logs(trace_dir)[-1]
+index = trace_report.render(log, report_dir)
+pages = trace_report.pages(report_dir)
+print(f"trace: {log.name} ({log.stat().st_size / 1e3:.0f} kB); report: {index} with {len(pages)} HTML pages")
+
+# %% [markdown]
+# Open `index.html` in a browser to click through it. Its table of contents is also written as JSON
+# (`compile_directory.json`): for each compile ID, the artifacts the compiler logged (the captured
+# graph, the generated code, the guards, and so on). Reading it here:
+
+# %%
+directory = json.loads((report_dir / "compile_directory.json").read_text())
+compile_ids = [cid for cid in directory if cid != "[-/-]"]     # [-/-]: entries outside any compile
+print("compile IDs:", ", ".join(compile_ids))
+for cid in compile_ids:
+    names = [a["name"] for a in directory[cid]["artifacts"]]
+    print(f"  {cid:<8} {len(names):2} artifacts, e.g. {', '.join(sorted({n.rsplit('_', 1)[0] for n in names})[:4])}")
+
+def artifact_text(kind):
+    """Texts of every artifact whose name starts with `kind`, with its compile ID."""
+    return [(cid, (report_dir / a["url"]).read_text()) for cid in compile_ids
+            for a in directory[cid]["artifacts"] if a["name"].startswith(kind)]
+
+breaks = artifact_text("dynamo_graph_break_reason")
+recompiles = artifact_text("recompile_reasons")
+print(f"\ngraph-break entries: {len(breaks)}; first, in {breaks[0][0]}:")
+print("   ", next(line for line in breaks[0][1].splitlines() if "print" in line).strip())
+print(f"recompile entries: {len(recompiles)}; first, in {recompiles[0][0]}:")
+print("   ", recompiles[0][1].strip().splitlines()[0].strip(' []"'))
+frames = {cid.strip("[]").split("/")[0] for cid in compile_ids}
+assert breaks and recompiles and len(frames) >= 2 and len(compile_ids) >= 3
+bench.record("compile.tlparse.report_pages", len(pages), "pages", compile_ids=len(compile_ids))
+
+# %% [markdown]
+# The report shows what this program did: frame 0 is `scaled_tanh` up to the `print`, frame 1 the
+# code after it (Dynamo's *resume function*); each got a second compile ID when the rank changed, and
+# the recompile entry names the guard that failed. The `print` entry links to the graph-break page on
+# the documentation site.
+#
+# **Attaching it to a bug report.** The HTML folder is large and depends on the tlparse version;
+# what maintainers want is the raw trace. Reproduce the problem in a small script, run it with
+# `TORCH_TRACE=/tmp/trace`, and attach the folder as an archive:
+
+# %%
+archive = shutil.make_archive(str(BUILD / "trace_for_bug_report"), "gztar", root_dir=trace_dir)
+size_kb = (BUILD / "trace_for_bug_report.tar.gz").stat().st_size / 1e3
+print(f"{archive}: {size_kb:.0f} kB, from a {sum(p.stat().st_size for p in trace_dir.iterdir()) / 1e3:.0f} kB trace")
+
+
+# %% [markdown]
+# ### Making graph breaks and recompiles loud
+#
+# In a model you mean to compile whole, a graph break you did not notice is a slow-down you did
+# not measure. `fullgraph=True` turns any break into an error for the whole compiled function;
+# `torch._dynamo.error_on_graph_break(True)` (on recent releases; the cell falls back to
+# `fullgraph=True` where it is missing) does the same for the code it wraps only, so a model can allow breaks in one place and forbid them in another. For recompiles,
+# `torch.compiler.set_stance("fail_on_recompile")` makes any new compile an error, for example in a
+# serving loop after warm-up (notebook 02 shows the other stances).
+
+# %%
+def with_break(x):
+    y = torch.sin(x)
+    print("a side effect")
+    return y * 2
+
+
+torch._dynamo.reset()
+if compat.has("error_on_graph_break"):
+    strict = torch.compile(torch._dynamo.error_on_graph_break(True)(with_break))
+else:   # an older torch: fullgraph=True is the way to forbid breaks
+    strict = torch.compile(with_break, fullgraph=True)
+err = expect_error(strict, torch.randn(4), match="print")
+print("error_on_graph_break:", type(err).__name__, "-", str(err).splitlines()[0][:110])
+
+served = torch.compile(lambda x: torch.tanh(x) * 2)
+served(torch.randn(8, 4))                        # warm-up: compiles for this shape
+with torch.compiler.set_stance("fail_on_recompile"):
+    served(torch.randn(8, 4))                    # same shape: fine
+    err = expect_error(served, torch.randn(4, 2, 3), match="recompil")
+print("fail_on_recompile:", type(err).__name__, "-", str(err).splitlines()[0][:110])
+
+
+# %% [markdown]
+# ### The compile-time budget
+#
+# Cold starts have a second remedy besides regional compilation: the compile caches. Notebook 01
+# (section 7) measures a cold and a warm start in fresh processes and saves and loads the
+# *mega-cache* (`torch.compiler.save_cache_artifacts` / `load_cache_artifacts`), which carries
+# compiled graphs to another machine. Regional compilation shrinks the work; the caches avoid
+# repeating it.
+#
+# ## Check yourself
+#
+# **Exercise 1.** Write `attention(q, k, v, mask)`: softmax(QKᵀ/√d)·V where `mask` is a boolean
+# tensor that broadcasts to the scores (True = may attend). Every row keeps at least one True.
+
+# %%
+def attention(q, k, v, mask):
+    # Your code here.
+    return torch.zeros_like(q)
+
+
+exercises.check("11.attention", attention)
+
+
+# %% [markdown]
+# **Exercise 2.** Write `make_sliding_window(window)` returning a FlexAttention `mask_mod`: query
+# position `q_idx` may attend to key position `kv_idx` when it is not in the future and is fewer
+# than `window` positions back (a window of 1 is the token itself). The arguments are tensors, so
+# combine conditions with `&`, not `and`.
+
+# %%
+def make_sliding_window(window: int):
+    def mask_mod(b, h, q_idx, kv_idx):
+        # Your code here.
+        return q_idx >= kv_idx
+    return mask_mod
+
+
+exercises.check("11.sliding_window", make_sliding_window)
+
+
+# %% [markdown]
+# **Exercise 3.** Write `block_sparsity(mask, block)`: the fraction of the (block × block) tiles of a
+# square boolean mask (sides divisible by `block`) that contain no True entry, which is what a block
+# mask lets the kernel skip. Stuck? `print(exercises.solution_source("11.block_sparsity"))`.
+
+# %%
+def block_sparsity(mask: torch.Tensor, block: int) -> float:
+    # Your code here.
+    return 0.0
+
+
+exercises.check("11.block_sparsity", block_sparsity)
+
+# %% [markdown]
+# ## Summary
+#
+# - `F.scaled_dot_product_attention` equals the hand-written softmax(QKᵀ/√d)V to rounding; on a CPU
+#   it dispatches to a flash-attention kernel that never builds the S×S score matrix, which the
+#   memory panel showed. `sdpa_kernel` lists and restricts the backends.
+# - FlexAttention expresses masks and biases as small functions; compiled, each variant matched its
+#   masked-SDPA reference, and a block mask skips the empty tiles (counted above). On the installed
+#   torch its CPU kernel is inference only.
+# - Autocast to bf16 under `torch.compile` costs about three significant digits; whether it is faster
+#   depends on the CPU's bf16 support (the verdict above).
+# - Regional compilation compiles one block and reuses it: far fewer operations traced and a shorter
+#   cold start, measured in fresh processes with empty caches; the steady-state cost was printed as a verdict.
+# - A compiled optimizer step fuses the per-parameter loop; a tensor learning rate keeps the LR
+#   scheduler from recompiling. Compiled autograd traces the backward pass, hooks included.
+# - `TORCH_TRACE` + `tlparse` produce a report of a whole run (compile IDs, graph breaks, recompiles);
+#   attach the raw trace to bug reports. `error_on_graph_break` and `set_stance("fail_on_recompile")`
+#   make silent slow-downs loud.
+# - Results recorded: `attn.sdpa.max_abs_err`, `attn.flex.variants_equal`, `attn.flex.block_sparsity`,
+#   `compile.regional.cold_start_ratio`, `compile.regional.steady_ratio`,
+#   `compile.optimizer.step_speedup`, `compile.tlparse.report_pages`.
+#
+# ## Further reading
+#
+# - [`torch.nn.functional.scaled_dot_product_attention`](https://docs.pytorch.org/docs/stable/generated/torch.nn.functional.scaled_dot_product_attention.html)
+#   and [`torch.nn.attention.sdpa_kernel`](https://docs.pytorch.org/docs/stable/generated/torch.nn.attention.sdpa_kernel.html)
+# - [`torch.nn.attention.flex_attention`](https://docs.pytorch.org/docs/stable/nn.attention.flex_attention.html)
+# - [Reducing compile time with regional compilation](https://docs.pytorch.org/tutorials/recipes/regional_compilation.html)
+# - [Compiled optimizer with an LR scheduler](https://docs.pytorch.org/tutorials/recipes/compiling_optimizer_lr_scheduler.html)
+#   · [Compiled autograd](https://docs.pytorch.org/tutorials/intermediate/compiled_autograd_tutorial.html)
+# - [`torch.compile` troubleshooting: `TORCH_TRACE` and tlparse](https://docs.pytorch.org/docs/stable/torch.compiler_troubleshooting.html)
+#   · [tlparse on GitHub](https://github.com/pytorch/tlparse)

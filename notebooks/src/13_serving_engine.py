@@ -1,0 +1,1153 @@
+# %% [markdown]
+# # 13 · Inside a serving engine
+#
+# Notebook 10 built a server around the course's batching engine and used that engine as a black
+# box. This notebook opens it. Production engines such as vLLM and SGLang are built from a handful
+# of ideas: a key-value (KV) cache, continuous batching (requests join and leave the running batch
+# at every step), a *paged* KV cache that hands out memory in small blocks, *prefix caching* that
+# lets requests sharing a system prompt skip its prefill, *chunked prefill* that keeps a long prompt
+# from freezing everyone else's stream, *speculative decoding* that checks several guessed tokens in
+# one forward pass, and *preemption* so that a full cache slows the server down instead of crashing
+# it. Each one is written out here on the course's TinyGPT, on the CPU, and measured against the
+# version without it, with the greedy outputs asserted identical every time.
+
+# %% [markdown]
+# ## What you will learn
+#
+# - what a KV cache stores, how many bytes per token it costs, and what it saves at each step;
+# - continuous batching as a loop you can read in one screen, checked token for token against the
+#   course's engine;
+# - a paged KV cache: fixed-size blocks, a free list and a block table per sequence, and how many
+#   more sequences fit in the same memory than with one maximum-length row each;
+# - prefix caching by hashing full blocks, then the same idea in the course's own engine (on by
+#   default there), measured as a client sees it; chunked prefill under a per-step token budget,
+#   speculative decoding by prompt lookup, and preemption by recomputation;
+# - which of these pay on a CPU and which only save memory or work that a CPU hides;
+# - scaling out: the course's server as Ray Serve replicas behind a router, measured beside the
+#   course's own server with the same load generator; a replica killed mid-run is replaced and,
+#   with client retries, no request is lost; the configuration that puts replicas on other machines.
+#
+# **Prerequisites:** notebook 10 (serving, the KV cache, iteration-level batching, TTFT and p99).
+# Notebook 11's first section helps with attention masks.
+#
+# **Time on a laptop CPU:** <!-- stamp:time -->1.4 min the first time (every cache empty), 1.4 min after that (compile cache warm), 0.7 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-avx512-vnni, torch 2.14.1, 2026-11-30). A slower or busy laptop takes longer.<!-- /stamp:time --> Quick mode runs fewer and shorter requests.
+# **GPU:** not needed. Everything here is scheduling and memory bookkeeping; a guarded cell at the
+# end times the batched decoding step on a GPU if there is one.
+
+# %%
+import hashlib
+import math
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import matplotlib.pyplot as plt
+import torch
+
+from course_utils import bench, config, exercises, session
+from course_utils.data.text import load_corpus
+from course_utils.device import requires_cuda
+from course_utils.models import load_tiny_gpt
+from course_utils.serving.server.settings import default_threads
+from course_utils.tokentimes import TokenClock
+
+print(session.start(seed=0))
+torch.set_grad_enabled(False)          # inference only, everywhere in this notebook
+THREADS = default_threads()
+torch.set_num_threads(THREADS)
+model, tok = load_tiny_gpt()
+cfg = model.config
+HEAD_DIM = cfg.n_embd // cfg.n_head
+CORPUS = load_corpus()
+print(f"TinyGPT: {cfg.n_layer} layers, {cfg.n_head} heads of {HEAD_DIM}, context {cfg.block_size} "
+      f"characters, vocabulary {tok.vocab_size}; {THREADS} torch thread(s)")
+
+
+def text_prompt(start: int, length: int) -> list[int]:
+    """Token ids of `length` characters of the corpus, from character `start`."""
+    return tok.encode(CORPUS[start:start + length])
+
+
+# %% [markdown]
+# ## 1 · The KV cache from scratch
+#
+# A decoder predicts one token at a time, and at every step each new token attends to all the
+# tokens before it. Their keys and values do not change once computed (the model is causal), so a
+# server keeps them: that is the KV cache. Per token and per layer it holds one key and one value
+# vector for every head, `2 × n_head × head_dim` numbers. The cell computes that and checks it
+# against the tensors the model actually returns for a prompt.
+
+# %%
+numbers_per_token_layer = 2 * cfg.n_head * HEAD_DIM          # a key and a value vector per head
+bytes_per_token_layer = numbers_per_token_layer * torch.finfo(torch.float32).bits // 8
+prompt = text_prompt(0, 96)
+_, present = model.forward_cached(torch.tensor([prompt]), torch.arange(len(prompt)))
+measured = sum(k.nbytes + v.nbytes for k, v in present) / (len(prompt) * cfg.n_layer)
+assert measured == bytes_per_token_layer, (measured, bytes_per_token_layer)
+per_token = bytes_per_token_layer * cfg.n_layer
+print(f"2 x n_head ({cfg.n_head}) x head_dim ({HEAD_DIM}) = {numbers_per_token_layer} numbers per token per layer, "
+      "as the model's own keys and values show (asserted)")
+print(f"{bytes_per_token_layer} bytes per token per layer (float32), {per_token / 1024:.0f} KiB per token "
+      f"for all {cfg.n_layer} layers; a full {cfg.block_size}-token context costs "
+      f"{per_token * cfg.block_size / 2**20:.1f} MiB per sequence")
+
+
+# %% [markdown]
+# Without a cache, every step runs the whole sequence through the model again. With one, a step
+# feeds only the newest token and lets it attend to the stored keys and values. `forward_cached`
+# (the model's one attention path) takes those as `past` and returns the new token's own keys and
+# values, which we append. Both decoders below are greedy, so their outputs must be identical.
+
+# %%
+def greedy_no_cache(prompt: list[int], n_new: int) -> list[int]:
+    ids = list(prompt)
+    for _ in range(n_new):
+        ids.append(int(model(torch.tensor([ids]))[0, -1].argmax()))
+    return ids[len(prompt):]
+
+
+def greedy_with_cache(prompt: list[int], n_new: int) -> list[int]:
+    """Greedy decoding with our own cache: one (keys, values) pair per layer, grown by concatenation."""
+    hidden, past = model.forward_cached(torch.tensor([prompt]), torch.arange(len(prompt)))
+    out = [int(model.logits(hidden[0, -1]).argmax())]
+    while len(out) < n_new:
+        pos = len(prompt) + len(out) - 1            # the position of the token we feed
+        hidden, new = model.forward_cached(torch.tensor([[out[-1]]]), torch.tensor([pos]), past)
+        past = [(torch.cat([k, k1], dim=2), torch.cat([v, v1], dim=2)) for (k, v), (k1, v1) in zip(past, new)]
+        out.append(int(model.logits(hidden[0, -1]).argmax()))
+    return out
+
+
+N_NEW = config.pick(24, 48)
+assert greedy_no_cache(prompt, N_NEW) == greedy_with_cache(prompt, N_NEW)
+print("same greedy output with and without the cache:", repr(tok.decode(greedy_with_cache(prompt, N_NEW))))
+
+# %% [markdown]
+# What does one step cost as the sequence grows? Without the cache a step processes all `L` tokens;
+# with it, one token that reads `L` stored positions. The table times one step of each at several
+# lengths (median of interleaved runs).
+
+# %%
+LENGTHS = config.pick([32, 128, 384], [16, 64, 128, 256, 384, 496])
+step_ms = {"no cache": [], "KV cache": []}
+for L in LENGTHS:
+    ids = torch.tensor([text_prompt(1000, L)])
+    _, past_L = model.forward_cached(ids, torch.arange(L))
+    one = torch.tensor([[ids[0, -1]]])
+    cmp_L = bench.compare({"no cache": lambda: model(ids),
+                           "KV cache": lambda: model.forward_cached(one, torch.tensor([L]), past_L)},
+                          min_run_time=config.pick(0.06, 0.3), warmup=2)
+    for name in step_ms:
+        step_ms[name].append(cmp_L.row(name).median_s * 1e3)
+    print(f"L={L:4d}: one cached step is {cmp_L.describe('KV cache')}")
+
+fig, ax = plt.subplots(figsize=(6, 3.2))
+for name, ms in step_ms.items():
+    ax.plot(LENGTHS, ms, "o-", label=name)
+ax.set_xlabel("tokens already in the sequence (L)")
+ax.set_ylabel("ms per decoding step")
+ax.set_title("one decoding step of TinyGPT")
+ax.legend()
+plt.show()
+
+
+# %% [markdown]
+# The work per step tells the story whatever the timings say on your machine: without the cache a
+# step multiplies all `L` tokens through every weight matrix, with it one token does, plus a read of
+# the `L` stored keys and values. Both also pay a fixed cost per operation (Python, dispatch,
+# small kernels), which is the same at every `L`; the table shows how the two balance on your
+# machine as `L` grows.
+#
+# ## 2 · Continuous batching, written out
+#
+# A server holds many sequences at once. *Continuous* (iteration-level) batching makes every step
+# one forward pass for every running sequence, and lets requests join and leave between steps. The
+# engine below is the whole idea, in the form that later sections extend: each sequence knows how
+# many of its tokens are already `cached`; each step the scheduler decides how many new tokens each
+# running sequence computes (one for a decoding sequence, the prompt for a newcomer), the model runs,
+# and a sequence that has computed all its tokens gets its next one.
+#
+# Where the keys and values live is the job of a `kv` object with five methods: `admit` (find room
+# for a newcomer), `reserve` (make room for `n` positions), `release`, `write` and `read`. The first
+# one is the simple design: one row of `block_size` positions per sequence, reserved whole
+# (the course's engine keeps its cache like this).
+
+# %%
+@dataclass(eq=False)
+class Request:
+    rid: int
+    prompt: list[int]
+    max_new: int
+    arrive_step: int = 0                         # arrivals are scheduled in steps, so every run is repeatable
+    out: list[int] = field(default_factory=list)
+    cached: int = 0                              # positions whose keys and values are stored
+
+    def tokens(self) -> list[int]:
+        return self.prompt + self.out
+
+
+class RowKV:
+    """Contiguous KV cache: each sequence owns one row of `max_len` positions."""
+
+    def __init__(self, rows: int, max_len: int = cfg.block_size) -> None:
+        shape = (cfg.n_layer, rows, cfg.n_head, max_len, HEAD_DIM)
+        self.k, self.v = torch.zeros(shape), torch.zeros(shape)
+        self.free, self.row, self.max_len = list(range(rows - 1, -1, -1)), {}, max_len
+
+    def admit(self, r: Request) -> bool:
+        if not self.free:
+            return False
+        self.row[r.rid] = self.free.pop()
+        return True
+
+    def reserve(self, r: Request, n: int) -> bool:
+        return n <= self.max_len                 # the whole row is reserved already
+
+    def release(self, r: Request) -> None:
+        self.free.append(self.row.pop(r.rid))
+
+    def write(self, r: Request, start: int, kv: list) -> None:
+        row = self.row[r.rid]
+        for layer, (k, v) in enumerate(kv):      # k, v: (1, heads, T, head_dim)
+            self.k[layer, row, :, start:start + k.shape[2]] = k[0]
+            self.v[layer, row, :, start:start + k.shape[2]] = v[0]
+
+    def read(self, rs: list[Request], length: int) -> list:
+        rows = torch.tensor([self.row[r.rid] for r in rs])
+        return [(self.k[layer, rows, :, :length], self.v[layer, rows, :, :length]) for layer in range(cfg.n_layer)]
+
+    def commit(self, r: Request) -> None:        # used by prefix caching (section 4)
+        pass
+
+
+# %% [markdown]
+# The model calls: sequences that compute one token this step share a single forward pass (each
+# attends to its own first `cached` positions, the rest of the padded batch is masked out); a
+# sequence that computes several tokens (a prompt, or a chunk of one) runs on its own.
+
+# %%
+def run_one_token(kv, rs: list[Request]) -> torch.Tensor:
+    """One new token for each of `rs` in one batched forward pass; returns their logits (n, vocab)."""
+    cached = torch.tensor([r.cached for r in rs])
+    longest = int(cached.max())
+    tokens = torch.tensor([[r.tokens()[r.cached]] for r in rs])
+    past = mask = None
+    if longest:
+        past = kv.read(rs, longest)
+        visible = torch.arange(longest) < cached[:, None]          # padding beyond a row's length is hidden
+        mask = torch.cat([visible, visible.new_ones(len(rs), 1)], dim=1)[:, None, None, :]
+    hidden, present = model.forward_cached(tokens, cached[:, None], past, mask)
+    for i, r in enumerate(rs):
+        kv.write(r, r.cached, [(k[i:i + 1], v[i:i + 1]) for k, v in present])
+    return model.logits(hidden[:, 0])
+
+
+def run_chunk(kv, r: Request, n: int) -> torch.Tensor:
+    """Compute the next `n` tokens of `r` (a prompt or a chunk of it); returns the last one's logits."""
+    ids = torch.tensor([r.tokens()[r.cached:r.cached + n]])
+    past = kv.read([r], r.cached) if r.cached else None
+    hidden, present = model.forward_cached(ids, torch.arange(r.cached, r.cached + n), past)  # causal
+    kv.write(r, r.cached, present)
+    return model.logits(hidden[0, -1])
+
+
+# %% [markdown]
+# And the loop. Read it top to bottom once; the lines marked (§5) and (§7) only act when a token
+# budget is set or memory runs out, and are explained in those sections.
+
+# %%
+def serve(requests: list[Request], kv, max_batch: int = 16, token_budget: int | None = None,
+          clock: TokenClock | None = None) -> dict:
+    """Run every request to the end with continuous batching; returns counters of the run."""
+    pending = deque(sorted(requests, key=lambda r: r.arrive_step))
+    waiting: deque[Request] = deque()
+    running: list[Request] = []
+    stats = {"steps": 0, "preempted": 0, "computed": 0, "max_step_tokens": 0, "batch": []}
+    while pending or waiting or running:
+        while pending and pending[0].arrive_step <= stats["steps"]:        # arrivals
+            waiting.append(pending.popleft())
+            if clock:
+                clock.arrive(waiting[-1].rid)
+        while waiting and len(running) < max_batch and kv.admit(waiting[0]):  # join the batch
+            running.append(waiting.popleft())
+        if waiting and not running:
+            raise RuntimeError(f"request {waiting[0].rid} does not fit in an empty cache")
+        # schedule: decoding sequences (one token to compute) first, then prompts
+        plan, budget = [], math.inf if token_budget is None else token_budget
+        for r in sorted(running, key=lambda r: len(r.tokens()) - r.cached > 1):
+            if r not in running:
+                continue                                    # preempted a moment ago
+            n = min(len(r.tokens()) - r.cached, budget)     # (§5) a prompt may get only a chunk
+            if n < 1:
+                continue
+            while r in running and not kv.reserve(r, r.cached + n):   # (§7) out of memory:
+                victim = running.pop()                                # preempt the newest sequence,
+                kv.release(victim)                                    # free its blocks,
+                victim.cached = 0                                     # recompute it later
+                waiting.appendleft(victim)
+                plan = [(q, m) for q, m in plan if q is not victim]
+                stats["preempted"] += 1
+            if r in running:
+                plan.append((r, n))
+                budget -= n
+        # run the model: one batched pass for the one-token sequences, one pass per chunk
+        ones = [r for r, n in plan if n == 1]
+        done = [(r, 1, logits) for r, logits in zip(ones, run_one_token(kv, ones))] if ones else []
+        done += [(r, n, run_chunk(kv, r, n)) for r, n in plan if n > 1]
+        stats["max_step_tokens"] = max(stats["max_step_tokens"], sum(n for _, n in plan))
+        stats["batch"].append(len(plan))
+        for r, n, logits in done:
+            r.cached += n
+            stats["computed"] += n
+            kv.commit(r)
+            if r.cached == len(r.tokens()):                 # all computed: the next token is out
+                r.out.append(int(logits.argmax()))
+                if clock:
+                    clock.token(r.rid)
+        for r in [r for r in running if len(r.out) >= r.max_new]:   # leave the batch
+            kv.release(r)
+            running.remove(r)
+        stats["steps"] += 1
+    return stats
+
+
+# %% [markdown]
+# Eight requests with different prompts and lengths arrive over the first steps, and at most four
+# run at once, so requests wait, join mid-flight and leave as they finish. The course's engine
+# (`course_utils.serving.core.EngineCore`, the core of the server notebook 10 ran) gets the same
+# requests, greedy, with four rows of cache; the outputs must agree token for token. Its `step()` is
+# this loop's shape with one difference: decoding tokens and prompt chunks share **one** forward pass
+# (`course_utils.models.gpt.mixed_step` packs them together), where ours runs a pass per chunk.
+
+# %%
+def make_requests(specs: list[tuple[list[int], int, int]]) -> list[Request]:
+    """Fresh Request objects from (prompt, max_new, arrive_step) triples."""
+    return [Request(i, list(p), n, step) for i, (p, n, step) in enumerate(specs)]
+
+
+def course_engine_outputs(specs: list[tuple[list[int], int, int]], batch: int) -> list[list[int]]:
+    """Greedy outputs of the course's serving core for the same prompts, all submitted at once."""
+    from course_utils.serving.core import EngineCore
+
+    engine = EngineCore(model, capacity=batch, max_len=cfg.block_size)
+    return engine.generate([p for p, _, _ in specs], [n for _, n, _ in specs])
+
+
+MIX = [(text_prompt(300 * i, 12 + 9 * i), 10 + 5 * (i % 4), i // 2) for i in range(8)]
+reqs = make_requests(MIX)
+stats = serve(reqs, RowKV(rows=4), max_batch=4)
+ours = [r.out for r in reqs]
+assert ours == course_engine_outputs(MIX, batch=4), "our loop and the course's engine disagree"
+print(f"{len(reqs)} requests, {stats['steps']} steps, sequences per step: {stats['batch']}")
+print("identical to the course's engine, token for token; first answer:", repr(tok.decode(ours[0])))
+
+# %% [markdown]
+# The batch sizes per step show the point of continuous batching: the batch refills as soon as a
+# sequence finishes, instead of waiting for the whole batch to drain as a static batch would.
+#
+# ## 3 · A paged KV cache
+#
+# The row design wastes memory: a server cannot know how long an answer will be, so every sequence
+# reserves the model's whole context, and most of it stays empty. A *paged* cache (the idea behind
+# vLLM's PagedAttention) cuts memory into fixed-size blocks of `BLOCK` positions. A sequence gets
+# blocks as it grows, from a free list, and its **block table** lists which physical block holds
+# each stretch of its positions: position `p` lives in block `table[p // BLOCK]` at offset
+# `p % BLOCK`. Freed blocks go back to the list. `read` gathers a sequence's blocks into the
+# padded tensor attention expects; production engines instead use an attention kernel that reads
+# the blocks in place through the table.
+#
+# The class also carries prefix caching (section 4): the `by_hash` table and `commit`.
+
+# %%
+BLOCK = 16
+
+
+def block_hashes(tokens: list[int], block: int = BLOCK) -> list[bytes]:
+    """One hash per FULL block of `tokens`; each covers its block and every token before it."""
+    hashes, h = [], b""
+    for i in range(len(tokens) // block):
+        h = hashlib.sha256(h + repr(tokens[i * block:(i + 1) * block]).encode()).digest()
+        hashes.append(h)
+    return hashes
+
+
+class PagedKV:
+    """KV cache in blocks of `block` positions, handed out from a free list through block tables."""
+
+    def __init__(self, n_blocks: int, block: int = BLOCK, prefix_caching: bool = False) -> None:
+        shape = (cfg.n_layer, n_blocks, cfg.n_head, block, HEAD_DIM)
+        self.k, self.v = torch.zeros(shape), torch.zeros(shape)
+        self.block, self.prefix_caching = block, prefix_caching
+        self.free = deque(range(n_blocks))      # unused blocks, the longest unused first
+        self.refs = [0] * n_blocks              # how many sequences use each block
+        self.table: dict[int, list[int]] = {}   # request id -> its block table
+        self.by_hash: dict[bytes, int] = {}     # prefix caching: full blocks whose contents are known
+        self.hash_of: dict[int, bytes] = {}
+
+    def admit(self, r: Request) -> bool:
+        table = self.table[r.rid] = []
+        if self.prefix_caching:                 # reuse the longest run of known full blocks (§4)
+            for h in block_hashes(r.prompt, self.block)[:(len(r.prompt) - 1) // self.block]:
+                b = self.by_hash.get(h)
+                if b is None:
+                    break
+                if self.refs[b] == 0:
+                    self.free.remove(b)
+                self.refs[b] += 1
+                table.append(b)
+        r.cached = len(table) * self.block
+        if self.reserve(r, len(r.tokens())):    # room for its whole prompt now
+            return True
+        self.release(r)
+        r.cached = 0
+        return False
+
+    def reserve(self, r: Request, n: int) -> bool:
+        table = self.table[r.rid]
+        extra = -(-n // self.block) - len(table)     # blocks needed for n positions, minus those held
+        if extra > len(self.free):
+            return False
+        for _ in range(max(extra, 0)):
+            b = self.free.popleft()
+            if b in self.hash_of:                     # reused: its old contents are gone
+                del self.by_hash[self.hash_of.pop(b)]
+            self.refs[b] = 1
+            table.append(b)
+        return True
+
+    def release(self, r: Request) -> None:
+        for b in self.table.pop(r.rid):
+            self.refs[b] -= 1
+            if self.refs[b] == 0:
+                self.free.append(b)                   # hashed blocks stay findable until reused
+
+    def write(self, r: Request, start: int, kv: list) -> None:
+        pos = torch.arange(start, start + kv[0][0].shape[2])
+        blocks = torch.tensor(self.table[r.rid])[pos // self.block]   # the block table lookup
+        offsets = pos % self.block
+        for layer, (k, v) in enumerate(kv):           # k[0]: (heads, T, head_dim) -> (T, heads, head_dim)
+            self.k[layer, blocks, :, offsets] = k[0].transpose(0, 1)
+            self.v[layer, blocks, :, offsets] = v[0].transpose(0, 1)
+
+    def read(self, rs: list[Request], length: int) -> list:
+        nb = -(-length // self.block)
+        idx = torch.tensor([(self.table[r.rid] * nb)[:nb] if len(self.table[r.rid]) < nb
+                            else self.table[r.rid][:nb] for r in rs])   # padding blocks are masked anyway
+        out = []
+        for cache in (self.k, self.v):
+            g = cache[:, idx]                         # (layers, n, nb, heads, block, head_dim)
+            out.append(g.permute(0, 1, 3, 2, 4, 5).reshape(cfg.n_layer, len(rs), cfg.n_head, nb * self.block,
+                                                            HEAD_DIM)[:, :, :, :length])
+        return [(out[0][layer], out[1][layer]) for layer in range(cfg.n_layer)]
+
+    def commit(self, r: Request) -> None:
+        if self.prefix_caching:                       # make r's full, computed blocks findable (§4)
+            for h, b in zip(block_hashes(r.tokens()[:r.cached], self.block), self.table[r.rid]):
+                if h not in self.by_hash and b not in self.hash_of:
+                    self.by_hash[h], self.hash_of[b] = b, h
+
+
+# %% [markdown]
+# **How many sequences fit?** Take a fixed memory budget, `ROWS` rows of the full context, and a
+# mix of request lengths (prompt plus answer) like a chat service sees: prompts of 8 to 256
+# characters and answers of 8 to 128, drawn with a fixed seed. Rows fit `ROWS` sequences whatever
+# their length; blocks fit as many as their rounded-up block counts allow. This is arithmetic on
+# block counts, so the cell asserts it.
+
+# %%
+ROWS = 16
+POOL_BLOCKS = ROWS * cfg.block_size // BLOCK                 # the same memory, in blocks
+gen = torch.Generator().manual_seed(13)
+N_MIX = 64
+mix_prompt = torch.randint(8, 257, (N_MIX,), generator=gen).tolist()
+mix_new = torch.randint(8, 129, (N_MIX,), generator=gen).tolist()
+totals = [p + n for p, n in zip(mix_prompt, mix_new)]
+blocks_each = [-(-t // BLOCK) for t in totals]
+used = fit_paged = 0
+for need in blocks_each:                                     # admit requests in order while blocks last
+    if used + need > POOL_BLOCKS:
+        break
+    used, fit_paged = used + need, fit_paged + 1
+fit_rows = min(ROWS, N_MIX)
+capacity_ratio = fit_paged / fit_rows
+waste_rows = 1 - sum(totals[:fit_rows]) / (fit_rows * cfg.block_size)
+waste_paged = 1 - sum(totals[:fit_paged]) / (BLOCK * sum(blocks_each[:fit_paged]))
+print(f"memory: {POOL_BLOCKS * BLOCK * per_token / 2**20:.0f} MiB = {ROWS} rows of {cfg.block_size} "
+      f"= {POOL_BLOCKS} blocks of {BLOCK}; mean request {sum(totals) / N_MIX:.0f} tokens")
+print(f"rows fit {fit_rows} sequences ({waste_rows:.0%} of their memory never used); blocks fit "
+      f"{fit_paged} ({waste_paged:.0%} unused, only in each sequence's last block): {capacity_ratio:.2f}x")
+assert capacity_ratio >= 2, capacity_ratio
+bench.record("engine.paged.capacity_ratio", capacity_ratio, "x", rows=ROWS, block=BLOCK, requests=N_MIX)
+
+# %% [markdown]
+# Now run it. The same requests go through `serve` with the row cache and with the paged cache of
+# the same size. The paged engine admits a request when its prompt fits and takes blocks as answers
+# grow, so it can run out mid-answer; it then preempts (section 7 looks at that). The outputs must
+# not change, and the peak number of sequences running at once shows the capacity in action.
+
+# %%
+N_RUN = config.pick(24, N_MIX)
+RUN_ROWS = config.pick(4, ROWS)
+run_specs = [(text_prompt(500 + 700 * i, mix_prompt[i]), mix_new[i], 0) for i in range(N_RUN)]
+runs = {}
+for name, kv in (("rows", RowKV(RUN_ROWS)), ("paged", PagedKV(RUN_ROWS * cfg.block_size // BLOCK))):
+    reqs = make_requests(run_specs)
+    start = time.perf_counter()
+    st = serve(reqs, kv, max_batch=N_RUN)
+    runs[name] = (st, [r.out for r in reqs], time.perf_counter() - start)
+    print(f"{name:5s}: peak {max(st['batch']):2d} sequences per step, {st['steps']} steps, "
+          f"{st['preempted']} preemptions, {runs[name][2]:.2f} s")
+assert runs["rows"][1] == runs["paged"][1], "paging changed the outputs"
+assert max(runs["paged"][0]["batch"]) > max(runs["rows"][0]["batch"])
+print("outputs identical; fewer steps for the same work:", runs["paged"][0]["steps"] < runs["rows"][0]["steps"])
+
+# %% [markdown]
+# Fewer, fuller steps usually mean more tokens per second, but this notebook's `read` copies every
+# block into a padded tensor at every step, a cost the row cache does not pay; the printed times
+# show how the two balance on your machine. The memory saving is what paging is for: on a GPU, where
+# memory, not arithmetic, limits the batch, more sequences per step is more throughput.
+#
+# ## 4 · Prefix caching
+#
+# Many requests start the same way: a system prompt, a few-shot preamble, a long document asked
+# several questions. With blocks, their keys and values can be shared. Each *full* block gets a
+# hash of its tokens and of everything before it (so equal hashes mean equal keys and values);
+# `commit` files computed blocks under their hash, and `admit` looks a newcomer's blocks up and
+# takes the longest run it finds, adding one to each block's reference count. The newcomer then
+# starts with `cached` already past the shared part and computes only the rest. (The last prompt
+# token is always computed, since its logits give the first answer token.) A block nobody uses
+# any more stays findable on the free list until it is handed out again.
+#
+# The experiment: a shared system prompt of `SHARED` tokens (the model's context, printed at the
+# top, holds it with a question and a short answer; the cell asserts that), then a different
+# question for each request. Requests keep arriving while earlier ones decode: one every second
+# step, and then, for comparison, one every step (twice the load). Time to first token (TTFT) with
+# and without prefix caching, same loop, same blocks.
+
+# %%
+SHARED, NEW = 448, 8
+system = text_prompt(20_000, SHARED)
+N_PREFIX = config.pick(13, 33)
+
+
+def prefix_specs(every: int) -> list[tuple[list[int], int, int]]:
+    """Request 0 arrives alone and fills the cache; then one request every `every` steps."""
+    return [(system + text_prompt(30_000 + 97 * i, 8 + (i * 5) % 17), NEW, 0 if i == 0 else 1 + (i - 1) * every)
+            for i in range(N_PREFIX)]
+
+
+assert max(len(p) for p, _, _ in prefix_specs(1)) + NEW <= cfg.block_size
+ttft_cmps = {}
+for every in (2, 1):
+    ttft, computed, outs = {}, {}, {}
+    for rep in range(config.pick(3, 5)):                   # runs alternate, so a slow spell hits both
+        for name, caching in (("no prefix cache", False), ("prefix cache", True)):
+            clock, reqs = TokenClock(), make_requests(prefix_specs(every))
+            st = serve(reqs, PagedKV(512, prefix_caching=caching), max_batch=32, clock=clock)
+            # one sample per run: the median TTFT of the requests after the first (which fills the cache)
+            ttft.setdefault(name, []).append(1e-3 * clock.summary_ms(range(1, N_PREFIX))["ttft"]["p50"])
+            computed[name], outs[name] = st["computed"], [r.out for r in reqs]
+    assert outs["no prefix cache"] == outs["prefix cache"], "prefix caching changed the outputs"
+    decoded = N_PREFIX * (NEW - 1)                          # the first token of each comes from its prefill
+    prefill = {name: c - decoded for name, c in computed.items()}
+    work_ratio = prefill["no prefix cache"] / prefill["prefix cache"]
+    assert work_ratio >= 3, work_ratio
+    ttft_cmps[every] = cmp_every = bench.Comparison.from_samples(ttft, baseline="no prefix cache")
+    print(f"one request every {every} step(s): prompt tokens computed {prefill['no prefix cache']} without, "
+          f"{prefill['prefix cache']} with ({work_ratio:.1f}x less prefill work); median TTFT over "
+          f"{len(ttft['prefix cache'])} runs {cmp_every.row('no prefix cache').median_s * 1e3:.1f} ms without, "
+          f"{cmp_every.row('prefix cache').median_s * 1e3:.1f} ms with: {cmp_every.describe('prefix cache')}")
+ttft_ratio = ttft_cmps[2].speedup("prefix cache")
+bench.record("engine.prefix.ttft_ratio", ttft_ratio, "x", shared_tokens=SHARED, requests=N_PREFIX, every_steps=2)
+
+# %% [markdown]
+# The work saved is exact (asserted): every request after the first computes its question instead
+# of the whole prompt. How much of it shows up in TTFT depends on what else the step that prefills
+# a newcomer does: it also decodes one token for every running sequence (and our `read` copies
+# their blocks), which costs the same with or without prefix caching. The more sequences decode
+# meanwhile, the larger that shared part; compare the two loads above on your machine.
+#
+# ### Prefix caching in the course's engine
+#
+# The course's engine (`GenerationEngine`, the one notebook 10 serves with) does the same in its own
+# cache, on by default (`--prefix-cache-mb`, 0 turns it off). `course_utils/serving/prefix_cache.py`
+# cuts prompts into full blocks of 16 and hashes them as a chain, like `block_hashes` above, and keeps
+# the keys and values of blocks it has computed in a least-recently-used store under a memory cap.
+# When a request is admitted, the longest run of known blocks is copied into its row of the cache
+# and the step's forward pass computes only the rest of the prompt, from its own cached length; its
+# blocks are filed one step later, once its first token is out. The engine keeps one cache row per sequence
+# rather than pages: the cell prints what those rows take at the server's default limits, and
+# without an attention kernel that reads blocks in place, paging on a CPU means section 3's gather
+# at every step (`core.py`'s docstring gives the reasoning and the measurements behind it).
+#
+# The cell below sends the real engine requests that share a 208-character system prompt (13 full
+# blocks) and differ after it, one at a time while four long answers decode, with the cache on and
+# off. Then the same with prompts that share nothing: there the cache can only cost (hashing,
+# looking up, copying blocks out). TTFT is measured as a client gets it: from submission until the
+# first token reaches the event loop. The forward-pass time is the engine's own counter
+# (`serve_engine_seconds_total{phase="forward"}`) over the same stretch; since newcomers' prompts
+# share those passes with the running streams, it includes their decoding too, and the prompt tokens
+# the cache saves show as the difference between the two runs. Filing and copying blocks is counted
+# apart (`phase="prefix"`).
+
+# %%
+import asyncio
+import statistics
+
+from course_utils.serving.server.engine import GenerationEngine
+from course_utils.serving.server.metrics import ServingMetrics
+from course_utils.serving.server.settings import ServeSettings
+
+
+def served_run(prompts: list[list[int]], prefix_mb: float, n_streams: int = 4, new: int = 8) -> dict:
+    """Send `prompts` to the course's engine one at a time while `n_streams` long answers decode
+    (each waits for its first token before the next is sent; the first one only fills the cache)."""
+    async def main() -> dict:
+        metrics = ServingMetrics()
+        settings = ServeSettings(embed=False, stream_interval_ms=0, prefix_cache_mb=prefix_mb)
+        engine = GenerationEngine(model, settings, metrics)
+        engine.start(asyncio.get_running_loop())
+        try:
+            first = engine.submit(prompts[0], new)
+            while (await first.events.get())[0] == "token":
+                pass
+            streams = [engine.submit(text_prompt(40_000 + 300 * i, 24), 200) for i in range(n_streams)]
+            for s in streams:
+                await s.events.get()                                   # all of them decoding now
+            get = metrics.registry.get_sample_value
+            forward_before = get("serve_engine_seconds_total", {"phase": "forward"})
+            reqs, ttft = [], []
+            for ids in prompts[1:]:
+                reqs.append(engine.submit(ids, new))
+                await reqs[-1].events.get()                            # the first token, as a client gets it
+                ttft.append(time.perf_counter() - reqs[-1].arrived)
+            forward_s = get("serve_engine_seconds_total", {"phase": "forward"}) - forward_before
+            outs = []
+            for r in reqs:
+                toks = []
+                while (event := await r.events.get())[0] == "token":
+                    toks.append(event[1])
+                outs.append(toks)
+            for s in streams:
+                s.cancel()
+            return {"ttft": statistics.median(ttft), "forward_s": forward_s, "outs": outs,
+                    "hit": get("serve_prefix_cache_hit_tokens_total")}
+        finally:
+            engine.stop()
+
+    with ThreadPoolExecutor(1) as pool:            # a fresh event loop, whatever the kernel runs
+        result = pool.submit(asyncio.run, main()).result()
+    torch.set_num_threads(THREADS)
+    return result
+
+
+defaults = ServeSettings()
+rows_mib = defaults.max_batch_size * (defaults.max_prompt_chars + defaults.max_new_tokens_limit) * per_token / 2**20
+print(f"the engine's row cache at the default limits: {defaults.max_batch_size} rows of "
+      f"{defaults.max_prompt_chars + defaults.max_new_tokens_limit} positions, {rows_mib:.0f} MiB")
+SERVED_SYSTEM, N_SERVED = 208, config.pick(8, 24)   # 13 full blocks; the server takes prompts of 256 characters
+served_system = text_prompt(20_000, SERVED_SYSTEM)
+served_prompts = {
+    "shared": [served_system + text_prompt(30_000 + 97 * i, 24 + i % 9) for i in range(N_SERVED + 1)],
+    "distinct": [text_prompt(50_000 + 997 * i, SERVED_SYSTEM + 24 + i % 9) for i in range(N_SERVED + 1)],
+}
+served = {load: {"no prefix cache": [], "prefix cache": []} for load in served_prompts}
+variants = [("no prefix cache", 0), ("prefix cache", ServeSettings().prefix_cache_mb)]
+for rep in range(config.pick(4, 6)):                # runs alternate, so a slow spell hits both,
+    for load, prompts in served_prompts.items():    # and each goes first in half the rounds
+        for name, mb in (variants if rep % 2 == 0 else variants[::-1]):
+            served[load][name].append(served_run(prompts, mb))
+served_cmp = {}
+for load, runs in served.items():
+    off, on = runs["no prefix cache"], runs["prefix cache"]
+    assert all(a["outs"] == b["outs"] for a, b in zip(off, on)), "prefix caching changed the outputs"
+    found = N_SERVED * SERVED_SYSTEM if load == "shared" else 0   # the system prompt's blocks, nothing else
+    assert all(r["hit"] == found for r in on) and all(r["hit"] == 0 for r in off), (found, on[0]["hit"])
+    served_cmp[load] = cmp_load = bench.Comparison.from_samples(
+        {name: [r["ttft"] for r in rs] for name, rs in runs.items()}, baseline="no prefix cache")
+    fwd_ms = {name: 1e3 * statistics.median(r["forward_s"] for r in rs) for name, rs in runs.items()}
+    ttft_off, ttft_on = (cmp_load.row(name).median_s * 1e3 for name in ("no prefix cache", "prefix cache"))
+    print(f"{load} prompts: {found} prompt tokens taken from the cache; forward passes {fwd_ms['no prefix cache']:.1f} ms "
+          f"without, {fwd_ms['prefix cache']:.1f} ms with; median TTFT {ttft_off:.2f} ms without, {ttft_on:.2f} ms with")
+    if load == "shared":
+        print("  verdict:", cmp_load.describe("prefix cache"))
+    else:  # the cache only adds work here (hashing, a lookup that misses), so the question is its cost
+        cost = bench.band_verdict(ttft_on, ttft_off, band=0.15)
+        print(f"  what the cache costs when nothing is shared: TTFT {ttft_on / ttft_off:.2f}x, "
+              + {"higher": "a measurable cost on this machine",
+                 "lower": "no cost visible (lower than without is timing noise: the cache did strictly more work)",
+                 "no clear difference": "no clear cost"}[cost] + " (15% band)")
+bench.record("engine.prefix.served_ttft_ratio", served_cmp["shared"].speedup("prefix cache"), "x",
+             shared_tokens=SERVED_SYSTEM, requests=N_SERVED, streams=4)
+
+# %% [markdown]
+# How much of the saved prompt work reaches TTFT depends on the rest of the step: the newcomer's first
+# token comes out of the same forward pass that decodes everyone running, which no prefix cache
+# shortens. With
+# prompts that share nothing, the verdict shows what hashing and filing cost on this machine.
+#
+# ## 5 · Chunked prefill
+#
+# A long prompt arriving at a busy server is a hiccup for everyone: the step that prefills it takes
+# as long as that whole prompt, and every running stream waits for its next token meanwhile.
+# *Chunked prefill* caps the tokens computed per step (`token_budget`): decoding sequences are
+# scheduled first, one token each, and the prompt gets what is left of the budget, so it is spread
+# over several steps (the line marked (§5) in `serve`). The course's engine plans its steps the same
+# way (`EngineCore._plan`, with `ServeSettings.token_budget`), but runs the whole plan in one pass. The measure is the inter-token latency (ITL)
+# of the streams that were already running, at the 99th percentile.
+
+# %%
+TOKEN_BUDGET = 64
+LONG = 448
+n_streams, stream_new = 4, config.pick(48, 96)
+long_at = list(range(6, stream_new - 8, config.pick(12, 10)))
+chunk_specs = [(text_prompt(40_000 + 211 * i, 24), stream_new, 0) for i in range(n_streams)]
+chunk_specs += [(text_prompt(60_000 + 1_000 * j, LONG), 4, step) for j, step in enumerate(long_at)]
+streams = range(n_streams)
+itl, p99, step_tokens, outs = {}, {}, {}, {}
+for rep in range(config.pick(2, 3)):
+    for name, budget in (("whole prompts", None), ("chunked", TOKEN_BUDGET)):
+        clock, reqs = TokenClock(), make_requests(chunk_specs)
+        st = serve(reqs, PagedKV(256), max_batch=16, token_budget=budget, clock=clock)
+        itl.setdefault(name, []).extend(clock.gaps_s(streams))
+        p99.setdefault(name, []).append(clock.summary_ms(streams)["itl"]["p99"])
+        step_tokens[name], outs[name] = st["max_step_tokens"], [r.out for r in reqs]
+assert outs["whole prompts"] == outs["chunked"], "chunking changed the outputs"
+assert step_tokens["chunked"] <= TOKEN_BUDGET < step_tokens["whole prompts"]
+p99_without, p99_with = (sorted(p99[n])[len(p99[n]) // 2] for n in ("whole prompts", "chunked"))
+itl_ratio = p99_without / p99_with
+print(f"{len(long_at)} prompts of {LONG} tokens arrive while {n_streams} streams decode; the most tokens in "
+      f"one step: {step_tokens['whole prompts']} whole, {step_tokens['chunked']} chunked (budget {TOKEN_BUDGET})")
+print(f"ITL p99 of the running streams (median of {len(p99['chunked'])} runs): {p99_without:.2f} ms whole, "
+      f"{p99_with:.2f} ms chunked: {itl_ratio:.2f}x; chunked p99 is "
+      f"{bench.band_verdict(p99_with, p99_without, band=0.25)} than without (25% band)")
+bench.record("engine.chunked.itl_p99_ratio", itl_ratio, "x", budget=TOKEN_BUDGET, long_prompt=LONG)
+
+fig, ax = plt.subplots(figsize=(6, 3.2))
+for name, gaps in itl.items():
+    ax.plot(sorted(1e3 * g for g in gaps), label=name)
+ax.set_yscale("log")
+ax.set_xlabel("gaps, sorted")
+ax.set_ylabel("inter-token gap (ms)")
+ax.set_title("running streams while long prompts arrive")
+ax.legend()
+plt.show()
+
+
+# %% [markdown]
+# In the plot, the right-hand end of each curve is the slowest gaps: in the run with whole
+# prompts, the steps that computed a long prompt (asserted: one step computed more than the
+# budget). Chunking is meant to trade those few long steps for several shorter ones, at the price
+# of a later first token for the long prompt itself; the verdict above says whether it flattened
+# the tail on this machine.
+#
+# ## 6 · Speculative decoding by prompt lookup
+#
+# When a pass over five tokens costs little more than a pass over one (the first cell below times
+# both on this machine), a decoder can do better than one token per pass. Speculative decoding
+# guesses several next tokens cheaply, runs them all through
+# the model in one pass, and keep the guesses up to the first one the model disagrees with, plus
+# the model's own token at that point. With greedy decoding the result is exactly what plain
+# decoding gives; only the number of passes changes.
+#
+# The guesses here need no second model: *prompt lookup* finds the most recent earlier occurrence
+# of the last few tokens and proposes what followed them. Text that repeats itself (code, quoted
+# documents, a model that loops) is where it works. A smaller draft model is the other common
+# choice; the verification is the same.
+
+# %%
+def propose(tokens: list[int], k: int, ngram: int = 3) -> list[int]:
+    """Up to k draft tokens: what followed the latest earlier occurrence of the last n tokens."""
+    for n in range(ngram, 0, -1):
+        tail = tokens[-n:]
+        for start in range(len(tokens) - n - 1, -1, -1):
+            if tokens[start:start + n] == tail:
+                return tokens[start + n:start + n + k]
+    return []
+
+
+def accept(draft: list[int], predicted: list[int]) -> list[int]:
+    """The tokens to keep: the draft up to its first miss, then the model's own token there."""
+    n = 0
+    while n < len(draft) and draft[n] == predicted[n]:
+        n += 1
+    return predicted[:n + 1]
+
+
+def speculative(prompt: list[int], n_new: int, k: int = 4, stats: dict | None = None) -> list[int]:
+    hidden, past = model.forward_cached(torch.tensor([prompt]), torch.arange(len(prompt)))
+    out = [int(model.logits(hidden[0, -1]).argmax())]
+    while len(out) < n_new:
+        draft = propose(prompt + out, min(k, n_new - len(out) - 1))
+        feed = [out[-1]] + draft                    # the last token is not cached yet
+        start = len(prompt) + len(out) - 1
+        hidden, new = model.forward_cached(torch.tensor([feed]), torch.arange(start, start + len(feed)), past)
+        kept = accept(draft, model.logits(hidden[0]).argmax(-1).tolist())
+        past = [(torch.cat([k0, k1[:, :, :len(kept)]], 2), torch.cat([v0, v1[:, :, :len(kept)]], 2))
+                for (k0, v0), (k1, v1) in zip(past, new)]   # keep the keys of accepted positions only
+        out += kept
+        if stats is not None:
+            stats["proposed"] += len(draft)
+            stats["accepted"] += len(kept) - 1
+            stats["passes"] += 1
+    return out
+
+
+ctx = torch.tensor([text_prompt(5_000, 160)])
+_, past_ctx = model.forward_cached(ctx, torch.arange(160))
+pass_cmp = bench.compare({"1 token": lambda: model.forward_cached(ctx[:, -1:], torch.tensor([160]), past_ctx),
+                          "5 tokens": lambda: model.forward_cached(ctx[:, -5:], torch.arange(160, 165), past_ctx)},
+                         min_run_time=config.pick(0.1, 0.5), warmup=2)
+print(f"one pass with 160 cached positions: 5 tokens take {pass_cmp.ratio('5 tokens', '1 token'):.2f}x the time "
+      f"of 1 token ({pass_cmp.row('1 token').median_s * 1e3:.2f} ms for 1)")
+
+# %%
+SPEC_NEW = config.pick(64, 160)
+spec_prompt = text_prompt(12_000, 96)
+spec = {"proposed": 0, "accepted": 0, "passes": 0}
+assert speculative(spec_prompt, SPEC_NEW, stats=spec) == greedy_with_cache(spec_prompt, SPEC_NEW)
+acceptance = spec["accepted"] / max(spec["proposed"], 1)
+print(f"identical to greedy decoding; {SPEC_NEW} tokens in {spec['passes'] + 1} passes instead of {SPEC_NEW}; "
+      f"{spec['accepted']} of {spec['proposed']} drafted tokens accepted ({acceptance:.0%})")
+spec_cmp = bench.compare({"greedy": lambda: greedy_with_cache(spec_prompt, SPEC_NEW),
+                          "prompt lookup": lambda: speculative(spec_prompt, SPEC_NEW)},
+                         warmup=1, min_run_time=config.pick(0.6, 3.0))
+print(spec_cmp)
+print(f"speculative decoding is {spec_cmp.describe('prompt lookup', 'greedy')} on this machine")
+bench.record("engine.spec.acceptance_rate", acceptance, "fraction", new_tokens=SPEC_NEW, k=4)
+bench.record("engine.spec.speedup", spec_cmp.speedup("prompt lookup"), "x", new_tokens=SPEC_NEW, k=4)
+
+# %% [markdown]
+# Where it does not pay: every rejected draft token was computed for nothing, and the search for
+# a match costs Python time at every step. The cell below runs the same decoder on a prompt of
+# shuffled characters, which offers nothing worth copying (the model's own output may still repeat
+# itself, and then drafts come from there); the acceptance rate and the verdict say what is left.
+
+# %%
+shuffled = spec_prompt[:]
+torch.manual_seed(0)
+shuffled = [shuffled[i] for i in torch.randperm(len(shuffled)).tolist()]
+spec_bad = {"proposed": 0, "accepted": 0, "passes": 0}
+assert speculative(shuffled, SPEC_NEW, stats=spec_bad) == greedy_with_cache(shuffled, SPEC_NEW)
+bad_cmp = bench.compare({"greedy": lambda: greedy_with_cache(shuffled, SPEC_NEW),
+                         "prompt lookup": lambda: speculative(shuffled, SPEC_NEW)},
+                        warmup=1, min_run_time=config.pick(0.4, 2.0))
+print(f"shuffled prompt: {spec_bad['accepted']} of {spec_bad['proposed']} drafts accepted "
+      f"({spec_bad['accepted'] / max(spec_bad['proposed'], 1):.0%}), {spec_bad['passes'] + 1} passes for "
+      f"{SPEC_NEW} tokens; prompt lookup is {bad_cmp.describe('prompt lookup', 'greedy')} here")
+
+# %% [markdown]
+# A tiny greedy model tends to repeat itself, which flatters prompt lookup: the continuation
+# quickly becomes its own best draft. With a sampled (temperature > 0) model the acceptance rule
+# becomes a probabilistic one that preserves the sampling distribution; the structure, one pass to
+# verify several tokens, is the same.
+#
+# ## 7 · Preemption: running out of blocks
+#
+# A paged engine admits requests on the strength of their prompts and cannot know how long the
+# answers will grow. When a running sequence needs a new block and none is free, something has to
+# give. Failing the request would be the crude answer; `serve` instead *preempts* the most
+# recently admitted sequence: it frees its blocks and puts it back at the front of the queue with
+# its output so far. When it is admitted again it recomputes its keys and values (its prompt and
+# the tokens it had generated, as one prefill) and carries on. vLLM does the same by default;
+# swapping the blocks to CPU memory is the alternative when recomputing costs more than copying.
+
+# %%
+pre_specs = [(text_prompt(80_000 + 400 * i, 40 + 8 * i), config.pick(48, 96), 0) for i in range(6)]
+tight_blocks = 24
+outs, st_pre = {}, {}
+for name, blocks in (("roomy", 256), ("tight", tight_blocks)):
+    reqs = make_requests(pre_specs)
+    st_pre[name] = serve(reqs, PagedKV(blocks), max_batch=6)
+    outs[name] = [r.out for r in reqs]
+assert outs["roomy"] == outs["tight"], "preemption changed the outputs"
+assert st_pre["roomy"]["preempted"] == 0 < st_pre["tight"]["preempted"]
+print(f"{len(pre_specs)} requests needing up to {max(len(p) + n for p, n, _ in pre_specs)} tokens each, "
+      f"{tight_blocks} blocks of {BLOCK} ({tight_blocks * BLOCK} positions) in all: "
+      f"{st_pre['tight']['preempted']} preemptions, {st_pre['tight']['computed'] - st_pre['roomy']['computed']} "
+      f"tokens recomputed, {st_pre['tight']['steps']} steps against {st_pre['roomy']['steps']}; every answer "
+      "identical")
+
+# %% [markdown]
+# The server degraded (more steps, recomputed tokens) instead of failing. Only a single request
+# too big for the whole cache is refused, with a clear error, by the check at the top of the loop.
+#
+# On a GPU the same loop runs unchanged (move the model and the caches to `cuda`); the cell below
+# times the batched one-token step there, where a batch of 32 costs little more than a batch of 1.
+
+# %%
+if requires_cuda("the batched decoding step on a GPU"):
+    gpu_model = load_tiny_gpt()[0].to("cuda")
+    for b in (1, 32):
+        toks = torch.zeros(b, 1, dtype=torch.long, device="cuda")
+        past = [(torch.zeros(b, cfg.n_head, 256, HEAD_DIM, device="cuda"),) * 2 for _ in range(cfg.n_layer)]
+        t = bench.time_fn(gpu_model.forward_cached, toks, torch.full((b, 1), 256, device="cuda"), past)
+        print(f"batch {b:2d}: {t.median_ms:.3f} ms per step")
+
+# %% [markdown]
+# ## 8 · Scaling out: replicas behind a router (Ray Serve)
+#
+# Everything so far makes one engine process serve more. The next step, when one process (or one
+# machine) is not enough, is several copies of the whole server, *replicas*, behind a *router* that
+# spreads requests over them and replaces a replica that dies. Writing that yourself means process
+# supervision, health checks, routing and retries; Ray Serve (the `ray[serve]` package) is an
+# existing engine for it. A Serve *deployment* is a class; each replica of it runs as a Ray actor,
+# its own process; an HTTP *proxy* takes the requests and its router picks a replica for each; a
+# *controller* keeps the number of replicas at the target.
+#
+# `course_utils.serving.extras.ray_app` deploys the course's own server this way: every replica runs the
+# same FastAPI app as `python -m course_utils serve` (the same TinyGPT, the same engine with
+# iteration batching, the same `/generate` stream and `/health`) and stamps each answer with an
+# `X-Served-By` header naming the replica. So the course's load generator drives Ray's proxy
+# unchanged, and counts which replicas answered.
+#
+# Ray here is a local, one-machine instance: no dashboard, usage statistics off, every process on
+# 127.0.0.1, its session files under `/tmp/ray`. At start it warns that token authentication is on:
+# processes that join it need the token it wrote to `~/.ray/auth_token`.
+#
+# What two cores can and cannot show. Each replica reserves one of Ray's CPUs, so two replicas take
+# both cores, and the proxy, the controller and the load generator run on the same two cores
+# beside them. Two replicas therefore cannot add compute here: whatever the cell below prints
+# compares one process against two that share the same cores, plus the extra hop through the proxy.
+# Replicas add throughput when each one has cores (or a machine) of its own. What two cores *can*
+# show is the mechanism: requests spread over both replicas, a dead replica is replaced, and no
+# request is lost.
+
+# %%
+import os
+import statistics
+import threading
+from collections import Counter
+from contextlib import ExitStack
+
+from course_utils.serving.server.loadgen import run_load
+from course_utils.serving.server.process import serve_in_subprocess
+from course_utils.serving.extras.ray_app import SERVED_BY, ray_serving, replica_actor_names, replica_settings
+
+RAY_CLIENTS = config.pick(8, 16)
+RAY_REQUESTS = config.pick(16, 64)
+RAY_NEW = config.pick(16, 48)
+RAY_ROUNDS = config.pick(1, 3)
+RAY_PROMPTS = ["The ", "def ", "import ", "A class "]
+replica_cfg = replica_settings()   # the course server's defaults, TinyGPT only (no embeddings)
+cluster = ExitStack()              # closed at the end of this section: Serve and Ray shut down
+ray_srv = cluster.enter_context(ray_serving(num_replicas=2, settings=replica_cfg))
+print(f"local Ray: 2 replicas behind the proxy at {ray_srv.url}, ready after {ray_srv.startup_s:.0f} s")
+print("replica actors:", [name.rsplit("#", 1)[-1] for name in replica_actor_names()])
+
+
+# %% [markdown]
+# Now the same load, side by side: the course's server as one process (`serve_in_subprocess`, the
+# same settings), and Ray's proxy in front of two replicas. Same prompts, clients and answer lengths;
+# each runs once untimed first, then the rounds alternate so that a slow spell hits both.
+
+# %%
+def load_on(url: str, **extra) -> object:
+    return run_load(url, concurrency=RAY_CLIENTS, n_requests=RAY_REQUESTS, max_new_tokens=RAY_NEW,
+                    prompts=RAY_PROMPTS, keep_texts=True, **extra)
+
+
+RAY_NAME, COURSE_NAME = "Ray Serve, 2 replicas", "course server, 1 process"
+runs = {RAY_NAME: [], COURSE_NAME: []}
+with serve_in_subprocess(replica_cfg) as course_srv:
+    load_on(ray_srv.url), load_on(course_srv.url)               # warm-up
+    for _ in range(RAY_ROUNDS):
+        runs[RAY_NAME].append(load_on(ray_srv.url, count_header=SERVED_BY))
+        runs[COURSE_NAME].append(load_on(course_srv.url))
+for name, reports in runs.items():
+    assert all(r.n_lost == 0 for r in reports), (name, reports[0].errors[:3])
+assert runs[RAY_NAME][0].texts == runs[COURSE_NAME][0].texts, "both must serve the same greedy answers"
+served = Counter()
+for report in runs[RAY_NAME]:
+    served.update(report.served_by)
+replicas_used = len(served)
+assert replicas_used == 2, served
+tps = {name: statistics.median(r.tokens_per_s for r in reports) for name, reports in runs.items()}
+for name, reports in runs.items():
+    r = reports[-1]
+    print(f"{name:<26} {tps[name]:>7,.0f} tokens/s (median of {len(reports)})   TTFT p50 {r.ttft_ms['p50']:>5.0f} ms"
+          f"   p99 latency {r.latency_ms['p99']:>5.0f} ms")
+print("answers per replica:", dict(served))
+bench.record("serve.ray.replicas_used", replicas_used, "replicas", clients=RAY_CLIENTS,
+             requests=RAY_REQUESTS * RAY_ROUNDS)
+# One load run per round, no spread of their own: a gap under 15% is called no clear difference.
+word = {"higher": "more", "lower": "fewer", "no clear difference": "no clearly different number of"}[
+    bench.band_verdict(tps[RAY_NAME], tps[COURSE_NAME], band=0.15)]
+print(f"verdict on this machine ({os.cpu_count()} cores): two Ray replicas served {word} tokens/s than "
+      f"one course server process ({tps[RAY_NAME] / tps[COURSE_NAME]:.2f}x)")
+
+# %% [markdown]
+# **A replica dies mid-run.** The next cell starts a load and, half a second in, kills one replica
+# actor the way a crash would (`ray.kill`). Two things can happen to a request. A stream that the
+# dead replica was writing cannot move: its KV cache died with the process. Either the proxy cuts
+# the stream off, or the stream just stops and the client's read timeout ends it (15 s without a byte,
+# here); the printed failures say which happened on this run. A request that arrives after the
+# death goes to a replica that is alive. The
+# controller notices the death (its health checks) and starts a new replica. Because a greedy
+# request (or one with a seed) gives the same answer wherever it runs, the client can simply send a
+# cut-off request again: `run_load(..., retries=3)` does that, and a request counts as lost only if
+# it never gets a complete answer. The cell prints what failed and how, and asserts that nothing
+# was lost and that Serve is back to two replicas.
+
+# %%
+KILL_REQUESTS, KILL_NEW = config.pick(32, 96), config.pick(32, 48)
+KILL_TIMEOUT_S = 15  # seconds without a byte before an attempt fails (healthy answers take well under 1 s)
+before = replica_actor_names()
+result = {}
+loader = threading.Thread(target=lambda: result.update(report=run_load(
+    ray_srv.url, concurrency=RAY_CLIENTS, n_requests=KILL_REQUESTS, max_new_tokens=KILL_NEW,
+    prompts=RAY_PROMPTS, retries=3, count_header=SERVED_BY, timeout_s=KILL_TIMEOUT_S)))
+loader.start()
+time.sleep(0.5)
+killed = ray_srv.kill_replica()
+killed_at = time.perf_counter()
+loader.join()
+killed_run = result["report"]
+ray_srv.wait_for_replicas(2)
+after = replica_actor_names()
+failures = Counter(error.split(":")[0] for error in killed_run.errors)
+print(f"killed replica {killed.rsplit('#', 1)[-1]} 0.5 s into {KILL_REQUESTS} requests of {KILL_NEW} tokens")
+print(f"failed attempts: {len(killed_run.errors)} {dict(failures)}; HTTP statuses {killed_run.statuses}; "
+      f"retries sent: {killed_run.retries}; lost: {killed_run.n_lost}")
+print("answers per replica:", {name: n for name, n in killed_run.served_by.items()})
+print(f"Serve runs {ray_srv.running_replicas()} replicas again, {time.perf_counter() - killed_at:.1f} s after "
+      f"the kill: {[name.rsplit('#', 1)[-1] for name in after]}")
+assert killed_run.n_lost == 0, killed_run.errors[:5]
+assert ray_srv.running_replicas() == 2 and len(after) == 2 and killed not in after
+bench.record("serve.ray.lost", killed_run.n_lost, "requests", requests=KILL_REQUESTS, retries=killed_run.retries,
+             failed_attempts=len(killed_run.errors))
+cluster.close()                    # Serve and Ray shut down; no Ray process is left
+import ray  # noqa: E402
+
+assert not ray.is_initialized()
+
+
+# %% [markdown]
+# **On more machines.** Nothing in the deployment names a machine: Ray places each replica where
+# its `ray_actor_options` fit. To spread replicas over several machines, start a Ray cluster and
+# deploy the same application with a Serve config file (every machine needs this course's
+# environment, since the replicas import `course_utils`):
+#
+# ```bash
+# # on the head machine (its dashboard takes `serve deploy` requests on port 8265)
+# ray start --head --port=6379
+# # on every other machine
+# ray start --address=HEAD_IP:6379
+# # anywhere that reaches the head
+# serve deploy tiny_gpt.yaml --address http://HEAD_IP:8265
+# serve status
+# ```
+#
+# ```yaml
+# # tiny_gpt.yaml
+# proxy_location: EveryNode          # an HTTP proxy on every machine
+# http_options:
+#   host: 0.0.0.0
+#   port: 8000
+# applications:
+#   - name: tiny_gpt
+#     route_prefix: /
+#     import_path: course_utils.serving.extras.ray_app:app_builder
+#     args:                          # ServeSettings of every replica
+#       threads: 2
+#       allow_hosts: [serve.example.org]   # the course server answers 400 to other Host names
+#     deployments:
+#       - name: TinyGPTReplica
+#         num_replicas: 4
+#         max_ongoing_requests: 32
+#         ray_actor_options:
+#           num_cpus: 2
+# ```
+#
+# The file uses Serve's config schema (it validates against `ray.serve.schema.ServeDeploySchema`),
+# and `app_builder` turns `args` into the application. Binding `0.0.0.0` opens the proxy to the
+# network: put it behind your own load balancer and TLS, and keep the course server's `Host` check.
+
+# %% [markdown]
+# ## Pitfalls
+#
+# | Pitfall | What you see | Fix |
+# |---|---|---|
+# | a batched step without a mask over the padding | a short sequence attends to another row's stale keys; outputs drift | mask each row to its own `cached` length |
+# | prefix hit on the whole prompt | no logits for the first answer token | always compute at least the last prompt token |
+# | a block hash of the block alone | two prompts with the same 16 characters at different places share wrong keys | chain the hash over everything before the block |
+# | keeping the keys of rejected drafts | later tokens attend to tokens that were never emitted | cut the cache back to the accepted length |
+# | preempting without keeping the output | the request starts over and its stream repeats tokens | keep `out`, recompute prompt + out |
+# | replicas behind a router, clients without retries | a replica's death cuts its streams; those requests fail | retry requests that give the same answer again (greedy or seeded) |
+#
+# ## Check yourself
+#
+# **Exercise 1.** How many blocks of `block` positions does a sequence of `n_tokens` tokens need?
+# Write `blocks_needed(n_tokens, block)`.
+
+# %%
+def blocks_needed(n_tokens: int, block: int) -> int:
+    # Your code here.
+    return n_tokens // block
+
+
+exercises.check("13.blocks_needed", blocks_needed)
+
+
+# %% [markdown]
+# **Exercise 2.** The block table lookup: given a sequence's block table (a list of physical block
+# ids), the block size and a position, return `(physical_block, offset)` where that position's keys
+# and values live. Raise `IndexError` when the table does not reach that far.
+
+# %%
+def locate(table: list[int], block: int, pos: int) -> tuple[int, int]:
+    # Your code here.
+    return table[pos // block], pos // block
+
+
+exercises.check("13.locate", locate)
+
+
+# %% [markdown]
+# **Exercise 3.** Speculative verification: `predicted` holds the model's greedy token after each
+# fed position (one more than the draft). Return the tokens to keep: the draft up to its first
+# mismatch, followed by the model's token at that point.
+
+# %%
+def accept_drafts(draft: list[int], predicted: list[int]) -> list[int]:
+    # Your code here.
+    return [d for d, p in zip(draft, predicted) if d == p]
+
+
+exercises.check("13.accept_drafts", accept_drafts)
+
+# %% [markdown]
+# ## Summary
+#
+# - The KV cache stores `2 × n_head × head_dim` numbers per token per layer, so a decoding step
+#   computes one token instead of the whole sequence.
+# - Continuous batching is a loop: admit, schedule a number of tokens per sequence, run, emit,
+#   retire. Ours matches the course's engine token for token.
+# - Paging hands memory out in blocks through a block table: the same memory holds at least twice
+#   as many sequences of a realistic mix (asserted above), at the price of a gather (or a paged
+#   attention kernel).
+# - Prefix caching shares full blocks by a chained hash; the prefill work it saves is exact, the
+#   TTFT gain is measured. The course's engine caches prompt blocks too (`--prefix-cache-mb`), while
+#   keeping one cache row per sequence: paging on a CPU costs a gather at every step.
+#   Chunked prefill bounds the tokens per step, which bounds the spikes in
+#   everyone's inter-token latency.
+# - Speculative decoding verifies several guesses in one pass and keeps greedy output identical;
+#   whether it pays depends on the acceptance rate and on how cheap an extra token in a pass is.
+# - Preemption by recomputation turns "out of memory" into "slower".
+# - Replicas behind a router scale a server out: Ray Serve spread the load over both replicas and
+#   replaced a killed one; streams cut by the death were sent again by the client, and none was
+#   lost (asserted). Whether two replicas serve more tokens per second needs cores (or machines)
+#   for each; this machine's verdict is printed above.
+#
+# ## Further reading
+#
+# - vLLM documentation: [automatic prefix caching](https://docs.vllm.ai/en/latest/design/prefix_caching.html),
+#   [speculative decoding](https://docs.vllm.ai/en/latest/features/spec_decode.html) and the
+#   [optimization guide](https://docs.vllm.ai/en/latest/configuration/optimization.html) (chunked prefill, preemption).
+# - Ray Serve documentation: [key concepts](https://docs.ray.io/en/latest/serve/key-concepts.html),
+#   [fault tolerance](https://docs.ray.io/en/latest/serve/production-guide/fault-tolerance.html) and
+#   [config files](https://docs.ray.io/en/latest/serve/production-guide/config.html).
+# - SGLang documentation: [sgl-project.github.io](https://sgl-project.github.io/) (RadixAttention prefix sharing).
+# - PyTorch: [`scaled_dot_product_attention`](https://pytorch.org/docs/stable/generated/torch.nn.functional.scaled_dot_product_attention.html),
+#   the attention every step above runs through.
