@@ -134,7 +134,8 @@ def test_the_command_line_is_derived_from_every_setting():
                             graceful_timeout_s=1.0, stream_interval_ms=0.0, max_body_bytes=2048,
                             embed_queue_texts=64, limit_concurrency=16, keep_alive_s=2.0,
                             max_header_bytes=2048, head_timeout_s=3.0, allow_hosts=("x.lan",),
-                            prefix_cache_mb=2.5, engine_process=True, token_budget=64)
+                            prefix_cache_mb=2.5, engine_process=True, token_budget=64, body_timeout_s=4.0,
+                            max_connections_per_client=12, max_requests_per_client=6, max_stop_chars=16)
     unchanged = [f.name for f in fields(ServeSettings) if getattr(changed, f.name) == getattr(ServeSettings(), f.name)]
     assert not unchanged, f"this test no longer changes {unchanged}: add them"
     assert settings_from_args(parser.parse_args(changed.to_cli_args())) == changed

@@ -119,6 +119,68 @@ def test_stop_scanner_holds_back_only_a_possible_stop_start():
     assert scanner.feed("d it") == "\nUsed it"
 
 
+def _reference_cut(stops: list[str], text: str) -> tuple[str, str | None]:
+    """The text before the stop string complete earliest (the longer one on a tie), by brute force."""
+    best = None
+    for s in stops:
+        i = text.find(s)
+        if i >= 0 and (best is None or (i + len(s), -len(s)) < (best[0] + len(best[1]), -len(best[1]))):
+            best = (i, s)
+    return (text, None) if best is None else (text[:best[0]], best[1])
+
+
+def test_stop_scanner_agrees_with_brute_force_on_random_texts_and_splits():
+    rng = random.Random(1)
+    for _ in range(400):
+        text = "".join(rng.choice("ab") for _ in range(rng.randint(1, 30)))
+        stops = ["".join(rng.choice("ab") for _ in range(rng.randint(1, 5))) for _ in range(rng.randint(1, 4))]
+        cuts = sorted(rng.sample(range(1, len(text)), rng.randint(0, len(text) - 1))) if len(text) > 1 else []
+        scanner = StopScanner(stops)
+        out = [scanner.feed(text[a:b]) for a, b in zip([0, *cuts], [*cuts, len(text)])]
+        if scanner.matched is None:
+            out.append(scanner.flush())
+        assert ("".join(out), scanner.matched) == _reference_cut(stops, text), (stops, text, cuts)
+
+
+class CountingStr(str):
+    """A string that counts how often its characters are read (indexing and slicing)."""
+
+    reads = 0
+
+    def __getitem__(self, key):
+        CountingStr.reads += 1
+        return str.__getitem__(self, key)
+
+
+def test_stop_scanner_work_per_piece_does_not_grow_with_the_stop_length():
+    """A long stop string whose start keeps matching: each one-character piece used to rescan every
+    prefix of the stop string (O(L) slices of up to L characters per piece, O(L^2) in all)."""
+    length, pieces = 4096, 400
+    stop = CountingStr("a" * (length - 1) + "b")
+    CountingStr.reads = 0
+    scanner = StopScanner([stop])
+    assert CountingStr.reads <= 8 * length  # building the automaton: linear in the stop's length
+    CountingStr.reads = 0
+    assert "".join(scanner.feed("a") for _ in range(pieces)) == ""  # all of it could still become the stop
+    assert CountingStr.reads <= 4 * pieces, CountingStr.reads  # a few reads per new character
+    assert len(scanner.pending) == pieces and scanner.flush() == "a" * pieces
+
+
+def test_a_stop_string_longer_than_the_setting_is_400_naming_stop(server, gpt):
+    longest = ServeSettings().max_stop_chars
+    for path, extra in (("/v1/completions", {"prompt": PROMPT}),
+                        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}]})):
+        for stop in ("x" * (longest + 1), ["\n", "y" * 1_000_000]):
+            resp = httpx.post(server.url + path, json={"model": MODEL_ID, "max_tokens": 4, "stop": stop, **extra},
+                              timeout=TIMEOUT)
+            error = resp.json()["error"]
+            assert resp.status_code == 400 and error["param"] == "stop", resp.text[:300]
+            assert f"at most {longest}" in error["message"] and error["type"] == "invalid_request_error"
+        ok = httpx.post(server.url + path, json={"model": MODEL_ID, "max_tokens": 4, "stop": "z" * longest, **extra},
+                        timeout=TIMEOUT)
+        assert ok.status_code == 200, ok.text
+
+
 # ---- the official client ----------------------------------------------------------------------
 
 def test_models_list_and_retrieve(client):

@@ -9,8 +9,8 @@ The routes run on the same ``GenerationEngine`` as ``/generate`` (same queue, sa
   (default ``min(64, max_new_tokens_limit)``, at most ``max_new_tokens_limit``),
   ``temperature`` (default 1 as in the OpenAI API; 0 is greedy, otherwise between the engine's
   ``MIN_TEMPERATURE`` and ``MAX_TEMPERATURE``), ``seed`` (0 .. 2**63-1; same seed, same text),
-  ``stop`` (a string or up to 4; the text ends before the first one and the stop string is not
-  returned), ``stream``, ``stream_options.include_usage``.
+  ``stop`` (a string or up to 4, each at most ``max_stop_chars`` long; the text ends before the
+  first one and the stop string is not returned), ``stream``, ``stream_options.include_usage``.
 - ``POST /v1/chat/completions``: ``messages`` (roles system/developer/user/assistant, content a
   string or a list of text parts) and the same parameters (``max_completion_tokens`` or its older
   name ``max_tokens``). The tiny GPT is a plain character-level text model trained on Python's
@@ -331,12 +331,35 @@ def chat_prompt(messages: Sequence[ChatMessage]) -> str:
 
 # ---- reading the engine's events --------------------------------------------------------------
 
+def _borders(stop: str) -> list[int]:
+    """Return the prefix function of ``stop`` (Knuth-Morris-Pratt): entry ``k`` is the length of the
+    longest proper prefix of ``stop[:k + 1]`` that is also a suffix of it."""
+    border, k = [0] * len(stop), 0
+    for i in range(1, len(stop)):
+        while k and stop[i] != stop[k]:
+            k = border[k - 1]
+        if stop[i] == stop[k]:
+            k += 1
+        border[i] = k
+    return border
+
+
 class StopScanner:
     """Cuts streamed text before the first stop string, holding back only what could still
-    become one, so streamed pieces always join to the non-streamed text."""
+    become one, so streamed pieces always join to the non-streamed text.
+
+    "First" is the stop string that is complete earliest in the text (of two complete at the same
+    character, the longer one, which starts earlier), so the answer does not depend on how the text
+    was split. Each stop string keeps a matching automaton (its ``_borders``): ``feed`` reads each
+    new character once per stop string, and the text held back is only the longest unfinished stop
+    start (shorter than the longest stop string): the work per piece is O(len(piece) + longest stop),
+    never a rescan of earlier text (held-back text used to be searched again at every piece).
+    """
 
     def __init__(self, stops: Sequence[str]) -> None:
         self.stops = [s for s in stops if s]
+        self._borders = [_borders(s) for s in self.stops]
+        self._state = [0] * len(self.stops)  # characters of each stop string matched at the text's end
         self.pending = ""
         self.emitted = 0  # characters handed out
         self.matched: str | None = None  # the stop string that ended the text
@@ -344,18 +367,36 @@ class StopScanner:
     def feed(self, text: str) -> str:
         """Take new text; return the part that can be sent now (``matched`` is set once a stop string
         appears: nothing after it is ever returned)."""
-        if self.matched is not None:
+        if self.matched is not None or not text:
             return ""
-        self.pending += text
-        hits = [(i, s) for s in self.stops if (i := self.pending.find(s)) >= 0]
-        if hits:
-            cut, self.matched = min(hits)
-            out, self.pending = self.pending[:cut], ""
-        else:
-            hold = max((k for s in self.stops for k in range(1, len(s))
-                        if self.pending.endswith(s[:k])), default=0)
-            out = self.pending[:len(self.pending) - hold]
-            self.pending = self.pending[len(out):]
+        if not self.stops:
+            self.emitted += len(text)
+            return text
+        window = self.pending + text
+        state, stops, borders = self._state, self.stops, self._borders
+        for pos in range(len(self.pending), len(window)):
+            c = window[pos]
+            done = None
+            for j, stop in enumerate(stops):
+                k = state[j]
+                if k == len(stop):  # (a stop string is never left complete: we return below)
+                    k = borders[j][k - 1]
+                while k and stop[k] != c:
+                    k = borders[j][k - 1]
+                if stop[k] == c:
+                    k += 1
+                state[j] = k
+                if k == len(stop) and (done is None or k > len(done)):
+                    done = stop
+            if done is not None:
+                self.matched = done
+                out = window[:pos + 1 - len(done)]
+                self.pending = ""
+                self.emitted += len(out)
+                return out
+        hold = max(state)
+        cut = len(window) - hold
+        out, self.pending = window[:cut], window[cut:]
         self.emitted += len(out)
         return out
 
@@ -458,6 +499,12 @@ def openai_router(engine: GenerationEngine, tokenizer: CharTokenizer, settings: 
             raise OpenAIError(400, f"the prompt has {err} (this character-level model knows "
                                    f"{len(chars)} characters)", param=param, code="invalid_value") from None
 
+    def check_stops(stops: list[str]) -> None:
+        longest = max(map(len, stops), default=0)
+        if longest > settings.max_stop_chars:
+            raise OpenAIError(400, f"a stop sequence is {longest} characters; this server takes at most "
+                                   f"{settings.max_stop_chars}", param="stop", code="invalid_value")
+
     def new_tokens(value: int | None, param: str) -> int:
         if value is None:
             return default_new
@@ -558,6 +605,7 @@ def openai_router(engine: GenerationEngine, tokenizer: CharTokenizer, settings: 
     async def completions(body: CompletionRequest) -> Response:
         """Continue a prompt (OpenAI's legacy completions)."""
         check_model(body.model)
+        check_stops(body.stops())
         ids = encode(body.prompt, "prompt")
         return await respond(body, ids, new_tokens(body.max_tokens, "max_tokens"), chat=False)
 
@@ -565,6 +613,7 @@ def openai_router(engine: GenerationEngine, tokenizer: CharTokenizer, settings: 
     async def chat_completions(body: ChatRequest) -> Response:
         """Continue a chat transcript (see ``chat_prompt``; the model is not a chat model)."""
         check_model(body.model)
+        check_stops(body.stops())
         ids = encode(chat_prompt(body.messages), "messages")
         param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
         return await respond(body, ids, new_tokens(body.new_tokens(), param), chat=True)

@@ -43,8 +43,12 @@ class ServeSettings:
     ``max_wait_ms``, decode that batch to the end, then take the next) and "none" (one request
     at a time). The HTTP front is protected by ``max_body_bytes``, ``embed_queue_texts``,
     ``limit_concurrency``, ``keep_alive_s``, ``max_header_bytes``, ``head_timeout_s`` (see
-    ``http_head``) and ``allow_hosts`` (a server meant for this machine only answers 400 to
-    other ``Host`` names, which stops DNS-rebinding pages in a browser from reaching it).
+    ``http_head``), ``body_timeout_s``, the per-client shares ``max_connections_per_client`` and
+    ``max_requests_per_client`` (one client address cannot take every slot; see ``guards``), the
+    ``/v1`` routes' ``max_stop_chars`` and ``allow_hosts`` (a server meant for this machine only
+    answers 400 to other ``Host`` names, which stops DNS-rebinding pages in a browser from reaching
+    it). Learners of one shared machine (a JupyterHub) all connect from 127.0.0.1: for them the
+    per-client shares are one share.
     """
 
     host: str = _opt("127.0.0.1", "address to bind (default: loopback only)")
@@ -81,6 +85,11 @@ class ServeSettings:
     keep_alive_s: float = _opt(5.0, "close idle keep-alive connections after this many seconds")
     max_header_bytes: int = _opt(16_384, "larger request heads get 431")
     head_timeout_s: float = _opt(10.0, "a request head must arrive within this many seconds (else 408)")
+    body_timeout_s: float = _opt(10.0, "a request body must arrive within this many seconds of its head (else 408)")
+    max_connections_per_client: int = _opt(128, "open connections one client address may hold at most (more are "
+                                           "answered 503 and closed); keep it below limit_concurrency")
+    max_requests_per_client: int = _opt(64, "requests one client address may have in flight at most (429 beyond)")
+    max_stop_chars: int = _opt(64, "longest stop string a /v1 request may carry (400 beyond)")
     allow_hosts: tuple[str, ...] = _opt((), "accept this Host header name besides loopback ones "
                                         "(repeatable); others get 400", flag="--allow-host")
 
@@ -107,6 +116,10 @@ class ServeSettings:
             "keep_alive_s": self.keep_alive_s > 0,
             "max_header_bytes": self.max_header_bytes >= 1024,
             "head_timeout_s": self.head_timeout_s > 0,
+            "body_timeout_s": self.body_timeout_s > 0,
+            "max_connections_per_client": self.max_connections_per_client >= 1,
+            "max_requests_per_client": self.max_requests_per_client >= 1,
+            "max_stop_chars": self.max_stop_chars >= 1,
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
