@@ -38,6 +38,8 @@ from course_utils.serving.server.sse import END, ERROR, TOKEN, format_event, tok
 
 ROOT = config.REPO_ROOT
 PACKAGE = ROOT / "course_utils"
+#: the notebooks' paired sources (course_utils.kit.sources): notebook code is scanned as code
+NOTEBOOKS = ROOT / "notebooks" / "src"
 
 
 # ---- the source scan --------------------------------------------------------------------------
@@ -161,22 +163,25 @@ def rel(path: Path) -> str:
 
 #: idea: (what gives a copy away, the folders scanned, {file allowed to hold it: why}).
 HOMES: dict[str, tuple[Callable[[ast.Module], bool], tuple[Path, ...], dict[str, str]]] = {
-    "SSE writer": (writes_sse, (PACKAGE, ROOT / "tools"), {"course_utils/serving/server/sse.py": "the home"}),
-    "SSE parser": (reads_sse, (PACKAGE, ROOT / "tools"), {
+    "SSE writer": (writes_sse, (PACKAGE, ROOT / "tools", NOTEBOOKS), {
+        "course_utils/serving/server/sse.py": "the home",
+        "notebooks/src/10_serving.py": "step 5's hand-written streaming endpoint: writing the event format by hand "
+                                       "is the lesson (the course server's format, read back by the home's parser)"}),
+    "SSE parser": (reads_sse, (PACKAGE, ROOT / "tools", NOTEBOOKS), {
         "course_utils/serving/server/sse.py": "the home",
         "course_utils/exercises/nb10.py": "exercise 10.parse_sse: the self-contained reference solution a "
                                           "learner is shown, and the mistakes it teaches (checked against the home)"}),
-    "percentile": (computes_percentiles, (PACKAGE, ROOT / "tools"), {
+    "percentile": (computes_percentiles, (PACKAGE, ROOT / "tools", NOTEBOOKS), {
         "course_utils/serving/server/percentile.py": "the home (nearest rank)",
         "course_utils/exercises/nb10.py": "exercise 10.p99: the reference solution and its mistakes (checked "
                                           "against the home)",
         "course_utils/bench.py": "the median and IQR of timing samples, a different statistic"}),
-    "C++ compiler choice": (names_a_compiler, (PACKAGE, ROOT / "tools"), {"course_utils/toolchain.py": "the home"}),
-    "free port": (finds_a_free_port, (PACKAGE, ROOT / "tools", ROOT / "tests"),
+    "C++ compiler choice": (names_a_compiler, (PACKAGE, ROOT / "tools", NOTEBOOKS), {"course_utils/toolchain.py": "the home"}),
+    "free port": (finds_a_free_port, (PACKAGE, ROOT / "tools", ROOT / "tests", NOTEBOOKS),
                   {"course_utils/serving/server/runner.py": "the home"}),
-    "repository root": (finds_the_repo_root, (PACKAGE,), {"course_utils/config.py": "the home (REPO_ROOT)"}),
-    "child PYTHONPATH": (reads_pythonpath, (PACKAGE, ROOT / "tools"), {"course_utils/config.py": "the home"}),
-    "checkpoint format": (spells_the_checkpoint_format, (PACKAGE, ROOT / "tools"),
+    "repository root": (finds_the_repo_root, (PACKAGE, NOTEBOOKS), {"course_utils/config.py": "the home (REPO_ROOT)"}),
+    "child PYTHONPATH": (reads_pythonpath, (PACKAGE, ROOT / "tools", NOTEBOOKS), {"course_utils/config.py": "the home"}),
+    "checkpoint format": (spells_the_checkpoint_format, (PACKAGE, ROOT / "tools", NOTEBOOKS),
                           {"course_utils/models/checkpoint.py": "the home (FORMAT)"}),
 }
 

@@ -21,8 +21,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOKS = ROOT / "notebooks"
+from .. import config
+
+NOTEBOOKS = config.REPO_ROOT / "notebooks"
 #: The text format, and what it leaves out: every notebook-level field and every cell field but tags.
 FORMAT = "py:percent"
 OPTIONS = {"notebook_metadata_filter": "-all", "cell_metadata_filter": "tags"}
