@@ -165,8 +165,8 @@ def rel(path: Path) -> str:
 HOMES: dict[str, tuple[Callable[[ast.Module], bool], tuple[Path, ...], dict[str, str]]] = {
     "SSE writer": (writes_sse, (PACKAGE, ROOT / "tools", NOTEBOOKS), {
         "course_utils/serving/server/sse.py": "the home",
-        "notebooks/src/10_serving.py": "step 5's hand-written streaming endpoint: writing the event format by hand "
-                                       "is the lesson (the course server's format, read back by the home's parser)"}),
+        "notebooks/src/10_serving.py": "step 4's hand-written batching app streams its events by hand: writing the format "
+                                       "is the lesson of step 5 (the course server's format, read back by the home's parser)"}),
     "SSE parser": (reads_sse, (PACKAGE, ROOT / "tools", NOTEBOOKS), {
         "course_utils/serving/server/sse.py": "the home",
         "course_utils/exercises/nb10.py": "exercise 10.parse_sse: the self-contained reference solution a "
