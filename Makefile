@@ -134,7 +134,7 @@ $(MIN_STAMP): pyproject.toml constraints.txt tools/min_constraints.py
 test-min: $(MIN_STAMP)
 	COURSE_QUICK=1 COURSE_CONSTRAINTS=build/constraints-min.txt $(MIN_VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
-# CPU profiles (course_utils/cpu.py): the same tests as if this machine had a laptop-class CPU.
+# CPU profiles (course_utils/kit/cpu_profiles.py): the same tests as if this machine had a laptop-class CPU.
 test-avx2: setup
 	$(BIN)/python -m course_utils cpu --profile avx2 -- $(MAKE) --no-print-directory test PYTEST_ARGS="$(PYTEST_ARGS)"
 

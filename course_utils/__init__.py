@@ -7,6 +7,7 @@ The top level holds what the notebooks teach with; each module or sub-package an
 - ``threads``: how many threads does torch use, and will they hold up on a busy laptop?
 - ``device``: which device should I use, and should this GPU-only cell run?
 - ``bench``: how long does this take, and how do variants compare?
+- ``results``: which headline results did this run record (the ledger ``make report`` reads)?
 - ``size``: how big is this model?
 - ``toolchain``: which C++ compiler do Inductor and the course's C++ programs use, and does it build?
 - ``compat``: what differs across the torch versions we support, and the private APIs a feature needs?
@@ -15,11 +16,10 @@ The top level holds what the notebooks teach with; each module or sub-package an
 - ``expect``: does this call fail the way the lesson says?
 - ``fresh``: what does this script report when run in a new process with empty compile caches?
 - ``trace_report``: what does tlparse's report on a ``TORCH_TRACE`` log contain?
-- ``tokentimes``: when did each streamed token arrive (time to first token, inter-token gaps, their percentiles)?
 - ``session``: start a notebook (seed, fresh compiler state, thread policy, summary line).
 - ``data``: give me the course's offline data sets.
 - ``models``: give me the small models the notebooks share.
-- ``serving``: serve the tiny GPT (and MiniLM embeddings) over HTTP, and load-test it.
+- ``serving``: serve the tiny GPT (and MiniLM embeddings) over HTTP, load-test it, and time its tokens.
 - ``exercises``: is my answer right?
 - ``deploy``: run an exported model outside Python (ONNX Runtime, the C++ AOTInductor loader).
 - ``distributed``: launch the training jobs notebook 12 writes on several processes (torchrun, loopback only).
@@ -54,17 +54,17 @@ _SUBMODULES = {
     "kit",
     "models",
     "serving",
+    "results",
     "session",
     "size",
     "threads",
-    "tokentimes",
     "toolchain",
     "trace_report",
 }
 
 __all__ = ["__version__", "bench", "breaks", "compat", "config", "cpu", "data", "deploy", "device",
-           "distributed", "exercises", "expect", "fresh", "inductor_code", "kit", "models", "serving", "session", "size",
-           "threads", "tokentimes", "toolchain", "trace_report"]
+           "distributed", "exercises", "expect", "fresh", "inductor_code", "kit", "models", "results", "serving", "session",
+           "size", "threads", "toolchain", "trace_report"]
 
 
 class _NoCudaRuntimeFilter(logging.Filter):

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from course_utils import cpu
+from course_utils.kit import cpu_profiles
 
 AVX512_VNNI = {"avx2": True, "avx512_f": True, "avx512_vnni": True, "avx_vnni": True}
 
@@ -48,11 +49,11 @@ def test_info_agrees_with_torch():
 
 
 def test_profile_env_applies_and_rejects_unknown_names():
-    env = cpu.profile_env("avx2", base={"PATH": "/bin"})
+    env = cpu_profiles.profile_env("avx2", base={"PATH": "/bin"})
     assert env["ATEN_CPU_CAPABILITY"] == "avx2" and "ONEDNN_MAX_CPU_ISA" not in env
     assert env["COURSE_CPU_PROFILE"] == "avx2" and env["PATH"] == "/bin"
     with pytest.raises(ValueError, match="unknown CPU profile 'avx3'.*avx2"):
-        cpu.profile_env("avx3")
+        cpu_profiles.profile_env("avx3")
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="the avx2 profile is for x86-64 CPUs")
@@ -67,16 +68,16 @@ def test_avx2_profile_caps_torch_in_a_child_process():
 
 
 def test_profile_command_reports_errors(capsys):
-    assert cpu.main(["--profile", "avx2", "--", "/nonexistent/command"]) == 127
+    assert cpu_profiles.main(["--profile", "avx2", "--", "/nonexistent/command"]) == 127
     assert "cannot run" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        cpu.main(["--profile", "avx2"])  # no command
+        cpu_profiles.main(["--profile", "avx2"])  # no command
     with pytest.raises(SystemExit):
-        cpu.main(["--profile", "sse9", "--", "true"])
+        cpu_profiles.main(["--profile", "sse9", "--", "true"])
 
 
 def test_exit_status_of_the_command_is_returned():
-    assert cpu.main(["--profile", "avx2", "--", sys.executable, "-c", "raise SystemExit(3)"]) == 3
+    assert cpu_profiles.main(["--profile", "avx2", "--", sys.executable, "-c", "raise SystemExit(3)"]) == 3
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="oneDNN's verbose ISA line is checked on x86-64")

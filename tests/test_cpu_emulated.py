@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from course_utils import cpu
+from course_utils.kit import cpu_profiles
 
 pytestmark = pytest.mark.skipif(
     platform.machine() != "x86_64" or shutil.which("qemu-x86_64") is None,
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.skipif(
 
 def run_emulated(code: str, timeout: float = 600) -> str:
     """Run ``code`` in this environment's Python on the emulated Haswell CPU; return its stdout."""
-    env = cpu.profile_env("haswell")
+    env = cpu_profiles.profile_env("haswell")
     out = subprocess.run([*shlex.split(env["COURSE_EMULATOR"]), sys.executable, "-c", code],
                          capture_output=True, text=True, timeout=timeout, env=env, check=False)
     assert out.returncode == 0, out.stderr[-2000:]

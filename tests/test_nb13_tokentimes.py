@@ -1,4 +1,4 @@
-"""course_utils.tokentimes: token timestamps, TTFT, inter-token gaps, percentiles by nearest rank."""
+"""course_utils.serving.extras.tokentimes: token timestamps, TTFT, inter-token gaps, percentiles by nearest rank."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from course_utils.tokentimes import TokenClock
+from course_utils.serving.extras.tokentimes import TokenClock
 
 
 class FakeClock:

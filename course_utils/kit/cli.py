@@ -46,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command and return its exit status."""
     args, rest = _parser().parse_known_args(argv)
     delegated = {"workshop-check": "course_utils.kit.workshop", "report": "course_utils.kit.report",
-                 "stamp": "course_utils.kit.stamp", "cpu": "course_utils.cpu"}
+                 "stamp": "course_utils.kit.stamp", "cpu": "course_utils.kit.cpu_profiles"}
     if args.command in delegated:
         import importlib
 

@@ -50,7 +50,7 @@ from course_utils.data.text import load_corpus
 from course_utils.device import requires_cuda
 from course_utils.models import load_tiny_gpt
 from course_utils.serving.server.settings import default_threads
-from course_utils.tokentimes import TokenClock
+from course_utils.serving.extras.tokentimes import TokenClock
 
 print(session.start(seed=0))
 torch.set_grad_enabled(False)          # inference only, everywhere in this notebook

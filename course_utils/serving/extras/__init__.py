@@ -5,4 +5,5 @@
 - ``ray_app`` and ``litserve_app``: the same model served by Ray Serve replicas and by LitServe.
 - ``gradio_demo``: a demo page that is one more client of the server.
 - ``breakdown``: where a server's time goes under load. ``bare``: the model's tokens/s with no server.
+- ``tokentimes``: when each streamed token arrived (TTFT, inter-token gaps, their percentiles).
 """

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Hashable, Iterable
 
-from .serving.server.percentile import percentiles
+from ..server.percentile import percentiles
 
 __all__ = ["TokenClock"]
 
