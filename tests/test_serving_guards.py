@@ -1,7 +1,10 @@
 """The server's front door over real HTTP: Host header check, body size cap, uvicorn limits, warnings."""
 
 import argparse
+import contextlib
+import json
 import socket
+import time
 
 import httpx
 import pytest
@@ -141,3 +144,110 @@ def test_the_command_line_is_derived_from_every_setting():
     assert settings_from_args(parser.parse_args(changed.to_cli_args())) == changed
     with pytest.raises(SystemExit):
         parser.parse_args(["--batching", "sometimes"])
+
+
+# ---- one client cannot hold the server: body deadline, per-client shares ---------------------
+
+BODY_TIMEOUT = 1.5
+HOSTILE = "127.0.0.66"  # another loopback address: the server sees it as another client
+
+
+@pytest.fixture(scope="module")
+def small_server():
+    model, tok = load_tiny_gpt()
+    settings = ServeSettings(embed=False, threads=1, limit_concurrency=24, max_connections_per_client=8,
+                             max_requests_per_client=4, body_timeout_s=BODY_TIMEOUT, keep_alive_s=30.0,
+                             head_timeout_s=2.0)
+    with ThreadedServer(settings, model=model, tokenizer=tok) as srv:
+        yield srv
+
+
+def open_socket(url: str, source: str = "127.0.0.1", timeout: float = 10.0) -> socket.socket:
+    """Return a socket connected to the server from the loopback address ``source``."""
+    sock = socket.socket()
+    sock.settimeout(timeout)
+    sock.bind((source, 0))
+    sock.connect(("127.0.0.1", int(url.rsplit(":", 1)[1])))
+    return sock
+
+
+def read_reply(sock: socket.socket) -> tuple[int, dict, bytes]:
+    """Read one whole answer (the server closes the connection after it); return (status, headers, body).
+    Status 0: the connection was reset before any answer could be read (a server closing a socket
+    with unread bytes resets it, which may discard its answer)."""
+    reply = b""
+    try:
+        while chunk := sock.recv(65536):
+            reply += chunk
+    except ConnectionResetError:
+        if not reply:
+            return 0, {}, b""
+    head, _, body = reply.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    headers = dict(line.lower().split(b": ", 1) for line in lines[1:] if b": " in line)
+    return int(lines[0].split()[1]), headers, body
+
+
+STALLED_HEAD = (b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 100\r\n\r\n")
+
+
+@pytest.mark.parametrize("path", [b"/generate", b"/v1/completions"])
+def test_a_body_that_never_arrives_is_408_after_the_body_timeout(small_server, path):
+    with open_socket(small_server.url) as sock:
+        start = time.monotonic()
+        sock.sendall(STALLED_HEAD % path + b'{"prompt": ')  # a head, then part of the body, then nothing
+        status, headers, body = read_reply(sock)  # before the fix: no answer, the connection stayed open
+        waited = time.monotonic() - start
+    assert status == 408 and headers[b"connection"] == b"close", body
+    message = json.loads(body)["error"]["message"] if path.startswith(b"/v1") else json.loads(body)["detail"]
+    assert "did not arrive within 1.5 s" in message
+    assert BODY_TIMEOUT * 0.9 <= waited < BODY_TIMEOUT + 5
+
+
+def test_one_client_holding_many_sockets_leaves_the_others_served(small_server):
+    """A client on another loopback address opens more sockets than limit_concurrency (half with a
+    complete head and a body that never comes, half silent): it gets its share, the rest are
+    refused, and a client on 127.0.0.1 keeps getting answers; /health answers within 1 s throughout."""
+    url = small_server.url
+    hostile = []
+    try:
+        for i in range(40):
+            sock = open_socket(url, HOSTILE)
+            if i % 2 == 0:
+                sock.sendall(STALLED_HEAD % b"/generate")
+            hostile.append(sock)
+        slowest = 0.0
+        deadline = time.monotonic() + 2 * BODY_TIMEOUT
+        with httpx.Client(timeout=TIMEOUT, trust_env=False) as client:
+            while time.monotonic() < deadline:
+                start = time.monotonic()
+                health = client.get(url + "/health")
+                slowest = max(slowest, time.monotonic() - start)
+                assert health.status_code == 200, health.text  # before the fix: 503, every slot was taken
+                resp = client.post(url + "/generate", json={"prompt": "The ", "max_new_tokens": 4})
+                assert resp.status_code == 200 and "event: end" in resp.text, resp.text
+        assert slowest < 1.0, slowest
+        statuses = []
+        for sock in hostile:
+            sock.settimeout(BODY_TIMEOUT + 5)
+            statuses.append(read_reply(sock)[0])
+        # its share: 8 connections (the rest 503 as they opened), 4 of them stalled bodies, 4 silent heads
+        refused = statuses.count(503) + statuses.count(0)
+        assert refused == 40 - 8 and statuses.count(408) == 8 and statuses.count(503), statuses
+    finally:
+        for sock in hostile:
+            sock.close()
+
+
+def test_over_the_request_share_is_429_with_retry_after_in_both_shapes(small_server):
+    with contextlib.ExitStack() as stack:
+        stalled = [stack.enter_context(open_socket(small_server.url)) for _ in range(4)]
+        for sock in stalled:
+            sock.sendall(STALLED_HEAD % b"/generate")
+        time.sleep(0.3)
+        for path, shape in ((b"/generate", "detail"), (b"/v1/completions", "error")):
+            with open_socket(small_server.url) as sock:
+                sock.sendall(STALLED_HEAD % path)
+                status, headers, body = read_reply(sock)
+            assert status == 429 and headers[b"retry-after"] == b"1" and shape in json.loads(body), body

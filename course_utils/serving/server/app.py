@@ -23,8 +23,10 @@ API (all JSON unless said otherwise):
 
 Every other error answer is JSON ``{"detail": ...}``. A 422 lists, per problem, the field (``loc``),
 the rule (``msg``) and its ``type``, never the value sent (it may be huge or not printable).
-Bodies over ``max_body_bytes`` get 413; a ``Host`` header that does not name loopback (or an
-``allow_hosts`` name) gets 400 (see ``guards``).
+Bodies over ``max_body_bytes`` get 413, bodies not whole within ``body_timeout_s`` 408; a client
+address with ``max_requests_per_client`` requests in flight gets 429 + ``Retry-After`` (and one with
+``max_connections_per_client`` connections open gets 503 as it connects, see ``http_head``); a
+``Host`` header that does not name loopback (or an ``allow_hosts`` name) gets 400 (see ``guards``).
 """
 
 
@@ -44,7 +46,7 @@ from ...models.gpt import TinyGPT
 from .embed import MODEL_NAME, EmbedError, EmbedUnavailable, EmbedWorker
 from .engine import MAX_TEMPERATURE, MIN_TEMPERATURE, GenerationEngine, GenRequest, QueueFull, ShuttingDown
 from ..extras.engine_process import EngineProcess, merged_metrics
-from .guards import BodyLimit, HostCheck
+from .guards import BodyLimit, ClientShare, HostCheck
 from .metrics import ServingMetrics
 from ..extras.openai_api import openai_router
 from .settings import MAX_SEED, MAX_TEXTS_PER_REQUEST, RETRY_AFTER_S, ServeSettings
@@ -163,8 +165,10 @@ def create_app(settings: ServeSettings | None = None, *, model: TinyGPT | None =
     app = FastAPI(title="course_utils model server", lifespan=lifespan,
                   summary="Tiny GPT with batched, streamed generation; MiniLM embeddings")
     app.add_exception_handler(RequestValidationError, validation_error)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(HostCheck, allowed=settings.allow_hosts)  # added last: runs first
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
+    app.add_middleware(HostCheck, allowed=settings.allow_hosts)
+    app.add_middleware(ClientShare, max_requests=settings.max_requests_per_client,  # added last: runs first
+                       retry_after=RETRY_AFTER_S)
     app.state.engine = engine
     app.state.settings = settings
     app.state.metrics = metrics

@@ -10,7 +10,11 @@ any size. ``tests/test_serving_head.py`` shows plain uvicorn keeping such a conn
 
 - a request head must arrive within ``head_timeout_s`` of the connection opening or of the
   request's first byte; otherwise the server answers 408 and closes the connection;
-- a request head larger than ``max_header_bytes`` gets 431 and the connection is closed.
+- a request head larger than ``max_header_bytes`` gets 431 and the connection is closed;
+- one client address may hold at most ``max_connections_per_client`` connections: a connection
+  beyond that gets 503 (``Retry-After``) as it opens and is closed. uvicorn counts every open
+  connection against ``limit_concurrency``, idle or not, so without this one client opening
+  enough sockets would make every request of everybody, ``/health`` included, a 503.
 
 Both answers are JSON (``{"detail": ...}``), like every other error of the course's server. The
 class extends the protocol uvicorn itself names for ``http="httptools"`` (its public
@@ -31,7 +35,7 @@ from uvicorn.importer import import_from_string
 #: uvicorn's httptools protocol class (ImportError where httptools is not installed).
 HttpToolsProtocol = import_from_string(HTTP_PROTOCOLS["httptools"])
 
-_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
 
 
 class HeadLimitedProtocol(HttpToolsProtocol):
@@ -39,12 +43,16 @@ class HeadLimitedProtocol(HttpToolsProtocol):
 
     head_timeout_s: float = 10.0
     max_header_bytes: int = 16_384
+    max_connections_per_client: int | None = None
+    #: Open connections per client address; ``protocol_class`` gives each server class its own.
+    connections_by_client: dict[str, int] = {}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._head_timer: asyncio.TimerHandle | None = None
         self._head_bytes = 0
         self._in_head = True
+        self._client: str | None = None  # the address counted in connections_by_client
 
     def _arm(self) -> None:
         self._disarm()
@@ -60,8 +68,9 @@ class HeadLimitedProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         body = json.dumps({"detail": detail}).encode()
-        head = (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-                b"connection: close\r\n\r\n" % (status, _REASONS[status], len(body)))
+        retry = b"retry-after: 1\r\n" if status == 503 else b""
+        head = (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n%s"
+                b"connection: close\r\n\r\n" % (status, _REASONS[status], len(body), retry))
         self.transport.write(head + body)
         self.transport.close()
 
@@ -71,13 +80,29 @@ class HeadLimitedProtocol(HttpToolsProtocol):
             self._refuse(408, f"the request head did not arrive within {self.head_timeout_s:g} s")
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        """Start the head timer as the connection opens."""
+        """Count the connection against its client's share (503 beyond it); start the head timer."""
         super().connection_made(transport)
+        peer = transport.get_extra_info("peername")
+        if self.max_connections_per_client is not None and isinstance(peer, tuple) and peer:
+            self._client = str(peer[0])
+            held = self.connections_by_client.get(self._client, 0) + 1
+            self.connections_by_client[self._client] = held
+            if held > self.max_connections_per_client:
+                self._refuse(503, f"this client address already has {held - 1} connections open (at most "
+                                  f"{self.max_connections_per_client}); close some or wait")
+                return
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        """Stop the head timer."""
+        """Stop the head timer; give the connection's place in its client's share back."""
         self._disarm()
+        if self._client is not None:
+            left = self.connections_by_client.get(self._client, 1) - 1
+            if left > 0:
+                self.connections_by_client[self._client] = left
+            else:
+                self.connections_by_client.pop(self._client, None)
+            self._client = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -102,7 +127,10 @@ class HeadLimitedProtocol(HttpToolsProtocol):
         super().on_headers_complete()
 
 
-def protocol_class(head_timeout_s: float, max_header_bytes: int) -> type[HeadLimitedProtocol]:
-    """Return a ``HeadLimitedProtocol`` subclass with these limits (uvicorn builds protocols from a class)."""
+def protocol_class(head_timeout_s: float, max_header_bytes: int,
+                   max_connections_per_client: int | None = None) -> type[HeadLimitedProtocol]:
+    """Return a ``HeadLimitedProtocol`` subclass with these limits (uvicorn builds protocols from a
+    class); it counts connections per client address in a table of its own."""
     return type("CourseHttpProtocol", (HeadLimitedProtocol,),
-                {"head_timeout_s": head_timeout_s, "max_header_bytes": max_header_bytes})
+                {"head_timeout_s": head_timeout_s, "max_header_bytes": max_header_bytes,
+                 "max_connections_per_client": max_connections_per_client, "connections_by_client": {}})

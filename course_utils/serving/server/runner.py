@@ -6,7 +6,8 @@ keep a stopping server alive. ``CourseServer`` tells the engine to end every req
 
 uvicorn's limits come from the settings: ``limit_concurrency`` (connections and requests at
 once; 503 beyond), ``timeout_keep_alive``, and the request head's size and arrival time
-(``http_head``: 431 and 408). The server has no
+(``http_head``: 431 and 408), and each client address's share of connections
+(``max_connections_per_client``, ``http_head``: 503 as it connects). The server has no
 authentication: ``serve`` warns when it binds anything but loopback.
 """
 
@@ -26,13 +27,13 @@ from .settings import ServeSettings
 
 
 def http_protocol(settings: ServeSettings) -> type | str:
-    """Return uvicorn's HTTP protocol with the settings' head limits (``http_head``); uvicorn's
-    h11 protocol (size limit only) where httptools is not installed."""
+    """Return uvicorn's HTTP protocol with the settings' head limits and per-client connection share
+    (``http_head``); uvicorn's h11 protocol (head size limit only) where httptools is not installed."""
     try:
         from .http_head import protocol_class
     except ImportError:  # no httptools
         return "h11"
-    return protocol_class(settings.head_timeout_s, settings.max_header_bytes)
+    return protocol_class(settings.head_timeout_s, settings.max_header_bytes, settings.max_connections_per_client)
 
 
 class CourseServer(uvicorn.Server):
