@@ -75,8 +75,8 @@ print(session.start(seed=0))
 #
 # One setting matters before anything is timed: the number of threads torch uses. A decoding step
 # of this model is a handful of small matrix products; on a small, busy machine, several OpenMP
-# threads per step spend more time synchronising than computing, and they compete with the
-# server's own threads. The course's server uses `default_threads()` (one thread on a machine with
+# threads per step can spend more time synchronising than computing, and they compete with the
+# server's own threads (`python tools/busy_threads.py` measures the effect on your machine). The course's server uses `default_threads()` (one thread on a machine with
 # few cores), and so does this notebook.
 
 # %%
@@ -292,7 +292,9 @@ print("verdict: " + ("health checks wait for whole generations" if ratio > 5 els
 # checks get answered in the whole run. A load balancer would take this server for dead. Nor does `async` make the model itself
 # concurrent: the two throughput figures only differ in how requests take turns on the same cores
 # (one after another on the loop, or several threads contending for the model), and neither lets
-# requests share the model's work. The fix is not `async` as such: it is to keep the loop free and give the model
+# requests share the model's work. The blocking server may even show more requests per second than
+# the threaded one (one request at a time avoids threads contending for the model); its health
+# checks show the price. The fix is not `async` as such: it is to keep the loop free and give the model
 # its own thread. That is what the next step does, and the same structure also lets us batch.
 #
 # ## Step 4 · A batching worker
@@ -473,9 +475,12 @@ print(f"{streamed.n_ok} streams, all valid: first token after {streamed.ttft_ms[
 #
 # ### Reading the engine
 #
-# The engine is two files. `course_utils/serving/core.py` is the scheduler, with no threads, no
-# event loop and no metrics in it: `EngineCore.step()` admits waiting sequences into free cache rows,
-# plans the step's tokens under a budget (one for each decoding sequence, the rest for prompts; a
+# The engine lives in two files, on top of the model's cache code (`KVCache` and `mixed_step` in
+# `course_utils/models/gpt.py`). `course_utils/serving/core.py` is the scheduler, with no threads, no
+# event loop and no metrics in it (its prefix cache is `serving/prefix_cache.py`): `EngineCore.step()`
+# first files the prompt blocks computed at the last step in the prefix cache and lets cancelled
+# requests go (the first `_retire` frees their rows), then admits waiting sequences into free cache
+# rows, plans the step's tokens under a budget (one for each decoding sequence, the rest for prompts; a
 # long prompt is computed in chunks over several steps), runs **one** forward pass for all of them,
 # emits the next token of every sequence that is ready, and retires the finished ones.
 # `course_utils/serving/server/engine.py` is the server's adapter around it: a bounded queue, the batching
@@ -587,12 +592,16 @@ if not config.is_quick():
 # benchmark is the kindest case for static batching: every request asks for the same number of
 # tokens and the clients send their next request as soon as the previous one ends, so a batch forms,
 # decodes without interruption and finishes together. Its cost is waiting: a request that arrives
-# while a batch decodes waits for that whole batch before its own can start, which shows in the time
-# to first token and the p99 as the number of clients grows. Iteration-level batching computes each
-# newcomer's prompt inside a step of the running batch (that step does more work), but no request waits for a batch to
-# drain and no slot idles on a finished sequence; it pulls ahead when requests differ in length or
-# arrive at random times, as real traffic does. The server's own metrics show the batch sizes it actually ran (Prometheus histogram, from
-# the iteration-mode server above):
+# while a batch decodes waits for that whole batch before its own can start, which shows in its time
+# to first token (the cell above prints both modes' median TTFT). Its tail latency can still come out
+# lower than iteration's, because iteration's steps also compute newcomers' prompts; the cell above
+# prints which p99 is lower on this machine. With one client, static batching still waits up to
+# `max_wait_ms` for company on every request, which shows in its TTFT and throughput at 1 client.
+# Iteration-level batching lets no request wait for a batch to drain and no slot idle on a finished
+# sequence; it is built for requests of mixed lengths that arrive at random times, as real traffic
+# does, which this benchmark does not send. The server's own metrics show the batch sizes it actually ran (Prometheus histogram, from
+# the iteration-mode server above, over its whole life: the warm-up and the runs at 1, 8 and 32
+# clients together, so the mean is not the 32-client batch):
 
 # %%
 lines = [ln for ln in metrics_text.splitlines()
@@ -670,7 +679,8 @@ assert sum(parts.values()) <= 1.05 * breakdown.wall_s + 0.05, parts
 # The shares above are this machine's. What each means, and what production engines do about it:
 #
 # - **Forward passes beyond the floor.** Clients finish together and come back a round trip later,
-#   so the batch runs with fewer than 32 rows for a few steps, and a step's fixed cost (every layer's
+#   so the batch often runs with fewer than 32 rows (the cell above prints the mean rows per pass), and a
+#   step's fixed cost (every layer's
 #   Python and dispatch) is shared by fewer tokens. Newcomers' prompts are computed in the same passes
 #   (as vLLM schedules them: the token budget of chunked prefill, notebook 13), so their tokens are
 #   in this part too, instead of in passes of their own.
@@ -679,7 +689,8 @@ assert sum(parts.values()) <= 1.05 * breakdown.wall_s + 0.05, parts
 # - **The worker not running.** The model worker and the event loop are threads of one Python
 #   process. Torch releases the GIL inside each operator, but the Python between operators needs
 #   it, and the event loop holds it while it parses requests and writes tokens; on a small machine
-#   the worker also waits for a core, which it shares with the event loop and the load generator.
+#   the worker also waits for a core, which in the measurement above it shares with the event loop
+#   (and with the load generator too where pinning is not available).
 #   vLLM runs its engine in a separate process from its API server for the first reason;
 #   `ServeSettings(engine_process=True)` (`serve --engine-process`) does the same for the course's
 #   server, and the next cell measures what that buys on this machine.
@@ -720,10 +731,10 @@ print("served / bare model (the bare figure above), unpinned: " +
 # the engine process then wants a core to itself, while the event loop and, in this notebook, the
 # load generator still need theirs. The verdict above is this machine's. The cell below gives the
 # engine that core and sets its breakdown beside the first one, so you can see which losses a core of
-# its own removes on this machine and what takes their place. Where rows per step fall, the
-# engine is waiting for requests: the HTTP side and the load generator, now on one core between them,
-# have become the slow part, which is where a machine with only two cores stops being able to show
-# more. A server whose clients run elsewhere, with cores to spare, does not have that limit. (The
+# its own removes on this machine and what takes their place. Where rows per step fall, the engine
+# runs more, smaller passes: it frees rows faster than the HTTP side and the load generator, now on
+# one core between them, send new requests; they have become the slow part, which is where a machine
+# with only two cores stops being able to show more. A server whose clients run elsewhere, with cores to spare, does not have that limit. (The
 # server's default stays one process: simpler to read, to debug and to stop.)
 
 # %%
@@ -768,34 +779,44 @@ else:
 # number out of a tensor (how far back to attend) and writes the new keys and values into the
 # cache; inside a compiled function the first would break the graph (notebook 02) and the second
 # would make Inductor copy the whole cache on every step. `decode_core` only computes, so it
-# compiles to one graph for batch size 1 (sizes 0 and 1 are specialised) and one for every other
-# batch size and length. Steps that also compute prompt tokens run
+# compiles to one graph for batch size 1 (sizes 0 and 1 are specialised) and one dynamic graph shared
+# by every other batch size and length. Steps that also compute prompt tokens run
 # eager (`EngineCore` uses the compiled step only when every row decodes). Second, *when* it compiles: the server compiles during start-up, before
 # `/health` answers, so no client waits for it; `serve_in_subprocess` waits for that.
 # Compiling adds to the start-up (the cell prints how long it took here: a few seconds with a warm
-# Inductor cache, far longer on a first, cold run), so quick mode skips this cell.
+# Inductor cache, far longer on a first, cold run), so quick mode skips this cell. The compiled and
+# the eager server run side by side, taking turns, so a slow spell of the machine hits both.
 
 # %%
 compiled_report = None
 if config.is_quick():
     print("skipped in quick mode: compiling the server's decoding step is too slow for quick mode")
 else:
+    import statistics
+
+    rates: dict[str, list[float]] = {"compiled": [], "eager": []}
     started = time.perf_counter()
     with serve_in_subprocess({"batching": "iteration", "embed": False, "compile": True},
-                             startup_timeout_s=300) as server:
+                             startup_timeout_s=300) as compiled_srv:
         startup_s = time.perf_counter() - started
-        run_load(server.url, concurrency=8, n_requests=16, max_new_tokens=NEW_TOKENS)  # warm caches
-        compiled_report = run_load(server.url, concurrency=32, n_requests=32 * ROUNDS, prompts=PROMPTS,
-                                   max_new_tokens=NEW_TOKENS)
-    assert compiled_report.n_lost == 0, compiled_report.errors[:3]
-    ratio = compiled_report.tokens_per_s / it32.tokens_per_s
+        with serve_in_subprocess({"batching": "iteration", "embed": False}) as eager_srv:
+            pair = {"compiled": compiled_srv, "eager": eager_srv}
+            for srv in pair.values():
+                run_load(srv.url, concurrency=8, n_requests=16, max_new_tokens=NEW_TOKENS)  # warm caches
+            for round_ in range(3):  # rounds alternate which server goes first
+                for name in (list(pair) if round_ % 2 == 0 else list(pair)[::-1]):
+                    compiled_report = run_load(pair[name].url, concurrency=32, n_requests=32 * ROUNDS,
+                                               prompts=PROMPTS, max_new_tokens=NEW_TOKENS)
+                    assert compiled_report.n_lost == 0, (name, compiled_report.errors[:3])
+                    rates[name].append(compiled_report.tokens_per_s)
+    median = {name: statistics.median(r) for name, r in rates.items()}
     compile_word = {"higher": "pays", "lower": "is slower", "no clear difference": "makes no clear difference"}[
-        bench.band_verdict(compiled_report.tokens_per_s, it32.tokens_per_s, band=0.15)]
+        bench.band_verdict(median["compiled"], median["eager"], band=0.15)]
     print(f"start-up including the compile: {startup_s:.0f} s (clients could not connect before it ended)")
-    print(f"iteration batching at 32 clients: compiled {compiled_report.tokens_per_s:,.0f} tokens/s, "
-          f"eager {it32.tokens_per_s:,.0f} tokens/s -> {ratio:.2f}x: compiling "
-          f"{compile_word} here "
-          "(one load run each: differences under 15% are within run-to-run variation)")
+    print(f"iteration batching at 32 clients, median of 3 runs each: compiled {median['compiled']:,.0f} tokens/s, "
+          f"eager {median['eager']:,.0f} tokens/s -> {median['compiled'] / median['eager']:.2f}x: compiling "
+          f"{compile_word} here (differences under 15% are within run-to-run variation)")
+
 
 # %% [markdown]
 # Why any gain is limited on a CPU: one decoding step of a model this small is a few
@@ -876,7 +897,7 @@ fig.tight_layout();
 # ## A thousand requests
 #
 # Throughput means little if requests get lost. The last measurement sends many requests from 64
-# concurrent clients, twice the maximum batch, so the queue is always full of waiting work, and counts
+# concurrent clients, twice the maximum batch, so requests are always waiting in the queue, and counts
 # every request that failed or whose stream was malformed (wrong order, missing tokens, no `end`).
 
 # %%
@@ -983,7 +1004,7 @@ bench.record("serve.openai.client_ok", client_ok, "flag", client=f"openai {opena
 # |---|---|---|
 # | model called inside `async def` | health checks and every other request stall (step 3) | model in its own worker thread; the loop only awaits |
 # | touching asyncio objects from the worker thread | rare crashes, lost wake-ups | `loop.call_soon_threadsafe(...)` (step 4) |
-# | too many torch threads on a small machine | a busy server gets *slower* | one thread per worker on a few cores (`default_threads()`) |
+# | too many torch threads on a small machine | a busy server can get *slower* (`python tools/busy_threads.py` measures it on your machine) | one thread per worker on a few cores (`default_threads()`) |
 # | unbounded queue | latency grows without limit under overload | bounded queue, 503 with `Retry-After`, a queue timeout |
 # | compile on the first request | the first users wait for the compile, or time out | compile and warm up before reporting healthy |
 # | `share=True` or `0.0.0.0` in a demo | the model is reachable from outside | bind 127.0.0.1; put a real server behind a proxy for the world |
@@ -1087,7 +1108,7 @@ else:
 #   `serve.openai.client_ok` (the official `openai` client against the course's server).
 # - A server's gap to the bare model is per-step and per-token work around the model: partial
 #   batches, prompt tokens in the steps, and a worker that waits for the GIL and the cores it shares with the
-#   event loop. `serving.breakdown` measures each; a separate engine process removes the GIL wait
+#   event loop. `course_utils.serving.extras.breakdown` measures each; a separate engine process removes the GIL wait
 #   where there are cores to spare.
 # - `torch.compile` in a server must be paid before traffic arrives (compile during start-up), and
 #   the compiled region must be free of graph breaks and side effects; then measure whether it pays

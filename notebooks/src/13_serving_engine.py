@@ -316,9 +316,11 @@ def serve(requests: list[Request], kv, max_batch: int = 16, token_budget: int | 
 # Eight requests with different prompts and lengths arrive over the first steps, and at most four
 # run at once, so requests wait, join mid-flight and leave as they finish. The course's engine
 # (`course_utils.serving.core.EngineCore`, the core of the server notebook 10 ran) gets the same
-# requests, greedy, with four rows of cache; the outputs must agree token for token. Its `step()` is
-# this loop's shape with one difference: decoding tokens and prompt chunks share **one** forward pass
-# (`course_utils.models.gpt.mixed_step` packs them together), where ours runs a pass per chunk.
+# prompts, all submitted at once (greedy outputs do not depend on when a request joins), greedy, with
+# four rows of cache; the outputs must agree token for token. Its `step()` has this loop's shape. It
+# differs in two ways: decoding tokens and prompt chunks share **one** forward pass
+# (`course_utils.models.gpt.mixed_step` packs them together), where ours runs a pass per chunk; and
+# it never preempts, since each of its rows is reserved whole.
 
 # %%
 def make_requests(specs: list[tuple[list[int], int, int]]) -> list[Request]:
@@ -500,12 +502,15 @@ for name, kv in (("rows", RowKV(RUN_ROWS)), ("paged", PagedKV(RUN_ROWS * cfg.blo
           f"{st['preempted']} preemptions, {runs[name][2]:.2f} s")
 assert runs["rows"][1] == runs["paged"][1], "paging changed the outputs"
 assert max(runs["paged"][0]["batch"]) > max(runs["rows"][0]["batch"])
-print("outputs identical; fewer steps for the same work:", runs["paged"][0]["steps"] < runs["rows"][0]["steps"])
+print("outputs identical; fewer steps for the same requests:", runs["paged"][0]["steps"] < runs["rows"][0]["steps"])
+time_word = bench.band_verdict(runs["paged"][2], runs["rows"][2], band=0.15)
+print(f"wall time, paged against rows: {runs['paged'][2] / runs['rows'][2]:.2f}x -> {time_word} on this machine "
+      "(one run each: differences under 15% are within run-to-run variation)")
 
 # %% [markdown]
-# Fewer, fuller steps usually mean more tokens per second, but this notebook's `read` copies every
-# block into a padded tensor at every step, a cost the row cache does not pay; the printed times
-# show how the two balance on your machine. The memory saving is what paging is for: on a GPU, where
+# Fewer, fuller steps would mean more tokens per second if every step cost the same, but this
+# notebook's `read` copies every block into a padded tensor at every step, a cost the row cache does
+# not pay; the verdict above says how the two balance on your machine. The memory saving is what paging is for: on a GPU, where
 # memory, not arithmetic, limits the batch, more sequences per step is more throughput.
 #
 # ## 4 · Prefix caching
@@ -559,6 +564,9 @@ for every in (2, 1):
           f"{len(ttft['prefix cache'])} runs {cmp_every.row('no prefix cache').median_s * 1e3:.1f} ms without, "
           f"{cmp_every.row('prefix cache').median_s * 1e3:.1f} ms with: {cmp_every.describe('prefix cache')}")
 ttft_ratio = ttft_cmps[2].speedup("prefix cache")
+load_word = bench.band_verdict(ttft_cmps[1].speedup("prefix cache"), ttft_ratio, band=0.15)
+print(f"TTFT gain at twice the load: {ttft_cmps[1].speedup('prefix cache'):.2f}x against {ttft_ratio:.2f}x -> "
+      f"{load_word} on this machine (15% band)")
 bench.record("engine.prefix.ttft_ratio", ttft_ratio, "x", shared_tokens=SHARED, requests=N_PREFIX, every_steps=2)
 
 # %% [markdown]
@@ -566,7 +574,8 @@ bench.record("engine.prefix.ttft_ratio", ttft_ratio, "x", shared_tokens=SHARED, 
 # of the whole prompt. How much of it shows up in TTFT depends on what else the step that prefills
 # a newcomer does: it also decodes one token for every running sequence (and our `read` copies
 # their blocks), which costs the same with or without prefix caching. The more sequences decode
-# meanwhile, the larger that shared part; compare the two loads above on your machine.
+# meanwhile, the larger that shared part, which dilutes the gain; the last line above says whether
+# twice the load changed it on this machine.
 #
 # ### Prefix caching in the course's engine
 #
@@ -587,9 +596,9 @@ bench.record("engine.prefix.ttft_ratio", ttft_ratio, "x", shared_tokens=SHARED, 
 # looking up, copying blocks out). TTFT is measured as a client gets it: from submission until the
 # first token reaches the event loop. The forward-pass time is the engine's own counter
 # (`serve_engine_seconds_total{phase="forward"}`) over the same stretch; since newcomers' prompts
-# share those passes with the running streams, it includes their decoding too, and the prompt tokens
-# the cache saves show as the difference between the two runs. Filing and copying blocks is counted
-# apart (`phase="prefix"`).
+# share those passes with the running streams, it includes their decoding too; the prompt tokens
+# the cache saves show as the difference between the two runs with shared prompts, and the pair with
+# distinct prompts, where nothing is saved, shows how much that counter varies from run to run.
 
 # %%
 import asyncio
@@ -738,8 +747,8 @@ plt.show()
 # %% [markdown]
 # In the plot, the right-hand end of each curve is the slowest gaps: in the run with whole
 # prompts, the steps that computed a long prompt (asserted: one step computed more than the
-# budget). Chunking is meant to trade those few long steps for several shorter ones, at the price
-# of a later first token for the long prompt itself; the verdict above says whether it flattened
+# budget). Chunking is meant to trade those few long steps for several shorter ones; the long prompt
+# itself then takes several steps to compute, so its own first token comes some steps later; the verdict above says whether it flattened
 # the tail on this machine.
 #
 # ## 6 · Speculative decoding by prompt lookup
@@ -747,7 +756,7 @@ plt.show()
 # When a pass over five tokens costs little more than a pass over one (the first cell below times
 # both on this machine), a decoder can do better than one token per pass. Speculative decoding
 # guesses several next tokens cheaply, runs them all through
-# the model in one pass, and keep the guesses up to the first one the model disagrees with, plus
+# the model in one pass, and keeps the guesses up to the first one the model disagrees with, plus
 # the model's own token at that point. With greedy decoding the result is exactly what plain
 # decoding gives; only the number of passes changes.
 #
@@ -819,7 +828,7 @@ bench.record("engine.spec.acceptance_rate", acceptance, "fraction", new_tokens=S
 bench.record("engine.spec.speedup", spec_cmp.speedup("prompt lookup"), "x", new_tokens=SPEC_NEW, k=4)
 
 # %% [markdown]
-# Where it does not pay: every rejected draft token was computed for nothing, and the search for
+# What it costs when drafts are poor: every rejected draft token was computed for nothing, and the search for
 # a match costs Python time at every step. The cell below runs the same decoder on a prompt of
 # shuffled characters, which offers nothing worth copying (the model's own output may still repeat
 # itself, and then drafts come from there); the acceptance rate and the verdict say what is left.
@@ -871,7 +880,7 @@ print(f"{len(pre_specs)} requests needing up to {max(len(p) + n for p, n, _ in p
 
 # %% [markdown]
 # The server degraded (more steps, recomputed tokens) instead of failing. Only a single request
-# too big for the whole cache is refused, with a clear error, by the check at the top of the loop.
+# too big for the whole cache stops the loop, with a clear error (the check at the top of `serve`).
 #
 # On a GPU the same loop runs unchanged (move the model and the caches to `cuda`); the cell below
 # times the batched one-token step there, where a batch of 32 costs little more than a batch of 1.
@@ -979,10 +988,11 @@ print(f"verdict on this machine ({os.cpu_count()} cores): two Ray replicas serve
 
 # %% [markdown]
 # **A replica dies mid-run.** The next cell starts a load and, half a second in, kills one replica
-# actor the way a crash would (`ray.kill`). Two things can happen to a request. A stream that the
-# dead replica was writing cannot move: its KV cache died with the process. Either the proxy cuts
-# the stream off, or the stream just stops and the client's read timeout ends it (15 s without a byte,
-# here); the printed failures say which happened on this run. A request that arrives after the
+# actor the way a crash would (`ray.kill`). A stream that the dead replica was writing cannot
+# move: its KV cache died with the process. Either the proxy cuts the stream off, or the stream just
+# stops and the client's read timeout ends it (15 s without a byte, here); if no stream was in flight
+# on that replica at the moment of the kill, nothing is cut at all. The cell prints which happened on
+# this run. A request that arrives after the
 # death goes to a replica that is alive. The
 # controller notices the death (its health checks) and starts a new replica. Because a greedy
 # request (or one with a seed) gives the same answer wherever it runs, the client can simply send a
@@ -1011,6 +1021,8 @@ print(f"killed replica {killed.rsplit('#', 1)[-1]} 0.5 s into {KILL_REQUESTS} re
 print(f"failed attempts: {len(killed_run.errors)} {dict(failures)}; HTTP statuses {killed_run.statuses}; "
       f"retries sent: {killed_run.retries}; lost: {killed_run.n_lost}")
 print("answers per replica:", {name: n for name, n in killed_run.served_by.items()})
+print("no stream was in flight on the killed replica, so nothing needed sending again" if not killed_run.errors else
+      f"{len(killed_run.errors)} attempt(s) cut by the death, sent again by the client ({killed_run.retries} retries)")
 print(f"Serve runs {ray_srv.running_replicas()} replicas again, {time.perf_counter() - killed_at:.1f} s after "
       f"the kill: {[name.rsplit('#', 1)[-1] for name in after]}")
 assert killed_run.n_lost == 0, killed_run.errors[:5]
@@ -1136,8 +1148,8 @@ exercises.check("13.accept_drafts", accept_drafts)
 #   whether it pays depends on the acceptance rate and on how cheap an extra token in a pass is.
 # - Preemption by recomputation turns "out of memory" into "slower".
 # - Replicas behind a router scale a server out: Ray Serve spread the load over both replicas and
-#   replaced a killed one; streams cut by the death were sent again by the client, and none was
-#   lost (asserted). Whether two replicas serve more tokens per second needs cores (or machines)
+#   replaced a killed one; any stream cut by the death (the cell prints how many, possibly none)
+#   was sent again by the client, and none was lost (asserted). Whether two replicas serve more tokens per second needs cores (or machines)
 #   for each; this machine's verdict is printed above.
 #
 # ## Further reading
