@@ -155,3 +155,67 @@ def test_limits_are_checked_before_any_process_starts(gpt):
     too_long = ServeSettings(embed=False, max_prompt_chars=400, max_new_tokens_limit=400)
     with pytest.raises(ValueError, match="block_size"):
         EngineProcess(model, too_long, ServingMetrics())
+
+
+def test_cancelled_requests_leave_the_table_of_open_requests(gpt):
+    """Disconnects mid-stream and stop-string matches used to stay in ``EngineProcess._open`` for good."""
+    model, tok = gpt
+    with ThreadedServer(ServeSettings(embed=False, threads=1, engine_process=True), model=model, tokenizer=tok) as srv:
+        engine = srv.app.state.engine
+        for _ in range(5):
+            with httpx.Client(timeout=TIMEOUT) as client, \
+                    client.stream("POST", srv.url + "/generate", json={"prompt": "The ", "max_new_tokens": 256}) as resp:
+                next(resp.iter_lines())  # one token arrived; leave
+            body = {"model": "tiny-gpt", "prompt": "The ", "max_tokens": 200, "temperature": 0, "stop": " the"}
+            answer = httpx.post(srv.url + "/v1/completions", json=body, timeout=TIMEOUT).json()
+            assert answer["choices"][0]["finish_reason"] == "stop", answer
+        wait_idle(srv.url)
+        deadline = time.time() + 5
+        while engine._open and time.time() < deadline:
+            time.sleep(0.05)
+        assert not engine._open, f"{len(engine._open)} requests still open"
+
+
+def test_a_stopped_engine_process_does_not_freeze_health(gpt):
+    """With the child stopped (SIGSTOP) the pipe fills; the event loop used to block writing to it."""
+    import threading
+
+    model, tok = gpt
+    settings = ServeSettings(embed=False, threads=1, engine_process=True, queue_timeout_s=3.0,
+                             max_requests_per_client=512, max_connections_per_client=512)
+    with ThreadedServer(settings, model=model, tokenizer=tok) as srv:
+        child = engine_pid(os.getpid())
+        codes: list[int] = []
+
+        async def burst() -> None:
+            limits = httpx.Limits(max_connections=300, max_keepalive_connections=0)
+            async with httpx.AsyncClient(timeout=60.0, limits=limits) as client:
+                async def one() -> None:
+                    try:
+                        resp = await client.post(srv.url + "/generate", json={"prompt": "a" * 256, "max_new_tokens": 4})
+                        codes.append(resp.status_code)
+                    except httpx.HTTPError:
+                        codes.append(-1)
+                await asyncio.gather(*[one() for _ in range(300)])
+
+        os.kill(child, signal.SIGSTOP)
+        sender = threading.Thread(target=asyncio.run, args=(burst(),), daemon=True)
+        try:
+            sender.start()
+            slowest, reasons = 0.0, set()
+            with httpx.Client(timeout=httpx.Timeout(2.0)) as client:
+                for _ in range(20):  # about 4 s: the submits fill the pipe (64 KiB) in the first moments
+                    start = time.monotonic()
+                    health = client.get(srv.url + "/health")  # before the fix: no answer (ReadTimeout)
+                    slowest = max(slowest, time.monotonic() - start)
+                    reasons.add(health.json().get("reason"))
+                    time.sleep(0.2)
+            assert slowest < 1.0, slowest
+            assert any(r and "has not read its requests" in r for r in reasons), reasons
+        finally:
+            os.kill(child, signal.SIGCONT)
+        sender.join(60)
+        assert len(codes) == 300 and set(codes) <= {200, 503, 504}, sorted(set(codes))
+        wait_idle(srv.url)
+        assert stream(srv.url, {"prompt": "The ", "max_new_tokens": 3})[0] == 200  # serving again
+        assert httpx.get(srv.url + "/health", timeout=TIMEOUT).json()["status"] == "ok"

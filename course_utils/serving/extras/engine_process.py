@@ -22,7 +22,15 @@ request with ``events`` and ``cancel()``, ``begin_shutdown``, ``stop``, ``failur
 Events are the engine's own (``("token", id)``, ``("end", info)``, ``("error", info)``); a full
 queue or a stopping engine answers a submit with an ``error`` event of status 503, which the
 routes already turn into 503 + ``Retry-After``. If the child dies, every open request gets a 503
-error event, ``failure`` says why (``/health`` reports it) and later requests get 503.
+error event, ``failure`` says why (``/health`` reports it, and the log has it as critical) and later
+requests get 503: the engine is not restarted (a child that died once, for instance of memory, would
+likely die again with the same requests; an operator restarts the server, the failure in plain view).
+
+The event loop never blocks on the pipe: ``submit``, ``cancel`` and the rest queue their message
+for a sender thread. A child that stops reading (stopped with SIGSTOP, hung) then costs only queued
+messages: past ``OUTBOX_LIMIT`` of them ``submit`` raises ``QueueFull`` (503), and once a write
+has been blocked for ``STALL_S``, ``failure`` (so ``/health``) says so until the child reads again.
+A cancelled request leaves the table of open requests at once (its route waits for nothing more).
 The engine's metrics live in the child; ``metrics_text()`` fetches them for ``/metrics``.
 """
 
@@ -32,6 +40,7 @@ import asyncio
 import itertools
 import logging
 import multiprocessing as mp
+import queue
 import threading
 import time
 from concurrent.futures import Future
@@ -47,6 +56,11 @@ from ..server.settings import ServeSettings
 Event = tuple[str, Any]
 log = logging.getLogger(__name__)
 
+#: Messages waiting for the sender thread at most before ``submit`` answers 503 (the child is not reading).
+OUTBOX_LIMIT = 256
+#: A send to the child blocked this long means it is stopped or hung: ``failure`` says so meanwhile.
+STALL_S = 3.0
+
 
 @dataclass(eq=False)
 class RemoteRequest:
@@ -59,9 +73,11 @@ class RemoteRequest:
     finished: bool = False
 
     def cancel(self, outcome: str = "cancelled") -> None:
-        """Ask the engine to drop this request at its next step (``GenRequest.cancel``'s outcomes)."""
+        """Ask the engine to drop this request at its next step (``GenRequest.cancel``'s outcomes).
+        It leaves the table of open requests now: the route that cancels waits for no more events."""
         if not self.cancelled and not self.finished:
             self.cancelled = True
+            self.engine._open.pop(self.rid, None)
             self.engine._send(("cancel", self.rid, outcome))
 
 
@@ -79,7 +95,11 @@ class EngineProcess:
         self._process = ctx.Process(target=_child_main, args=(child_conn, model.eval(), settings),
                                     name="course-serving-engine", daemon=True)
         self._child_conn = child_conn
-        self._send_lock = threading.Lock()
+        # The event loop never writes to the pipe itself (a child that stops reading would block it):
+        # it queues messages, which a sender thread writes.
+        self._outbox: queue.Queue[tuple | None] = queue.Queue()
+        self._sender: threading.Thread | None = None
+        self._sending_since: float | None = None  # when the send in progress began
         self._ids = itertools.count()
         self._open: dict[int, RemoteRequest] = {}
         self._tickets: dict[int, Future[str]] = {}
@@ -104,7 +124,13 @@ class EngineProcess:
 
     @property
     def failure(self) -> str | None:
-        """Return why the engine cannot serve (its process or worker died), or None while it can."""
+        """Return why the engine cannot serve (its process or worker died, or it has not read its pipe
+        for ``STALL_S``: stopped or hung), or None while it can."""
+        if self._failure is None and self._sending_since is not None:
+            stalled = time.monotonic() - self._sending_since
+            if stalled > STALL_S:
+                return (f"the engine process has not read its requests for {stalled:.0f} s (stopped or hung?); "
+                        f"{self._outbox.qsize()} messages wait")
         return self._failure
 
     # ---- life cycle ----------------------------------------------------------------------
@@ -131,6 +157,8 @@ class EngineProcess:
         self._loop = loop
         self._reader = threading.Thread(target=self._read, name="course-serving-engine-reader", daemon=True)
         self._reader.start()
+        self._sender = threading.Thread(target=self._write, name="course-serving-engine-sender", daemon=True)
+        self._sender.start()
 
     def submit(self, ids: list[int], max_new_tokens: int, temperature: float = 0.0,
                seed: int | None = None) -> RemoteRequest:
@@ -138,6 +166,8 @@ class EngineProcess:
         (A full queue answers with a 503 ``error`` event, like ``QueueFull`` would.)"""
         if not self.accepting:
             raise ShuttingDown(self._failure or self._stop_detail)
+        if self._outbox.qsize() >= OUTBOX_LIMIT:
+            raise QueueFull(f"the engine process is not taking requests ({self._outbox.qsize()} messages wait)")
         req = RemoteRequest(next(self._ids), self)
         self._open[req.rid] = req
         if not self._send(("submit", req.rid, list(ids), max_new_tokens, temperature, seed)):
@@ -163,6 +193,9 @@ class EngineProcess:
                 self._process.join(5)
         if self._reader is not None:
             self._reader.join(timeout)
+        self._outbox.put(None)  # the sender ends (a send to the dead child failed or gets there)
+        if self._sender is not None:
+            self._sender.join(timeout)
         self._fail_open("server shutting down")
 
     async def metrics_text(self, timeout: float = 5.0) -> str:
@@ -181,12 +214,28 @@ class EngineProcess:
 
     # ---- plumbing ------------------------------------------------------------------------
     def _send(self, msg: tuple) -> bool:
-        with self._send_lock:
+        """Queue ``msg`` for the child without blocking; False when it can no longer get there."""
+        if self._conn.closed or (self._sender is not None and not self._sender.is_alive()):
+            return False
+        if self._sender is None:  # before start(): warm_up's thread, nothing else writes yet
             try:
                 self._conn.send(msg)
-                return True
-            except (OSError, ValueError):  # the child is gone or the pipe is closed
+            except (OSError, ValueError):
                 return False
+            return True
+        self._outbox.put(msg)
+        return True
+
+    def _write(self) -> None:
+        """Sender thread: write queued messages to the child, one at a time, until told to end."""
+        while (msg := self._outbox.get()) is not None:
+            self._sending_since = time.monotonic()
+            try:
+                self._conn.send(msg)
+            except (OSError, ValueError):  # the child is gone or the pipe is closed
+                break
+            finally:
+                self._sending_since = None
 
     def _read(self) -> None:
         """Reader thread: hand each message of the child to the event loop, until it stops."""
@@ -209,7 +258,8 @@ class EngineProcess:
                 break
         if not self._stopping.is_set() and self._failure is None:
             self._process.join(1)
-            self._failure = f"the engine process exited (code {self._process.exitcode})"
+            self._failure = (f"the engine process exited (code {self._process.exitcode}); this server cannot "
+                             "generate until it is restarted")
             log.critical("%s", self._failure)
         self._active = 0
         self._fail_open(self._failure or self._stop_detail)
@@ -231,10 +281,12 @@ class EngineProcess:
             req.events.put_nowait(event)
 
     def _fail_open(self, detail: str) -> None:
-        """End every request still open with a 503 error event (the engine is gone)."""
-        if self._open:
-            batch = [(rid, ("error", {"detail": detail, "status": 503})) for rid in list(self._open)]
-            self._call(self._deliver, batch)
+        """End every request still open with a 503 error event (the engine is gone); any thread."""
+        self._call(self._fail_open_now, detail)
+
+    def _fail_open_now(self, detail: str) -> None:
+        """In the event loop (which alone changes the table): end every open request."""
+        self._deliver([(rid, ("error", {"detail": detail, "status": 503})) for rid in list(self._open)])
 
 
 class _PipeLoop:
