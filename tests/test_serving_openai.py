@@ -502,3 +502,51 @@ def test_a_stopping_server_answers_503_with_retry_after(gpt):
         resp = httpx.post(srv.url + "/v1/completions", json={"model": MODEL_ID, "prompt": "a"}, timeout=TIMEOUT)
         assert resp.status_code == 503 and resp.headers["retry-after"] == "1"
         assert resp.json()["error"]["type"] == "server_error" and "shutting down" in resp.json()["error"]["message"]
+
+
+class Slow:
+    """A forward pre-hook that makes every forward pass sleep ``seconds``."""
+
+    def __init__(self, model: torch.nn.Module, seconds: float) -> None:
+        self.seconds = seconds
+        model.tok_emb.register_forward_pre_hook(self)
+
+    def __call__(self, module: torch.nn.Module, args: tuple) -> None:
+        time.sleep(self.seconds)
+
+
+def test_a_non_streamed_request_whose_client_hung_up_is_cancelled(gpt):
+    """Send-and-hang-up: the answers used to be computed to the end (256 steps here) and counted ok."""
+    import socket
+
+    model, tok = gpt
+    model = copy.deepcopy(model)
+    Slow(model, 0.01)  # 256 tokens take over 2.5 s
+    with ThreadedServer(ServeSettings(embed=False, threads=1), model=model, tokenizer=tok) as srv:
+        before = outcomes(srv.url)
+        port = int(srv.url.rsplit(":", 1)[1])
+        socks = []
+        for path, body in (("/v1/completions", {"prompt": PROMPT}),
+                           ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}]})):
+            for _ in range(2):
+                data = json.dumps({"model": MODEL_ID, "max_tokens": 256, "temperature": 0, **body}).encode()
+                sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+                sock.sendall(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (path.encode(), len(data), data))
+                socks.append(sock)
+        deadline = time.monotonic() + 5
+        while active(srv.url) < 4 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert active(srv.url) == 4  # all four are being computed
+        for sock in socks:
+            sock.close()  # hang up without reading
+        start = time.monotonic()
+        while active(srv.url) and time.monotonic() - start < 2:
+            time.sleep(0.02)
+        assert active(srv.url) == 0 and time.monotonic() - start < 1.0, "rows were not freed"
+        after = outcomes(srv.url)
+        assert after.get("cancelled", 0) == before.get("cancelled", 0) + 4, (before, after)
+        assert after.get("ok", 0) == before.get("ok", 0), (before, after)
+        reply = httpx.post(srv.url + "/v1/completions", json={"model": MODEL_ID, "prompt": PROMPT, "max_tokens": 3},
+                           timeout=TIMEOUT)
+        assert reply.status_code == 200  # the server goes on

@@ -25,7 +25,9 @@ the answer is ``text/event-stream``: ``data: {chunk}`` events (a chat stream's f
 ``delta.role``, its last one the ``finish_reason``; with ``include_usage`` one more chunk with
 empty ``choices`` and the ``usage``), then ``data: [DONE]``. A failure after the stream started
 ends it with ``data: {"error": {...}}`` (the official client raises ``APIError``) and no
-``[DONE]``. A client that disconnects frees its batch row, as on ``/generate``.
+``[DONE]``. A client that disconnects frees its batch row, as on ``/generate``, streamed or not:
+a non-streamed answer is cancelled (counted ``"cancelled"``) as soon as its client hangs up
+(``server.disconnect``), not computed to the end for nobody.
 
 Requests follow the API's field names; what this server cannot do is refused, never silently
 ignored: ``n`` other than 1, ``best_of`` > 1, ``echo``, ``logprobs``, ``suffix``, ``top_p`` < 1,
@@ -57,6 +59,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from ...data.text import CharTokenizer
 from ..server.engine import MAX_TEMPERATURE, MIN_TEMPERATURE, GenerationEngine, GenRequest, QueueFull, ShuttingDown
+from ..server.disconnect import ClientGone, until_disconnect
 from ..server.settings import MAX_SEED, RETRY_AFTER_S, ServeSettings
 from ..server.sse import DONE, format_event
 
@@ -537,7 +540,14 @@ def openai_router(engine: GenerationEngine, tokenizer: CharTokenizer, settings: 
         return {"prompt_tokens": prompt, "completion_tokens": scanner.generated,
                 "total_tokens": prompt + scanner.generated}
 
-    async def respond(body: _Common, ids: list[int], max_new: int, chat: bool) -> Response:
+    async def respond(request: Request, body: _Common, ids: list[int], max_new: int, chat: bool) -> Response:
+        """Answer one generation request; a client that leaves before its answer is ready cancels it."""
+        try:
+            return await until_disconnect(request, answer_for(body, ids, max_new, chat))
+        except ClientGone:
+            return Response(status_code=499)  # nginx's "client closed request"; nobody reads it
+
+    async def answer_for(body: _Common, ids: list[int], max_new: int, chat: bool) -> Response:
         req, first = await start(ids, max_new, body)
         scanner, outcome = StopScanner(body.stops()), Outcome()
         answer = _answer(req, first, chars, scanner, outcome)
@@ -602,20 +612,20 @@ def openai_router(engine: GenerationEngine, tokenizer: CharTokenizer, settings: 
         return model_card
 
     @router.post("/completions", response_model=None)
-    async def completions(body: CompletionRequest) -> Response:
+    async def completions(body: CompletionRequest, request: Request) -> Response:
         """Continue a prompt (OpenAI's legacy completions)."""
         check_model(body.model)
         check_stops(body.stops())
         ids = encode(body.prompt, "prompt")
-        return await respond(body, ids, new_tokens(body.max_tokens, "max_tokens"), chat=False)
+        return await respond(request, body, ids, new_tokens(body.max_tokens, "max_tokens"), chat=False)
 
     @router.post("/chat/completions", response_model=None)
-    async def chat_completions(body: ChatRequest) -> Response:
+    async def chat_completions(body: ChatRequest, request: Request) -> Response:
         """Continue a chat transcript (see ``chat_prompt``; the model is not a chat model)."""
         check_model(body.model)
         check_stops(body.stops())
         ids = encode(chat_prompt(body.messages), "messages")
         param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
-        return await respond(body, ids, new_tokens(body.new_tokens(), param), chat=True)
+        return await respond(request, body, ids, new_tokens(body.new_tokens(), param), chat=True)
 
     return router
