@@ -5,7 +5,6 @@ Checks run in strict mode: a bug in a checker's own code fails the test instead 
 """
 
 import dataclasses
-import math
 
 import pytest
 import torch
@@ -74,31 +73,6 @@ def test_other_right_answers_are_accepted(name, answer):
     assert fb.correct, fb.message
 
 
-#: Hand-computed results the reference solutions must reproduce (the checkers compare with them).
-HAND_COMPUTED = [
-    ("00.break_even", (2.0, 0.5, 0.3), 9),            # (2.0 - 0.3) / (0.5 - 0.3) = 8.5 -> 9 calls
-    ("00.break_even", (10.0, 0.013, 0.004), 1111),
-    ("00.break_even", (0.001, 0.01, 0.005), 1),        # first call already cheaper than eager
-    ("00.break_even", (3.0, 0.2, 0.2), None),          # never faster: never pays
-    ("01.steady_speedup", ([5.0, 1.0, 1.0, 4.0], [20.0, 0.5, 0.5, 0.5]), 2.0),
-    ("01.steady_speedup", ([3.0, 2.0], [12.0, 4.0]), 0.5),
-    ("04.halvings", (torch.tensor([-1000.0, 7.0]),), 10),   # 1000 / 2**10 < 1 <= 1000 / 2**9
-    ("04.halvings", (torch.tensor([4.0]),), 2),             # 4 -> 2 -> 1: stops at exactly 1
-    ("10.p99", ([float(i) for i in range(200, 0, -1)],), 198.0),
-    ("10.p99", ([5.0] * 98 + [40.0, 900.0],), 40.0),
-    ("10.batch_size", ({1: 300.0, 8: 1600.0, 16: 2400.0, 32: 3200.0}, 10.0), 16),   # 32 rows: 10 ms
-    ("10.batch_size", ({1: 300.0, 8: 1600.0, 16: 2400.0, 32: 3200.0}, 2.0), None),
-    ("10.batch_size", ({4: 400.0, 1: 500.0, 2: 600.0}, 5.0), 2),
-]
-
-
-@pytest.mark.parametrize("name, args, expected", HAND_COMPUTED)
-def test_reference_solutions_match_hand_computed_results(name, args, expected):
-    got = exercises.solution(name)(*args)
-    got = got.item() if isinstance(got, torch.Tensor) else got
-    assert got == expected or (expected is not None and math.isclose(got, expected))
-
-
 @pytest.mark.parametrize("name", exercises.names())
 def test_solution_source_is_revealable(name):
     src = exercises.solution_source(name)
@@ -162,7 +136,7 @@ def test_duplicate_registration_is_refused():
     from course_utils.exercises.framework import exercise
 
     with pytest.raises(ValueError, match="twice"):
-        exercise("00.rms_norm", "p", lambda: None, lambda: [])(lambda a: None)
+        exercise("00.rms_norm", lambda: None, lambda: [])(lambda a: None)
 
 
 def test_expect_function_names_the_expected_call():

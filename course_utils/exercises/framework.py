@@ -2,8 +2,9 @@
 
 A checker takes the learner's answer and returns a success message, or raises ``Wrong("hint")``.
 Most checkers are built by ``function_exercise`` from a table: the cases to call the learner's
-function with, a reference to compare its results with, and the mistakes learners make, each with
-its hint. A wrong result equal to a mistake's result gets that mistake's hint. The mistakes are
+function with, what each must give (written out by hand in a ``Case``, or computed by a reference
+implemented differently from the solution: never the solution itself), and the mistakes learners
+make, each with its hint. A wrong result equal to a mistake's result gets that mistake's hint. The mistakes are
 also the wrong answers the test suite feeds to the checker, so every hint is tested.
 
 What the learner's code raises becomes a hint too (``run``). Anything else a checker raises is a
@@ -64,7 +65,6 @@ class Exercise:
     """One exercise: its checker, a reference solution, and wrong answers with the hint each must get."""
 
     name: str
-    prompt: str
     checker: Callable[[Any], str]
     solution: Callable[[], Any]
     wrong_answers: Callable[[], list[Mistake]]
@@ -73,7 +73,7 @@ class Exercise:
 _REGISTRY: dict[str, Exercise] = {}
 
 
-def exercise(name: str, prompt: str, solution: Callable[[], Any],
+def exercise(name: str, solution: Callable[[], Any],
              wrong_answers: Callable[[], list[Mistake]]) -> Callable[[Callable[[Any], str]], Callable[[Any], str]]:
     """Return a decorator that registers a checker under ``name``.
 
@@ -84,7 +84,7 @@ def exercise(name: str, prompt: str, solution: Callable[[], Any],
     def register(checker: Callable[[Any], str]) -> Callable[[Any], str]:
         if name in _REGISTRY:
             raise ValueError(f"exercise {name!r} is registered twice")
-        _REGISTRY[name] = Exercise(name, prompt, checker, solution, wrong_answers)
+        _REGISTRY[name] = Exercise(name, checker, solution, wrong_answers)
         return checker
 
     return register
@@ -167,6 +167,14 @@ def expect_function(answer: Any, usage: str, hint: str = "") -> None:
         raise Wrong(f"expected a function {usage}, got {type(answer).__name__}.{' ' + hint if hint else ''}")
 
 
+def usage_of(fn: Callable[..., Any]) -> str:
+    """Return how ``fn`` is called, from its signature: ``"count_ops(fn, *args)"``."""
+    def word(p: inspect.Parameter) -> str:
+        return {p.VAR_POSITIONAL: "*", p.VAR_KEYWORD: "**"}.get(p.kind, "") + p.name
+
+    return f"{fn.__name__}({', '.join(word(p) for p in inspect.signature(fn).parameters.values())})"
+
+
 def summary(err: BaseException) -> str:
     """Return ``err`` as one short line: its type and the most telling line of its message."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(err))
@@ -194,7 +202,9 @@ def run(fn: Callable[..., Any], *args: Any, call: str, errors: Sequence[ErrorHin
     except Exception as err:  # noqa: BLE001 - the learner's code failed: that is feedback
         text = f"{type(err).__name__}: {err}"
         hint = next((h for key, h in errors if (key in text if isinstance(key, str) else isinstance(err, key))), "")
-        raise Wrong(sentences(f"{call} raised {summary(err)}", hint)) from None
+        wrong = Wrong(sentences(f"{call} raised {summary(err)}", hint))
+        wrong.raised, wrong.hinted = type(err), bool(hint)  # for function_exercise: a mistake that raises alike
+        raise wrong from None
 
 
 def sentences(*parts: str) -> str:
@@ -269,10 +279,47 @@ def _fresh(args: tuple[Any, ...]) -> tuple[Any, ...]:
                  for a in args)
 
 
-# --- Checkers built from a table: cases, a reference, and mistakes with their hints.
+# --- Checkers built from a table: cases, what each must give, and mistakes with their hints.
 
-def function_exercise(name: str, prompt: str, *, usage: str, solution: Callable[..., Any],
-                      cases: Callable[[], Iterable[tuple[Any, ...]]], success: str,
+@dataclass(frozen=True)
+class Raises:
+    """An expected outcome: the call raises ``error`` (raising it is the right answer)."""
+
+    error: type[BaseException]
+
+    def __str__(self) -> str:
+        return f"raising {self.error.__name__}"
+
+
+@dataclass(frozen=True)
+class Case:
+    """The arguments of one call and what it must give: a value, or ``Raises(SomeError)``."""
+
+    args: tuple[Any, ...]
+    expected: Any
+
+
+def case(*args: Any, gives: Any) -> Case:
+    """Return a ``Case``: calling the answer with ``args`` must give ``gives`` (a value or ``Raises(...)``)."""
+    return Case(args, gives)
+
+
+def _outcome(fn: Callable[..., Any], args: tuple[Any, ...], expected: Any, **run_args: Any) -> Any:
+    """Return ``fn(*args)``, or ``expected`` itself when that is ``Raises(E)`` and the call raises an E."""
+    if not isinstance(expected, Raises):
+        return run(fn, *args, **run_args)
+
+    def catching(*a: Any) -> Any:
+        try:
+            return fn(*a)
+        except expected.error:
+            return expected
+
+    return run(catching, *args, **run_args)
+
+
+def function_exercise(name: str, *, solution: Callable[..., Any],
+                      cases: Callable[[], Iterable[Case | tuple[Any, ...]]], success: str,
                       reference: Callable[..., Any] | None = None,
                       mistakes: Callable[[], list[Mistake]] = list, wrong: Callable[[], list[Mistake]] = list,
                       otherwise: str | Callable[[Any], str] = "", errors: Sequence[ErrorHint] = (),
@@ -281,47 +328,81 @@ def function_exercise(name: str, prompt: str, *, usage: str, solution: Callable[
                       after: Callable[[Any], None] = lambda answer: None,
                       passed_as: Callable[[Callable[..., Any]], Any] = lambda fn: fn,
                       tol: tuple[float, float] = (1e-5, 1e-6)) -> None:
-    """Register exercise ``name``: a function, called as ``usage``, that must match ``reference`` on every case.
+    """Register exercise ``name``: a function like ``solution`` that must give the expected result on every case.
 
-    - ``solution`` is the reference answer, a function as a learner would write it; the learner
-      passes ``passed_as(solution)`` (say, ``torch.compile(rms_norm)``).
-    - ``cases`` returns the argument tuples; ``reference`` (default: the solution) gives the expected
-      results, compared with ``tol`` = (rtol, atol) for tensors and floats.
+    - ``solution`` is the reference answer, a function as a learner would write it (its signature is
+      how the checker names the call); the learner passes ``passed_as(solution)`` (say,
+      ``torch.compile(rms_norm)``). It is never what the answers are compared with.
+    - ``cases`` returns ``Case``s, whose expected results are written out (``Raises(E)``: raising E is
+      the answer), or argument tuples, whose expected results ``reference`` computes: a second,
+      independent implementation (torch's own, a loop, a library). Tensors and floats are compared
+      with ``tol`` = (rtol, atol).
     - ``mistakes`` returns (mistaken function, hint) pairs: a wrong result equal to a mistake's result
       gets its hint, any other wrong result ``otherwise`` (text, or a function of the answer).
     - The tests feed the mistakes, ``wrong``'s (answer, hint) pairs, None, a string and a tensor to the checker.
     - ``errors`` pairs what the learner's function may raise with hints (see ``run``).
     - ``prepare`` turns an answer (or a mistake) into what is called and may raise ``Wrong``;
-      ``normalise`` maps every result before comparing; ``after`` checks how a right answer computes
-      (compiled, one graph, no loop, exportable) and raises ``Wrong`` if it does not.
+      ``normalise`` maps every result (and computed or written expected value) before comparing;
+      ``after`` checks how a right answer computes (compiled, one graph, no loop, exportable) and
+      raises ``Wrong`` if it does not.
     """
-    func_name = usage.split("(")[0]
+    if reference is solution:
+        raise ValueError(f"{name}: the reference must be independent of the solution it checks")
+    usage = usage_of(solution)
+    func_name = solution.__name__
 
-    def gives(mistake: Callable[..., Any], args: tuple[Any, ...], got: Any) -> bool:
+    def expected_of(item: Case | tuple[Any, ...]) -> tuple[tuple[Any, ...], Any]:
+        if isinstance(item, Case):
+            return item.args, item.expected if isinstance(item.expected, Raises) else normalise(item.expected)
+        if reference is None:
+            raise TypeError(f"{name}: a case without its expected result needs a reference")
+        return item, normalise(reference(*_fresh(item)))
+
+    def gives(mistake: Callable[..., Any], args: tuple[Any, ...], expected: Any, got: Any) -> bool:
         try:
-            return differs(got, normalise(prepare(mistake)(*_fresh(args))), *tol) is None
+            outcome = _outcome(prepare(mistake), _fresh(args), expected, call="")
+            return differs(got, outcome if outcome is expected else normalise(outcome), *tol) is None
         except Exception:  # noqa: BLE001 - a mistake that fails on this case is not the one made
             return False
 
+    def raises_alike(mistake: Callable[..., Any], args: tuple[Any, ...], expected: Any, raised: type) -> bool:
+        try:
+            _outcome(prepare(mistake), _fresh(args), expected, call="")
+        except Wrong as err:
+            return getattr(err, "raised", None) is raised
+        except Exception:  # noqa: BLE001 - prepare itself failed: not this mistake
+            return False
+        return False
+
     def checker(answer: Any) -> str:
         expect_function(answer, usage)
-        fn, expected_fn = prepare(answer), reference or solution
-        for args in cases():
+        fn = prepare(answer)
+        for item in cases():
+            args, expected = expected_of(item)
             call = f"{func_name}({', '.join(short(a) for a in args)})"
             mine = _fresh(args)
-            got = normalise(run(fn, *mine, call=call, errors=errors))
+            try:
+                got = _outcome(fn, mine, expected, call=call, errors=errors)
+            except Wrong as err:  # the answer raised: a mistake that raises the same way has the hint
+                raised = getattr(err, "raised", None)
+                if raised is None or err.hinted:
+                    raise
+                hint = next((h for m, h in mistakes() if raises_alike(m, args, expected, raised)), None)
+                raise Wrong(sentences(str(err), hint or "")) from None
+            got = got if got is expected else normalise(got)
             if any(isinstance(a, torch.Tensor) and not torch.equal(a, b) for a, b in zip(mine, args)):
                 raise Wrong(f"{call} changed its input in place; compute a new tensor instead.")
-            problem = differs(got, normalise(expected_fn(*_fresh(args))), *tol)
+            problem = (f"{short(got)} instead of {expected}" if isinstance(expected, Raises) and got is not expected
+                       else differs(got, expected, *tol))
             if problem:
-                hint = next((h for m, h in mistakes() if gives(m, args, got)), None)
+                hint = next((h for m, h in mistakes() if gives(m, args, expected, got)), None)
                 hint = hint if hint is not None else otherwise(answer) if callable(otherwise) else otherwise
                 raise Wrong(sentences(f"{call} returned {problem}", hint))
         after(answer)
         return success
 
     generic = [(None, "expected a function"), (func_name, "expected a function"), (torch.ones(3), "pass the function itself")]
-    exercise(name, prompt, lambda: passed_as(solution), lambda: [*mistakes(), *wrong(), *generic])(checker)
+    exercise(name, lambda: passed_as(solution), lambda: [*mistakes(), *wrong(), *generic])(checker)
 
 
 def capture(fn: Callable[..., Any], *args: Any) -> list[torch.fx.GraphModule]:

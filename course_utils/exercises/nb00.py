@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from ..compat import is_compiled
-from .framework import Mistake, Wrong, function_exercise
+from .framework import Mistake, Wrong, case, function_exercise
 
 # --- 00.rms_norm: write a row-wise RMS normalisation and pass it through torch.compile.
 
@@ -47,10 +47,8 @@ def _rms_compiled(answer: Any) -> None:
 
 function_exercise(
     "00.rms_norm",
-    "write rms_norm(x) = x / sqrt(mean(x**2 over the last dim) + 1e-6) and pass "
-    "torch.compile(rms_norm) to the checker.",
-    usage="rms_norm(x)",
     solution=rms_norm,
+    reference=lambda x: torch.nn.functional.rms_norm(x, (x.shape[-1],), eps=1e-6),   # torch's own RMS norm
     passed_as=torch.compile,
     cases=lambda: [(torch.randn(8, 32, generator=torch.Generator().manual_seed(0)) * 3 + 1,)],
     mistakes=_rms_mistakes,
@@ -91,12 +89,12 @@ def _break_even_mistakes() -> list[Mistake]:
 
 function_exercise(
     "00.break_even",
-    "write break_even(first_call_s, eager_s, compiled_s) returning the smallest number of calls after "
-    "which the compiled function has cost no more time in total than eager, or None if it never pays.",
-    usage="break_even(first_call_s, eager_s, compiled_s)",
     solution=break_even,
-    cases=lambda: [(2.0, 0.5, 0.3), (10.0, 0.013, 0.004), (0.001, 0.01, 0.005), (3.0, 0.2, 0.2),
-                   (3.0, 0.1, 0.2)],
+    cases=lambda: [case(2.0, 0.5, 0.3, gives=9),             # (2.0 - 0.3) / (0.5 - 0.3) = 8.5 -> 9 calls
+                   case(10.0, 0.013, 0.004, gives=1111),      # 9.996 / 0.009 = 1110.7 -> 1111
+                   case(0.001, 0.01, 0.005, gives=1),         # the first call is already cheaper than eager
+                   case(3.0, 0.2, 0.2, gives=None),           # never faster: never pays
+                   case(3.0, 0.1, 0.2, gives=None)],          # slower: never pays
     mistakes=_break_even_mistakes,
     errors=[(ZeroDivisionError, "When compiled_s >= eager_s compiling never pays: return None before dividing.")],
     otherwise="The count starts at 1 call: n compiled calls cost first_call_s + (n - 1) * compiled_s, against "

@@ -10,7 +10,8 @@ from typing import Any
 
 import torch
 
-from .framework import Mistake, Wrong, clean_dynamo, exercise, expect_function, function_exercise, run
+from .framework import (Mistake, Wrong, case, clean_dynamo, exercise, expect_function, function_exercise, run,
+                        usage_of)
 
 # --- 01.first_bad_backend: compile with each backend in turn; return the first that differs.
 
@@ -45,14 +46,14 @@ def _bisect_fn(x: torch.Tensor) -> torch.Tensor:
     return torch.sin(x) * 2 + x
 
 
-def _bisect_cases() -> list[tuple[Any, ...]]:
+def _bisect_cases() -> list[Any]:
     x = torch.linspace(-2.0, 2.0, 16)
-    return [(_bisect_fn, (x,), backends) for backends in (
-        [_passthrough, _also_passthrough, _off_by_one],                      # the last one
-        [_passthrough, _rounding_noise, _off_by_one, _also_passthrough],     # noise is not a failure
-        [_passthrough, _off_by_half, _off_by_one],                           # stop at the first
-        [_off_by_one, _passthrough],
-        [_passthrough, _rounding_noise])]                                    # all agree: None
+    return [case(_bisect_fn, (x,), backends, gives=first_bad) for backends, first_bad in (
+        ([_passthrough, _also_passthrough, _off_by_one], _off_by_one),                     # the last one
+        ([_passthrough, _rounding_noise, _off_by_one, _also_passthrough], _off_by_one),    # noise is not a failure
+        ([_passthrough, _off_by_half, _off_by_one], _off_by_half),                         # stop at the first
+        ([_off_by_one, _passthrough], _off_by_one),
+        ([_passthrough, _rounding_noise], None))]                                          # all agree: None
 
 
 def first_bad_backend(fn: Callable[..., torch.Tensor], args: tuple[Any, ...], backends: list[Any]) -> Any:
@@ -96,10 +97,6 @@ def _first_bad_mistakes() -> list[Mistake]:
 
 function_exercise(
     "01.first_bad_backend",
-    "write first_bad_backend(fn, args, backends) that compiles fn with each backend in order and returns "
-    "the first backend whose output differs from eager fn(*args) (torch.allclose with rtol=1e-4, "
-    "atol=1e-5), or None if all agree.",
-    usage="first_bad_backend(fn, args, backends)",
     solution=first_bad_backend,
     cases=_bisect_cases,
     mistakes=_first_bad_mistakes,
@@ -133,14 +130,12 @@ def _speedup_mistakes() -> list[Mistake]:
 
 function_exercise(
     "01.steady_speedup",
-    "write steady_speedup(eager_epoch_s, compiled_epoch_s): leave out each run's first epoch, take the median "
-    "of the remaining epoch times, and return eager median / compiled median.",
-    usage="steady_speedup(eager_epoch_s, compiled_epoch_s)",
     solution=steady_speedup,
-    cases=lambda: [([2.0, 1.0, 1.0], [9.0, 0.5, 0.6]),
-                   ([5.0, 1.0, 1.0, 4.0], [20.0, 0.5, 0.5, 0.5]),     # a slow epoch the median ignores
-                   ([1.2, 0.9, 1.1, 1.0, 1.3], [30.0, 1.0, 0.95, 1.05, 1.1]),
-                   ([3.0, 2.0], [12.0, 4.0])],                         # compiled slower: 0.5
+    cases=lambda: [case([2.0, 1.0, 1.0], [9.0, 0.5, 0.6], gives=1.0 / 0.55),      # medians 1.0 and 0.55
+                   case([5.0, 1.0, 1.0, 4.0], [20.0, 0.5, 0.5, 0.5], gives=2.0),  # the median ignores the 4.0
+                   case([1.2, 0.9, 1.1, 1.0, 1.3], [30.0, 1.0, 0.95, 1.05, 1.1],
+                        gives=1.05 / 1.025),                                      # even counts: middle pairs' means
+                   case([3.0, 2.0], [12.0, 4.0], gives=0.5)],                     # compiled slower: 0.5
     mistakes=_speedup_mistakes,
     otherwise="Median of eager_epoch_s[1:] divided by median of compiled_epoch_s[1:].",
     tol=(1e-6, 1e-9),
@@ -193,14 +188,12 @@ def _check_env(answer: Any, cache_dir: Any, before: dict[str, str]) -> None:
 
 @exercise(
     "01.cache_env",
-    prompt="write cache_env(cache_dir) returning a copy of os.environ with TORCHINDUCTOR_CACHE_DIR set to "
-           "str(cache_dir), without changing os.environ.",
     solution=lambda: cache_env,
     wrong_answers=_cache_env_wrong,
 )
 def check_cache_env(answer: Any) -> str:
     """Return the success message for a function returning a copied environment with the cache variable set."""
-    expect_function(answer, "cache_env(cache_dir)")
+    expect_function(answer, usage_of(cache_env))
     before = dict(os.environ)
     target = Path("/tmp") / "course_nb01_check" / "inductor cache"
     try:

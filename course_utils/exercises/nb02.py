@@ -42,7 +42,6 @@ def _mystery_breaks() -> int:
 
 @exercise(
     "02.count_breaks",
-    prompt="give the number of graph breaks torch.compile hits in `mystery` (an int).",
     solution=_mystery_breaks,
     wrong_answers=lambda: [(_mystery_breaks() + 1, "one too many"), (_mystery_breaks() + 2, "too many"),
                            (_mystery_breaks() - 1, "too few"), (0, "too few"),
@@ -114,9 +113,6 @@ def _no_python_numbers(answer: Any) -> None:
 
 function_exercise(
     "02.fullgraph",
-    "write soft_clip_fixed(x), equal to soft_clip(x), that torch.compile(..., fullgraph=True) compiles "
-    "without a graph break; pass the plain function.",
-    usage="soft_clip_fixed(x)",
     solution=soft_clip_fixed,
     reference=soft_clip,
     cases=lambda: [(torch.randn(32, 8, generator=torch.Generator().manual_seed(0)) * 3,),     # peak above 1
@@ -211,8 +207,6 @@ def _recompile_solution() -> set[str]:
 
 @exercise(
     "02.recompile",
-    prompt="after step(torch.randn(32, 10), 0.1), which of the second calls A-F makes "
-           "torch.compile recompile? Answer a set of letters.",
     solution=_recompile_solution,
     wrong_answers=lambda: [({"B", "C"}, "you missed"), (set(RECOMPILE_OPTIONS), "do(es) not recompile"),
                            (set(_recompile_truth()) - {"F"}, "you missed 1"),

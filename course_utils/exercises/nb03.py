@@ -102,10 +102,6 @@ def _count_ops_mistakes() -> list[Mistake]:
 
 function_exercise(
     "03.count_ops",
-    "write count_ops(fn, *args) that compiles fn with a backend of your own, calls it once with args, and "
-    "returns the number of operator nodes (op is call_function, call_method or call_module) summed over "
-    "every graph Dynamo hands to the backend.",
-    usage="count_ops(fn, *args)",
     solution=count_ops,
     reference=lambda fn, *args: OP_COUNTS[fn.__name__],
     cases=_count_cases,
@@ -150,8 +146,6 @@ _FUSED_HINTS = {
 
 @exercise(
     "03.fused_kernels",
-    prompt="how many generated C++ kernels (cpp_fused_... definitions) does Inductor write for "
-           "torch.relu(torch.sin(x) @ w).cos() on CPU tensors? Answer with an int.",
     solution=_fused_solution,
     wrong_answers=lambda: [*((n, hint[:40]) for n, hint in _FUSED_HINTS.items()), (7, "share one loop"),
                            ("2", "whole number"), (2.5, "whole number"), (None, "whole number")],

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 
-from .framework import ErrorHint, Mistake, Wrong, capture, function_exercise, nodes, run, short
+from .framework import ErrorHint, Mistake, Wrong, capture, case, function_exercise, nodes, run, short
 
 _DECIDE_IN_GRAPH = ("Python needs True or False from a tensor's value here (an `if`, a `while`, bool() or a "
                     "comparison of .item()), which torch.compile(fullgraph=True) and torch.export cannot know "
@@ -109,9 +109,6 @@ def _cond_exports(answer: Any) -> None:
 
 function_exercise(
     "04.cond_export",
-    "rewrite normalize_if_loud(x) (divide x by its peak x.abs().max() when the peak is above 1, otherwise "
-    "return x unchanged) with torch.cond so that torch.export can capture it.",
-    usage="normalize_if_loud(x)",
     solution=normalize_if_loud,
     reference=_normalize_reference,
     cases=_normalize_cases,
@@ -171,9 +168,6 @@ def _fix_shapes_hint(answer: Any) -> str:
 
 function_exercise(
     "04.fix_shapes",
-    "fix row_summary(x) so that both branches of its torch.cond return one value per row, shape (batch,): "
-    "the row means when x.mean() > 0, otherwise the row maxima.",
-    usage="row_summary(x)",
     solution=row_summary,
     reference=_row_summary_reference,
     cases=lambda: [(torch.randn(5, 7, generator=torch.Generator().manual_seed(40)) + shift,) for shift in (2.0, -2.0)],
@@ -226,11 +220,13 @@ def _halvings_mistakes() -> list[Mistake]:
 
 function_exercise(
     "04.halvings",
-    "write halvings(x) with torch.while_loop: how many times x must be halved until x.abs().max() <= 1, "
-    "returned as a number (a 0-d tensor, an int or a float).",
-    usage="halvings(x)",
     solution=halvings,
-    cases=lambda: [(torch.tensor(values),) for values in ([0.5, -0.25], [1.0, -1.0], [3.0, 0.1], [-1000.0, 7.0], [4.0])],
+    cases=lambda: [case(torch.tensor(values), gives=count) for values, count in (
+        ([0.5, -0.25], 0),      # already at most 1
+        ([1.0, -1.0], 0),       # exactly 1 needs no halving
+        ([3.0, 0.1], 2),        # 3 -> 1.5 -> 0.75
+        ([-1000.0, 7.0], 10),   # 1000 / 2**9 > 1 >= 1000 / 2**10
+        ([4.0], 2))],           # 4 -> 2 -> 1: stops at exactly 1
     mistakes=_halvings_mistakes,
     errors=CONTROL_FLOW_ERRORS,
     normalise=_as_count,

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, jacfwd, jacrev, stack_module_state, vmap
 
-from .framework import Mistake, OpCounter, Wrong, function_exercise, run
+from .framework import Mistake, OpCounter, Wrong, case, function_exercise, run
 
 
 def _small_mlp(seed: int, n_in: int = 8, hidden: int = 16, n_out: int = 3) -> nn.Module:
@@ -50,6 +50,13 @@ def grads_per_sample(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict
         return F.cross_entropy(functional_call(model, params, (xi,)), yi)
 
     return vmap(grad(loss_one), in_dims=(None, 0, 0))(params, x, y)
+
+
+def _grads_by_loop(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+    """What the checker compares with: one backward pass per sample, with torch.autograd.grad."""
+    names, params = [n for n, _ in model.named_parameters()], list(model.parameters())
+    per_sample = [torch.autograd.grad(F.cross_entropy(model(x[i:i + 1]), y[i:i + 1]), params) for i in range(len(x))]
+    return {n: torch.stack(gs) for n, gs in zip(names, zip(*per_sample))}
 
 
 def _psg_mistakes() -> list[Mistake]:
@@ -99,11 +106,8 @@ def _psg_no_loop(answer: Any) -> None:
 
 function_exercise(
     "05.per_sample_grads",
-    "write grads_per_sample(model, x, y) that returns {parameter name: tensor of shape (batch, "
-    "*parameter.shape)} holding the gradient of each sample's cross-entropy loss, computed with "
-    "vmap(grad(...)) and functional_call (no Python loop over the batch).",
-    usage="grads_per_sample(model, x, y)",
     solution=grads_per_sample,
+    reference=_grads_by_loop,
     cases=lambda: [_psg_case()],
     mistakes=_psg_mistakes,
     wrong=lambda: [({"0.weight": torch.zeros(3)}, "expected a function")],
@@ -138,11 +142,11 @@ _PASSES = ("Forward mode (jacfwd) needs one pass per INPUT (a column each), reve
 
 function_exercise(
     "05.jac_mode",
-    "write pick_jacobian(n_in, n_out) that returns torch.func.jacfwd or torch.func.jacrev, whichever computes "
-    "the Jacobian of a function from n_in inputs to n_out outputs with fewer passes.",
-    usage="pick_jacobian(n_in, n_out)",
     solution=pick_jacobian,
-    cases=lambda: [(3, 2000), (10_000, 1), (784, 10), (2, 64)],   # tall, a loss, wide, tall
+    cases=lambda: [case(3, 2000, gives=jacfwd),     # tall: 3 forward passes against 2000 backward
+                   case(10_000, 1, gives=jacrev),   # a loss: one backward pass
+                   case(784, 10, gives=jacrev),     # wide: 10 backward passes against 784 forward
+                   case(2, 64, gives=jacfwd)],
     mistakes=lambda: [(lambda n_in, n_out: jacrev if n_in < n_out else jacfwd, _PASSES),
                       (lambda n_in, n_out: jacrev, _PASSES),
                       (lambda n_in, n_out: "jacfwd" if n_in < n_out else "jacrev",
@@ -205,10 +209,6 @@ def _ensemble_no_loop(answer: Any) -> None:
 
 function_exercise(
     "05.ensemble",
-    "write ensemble_logits(models, x) that returns a tensor of shape (len(models), batch, classes): every "
-    "model applied to the same batch x, in one vmapped call over the output of "
-    "torch.func.stack_module_state (no Python loop over the models).",
-    usage="ensemble_logits(models, x)",
     solution=ensemble_logits,
     reference=_ensemble_reference,
     cases=lambda: [_ensemble_case()],

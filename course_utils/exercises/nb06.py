@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.export import Dim
 
-from .framework import Mistake, Wrong, exercise, function_exercise, run
+from .framework import Mistake, Wrong, case, exercise, function_exercise, run
 from .nb04 import CONTROL_FLOW_ERRORS, exports_right
 
 # --- 06.dynamic_batch: a dynamic_shapes spec that makes the batch dimension dynamic in [1, 256].
@@ -59,9 +59,6 @@ def _dynamic_batch_wrong() -> list[Mistake]:
 
 @exercise(
     "06.dynamic_batch",
-    prompt="build the dynamic_shapes argument for exporting a module whose forward is forward(self, x), "
-           "x of shape (batch, 8), so that any batch size from 1 to 256 is accepted and nothing else "
-           "is dynamic.",
     solution=_dynamic_batch_solution,
     wrong_answers=_dynamic_batch_wrong,
 )
@@ -125,9 +122,6 @@ def _cond_mistakes() -> list[Mistake]:
 
 function_exercise(
     "06.cond_export",
-    "write rescale(x): divide x by its largest absolute value when that value is above 1, otherwise return x "
-    "unchanged, in a form torch.export.export can capture (torch.cond, or torch.where).",
-    usage="rescale(x)",
     solution=rescale,
     reference=_clip_reference,
     cases=lambda: [(torch.tensor([0.5, -3.0, 2.0]),), (torch.tensor([0.25, -0.5, 0.1]),)],
@@ -198,11 +192,11 @@ def _summary_mistakes() -> list[Mistake]:
 
 function_exercise(
     "06.read_cpp_output",
-    "write summarise_run(text): from the lines the LibTorch program prints ('epoch N loss L seconds S' per "
-    "epoch, then 'test accuracy C/T'), return (the last epoch's loss, the test accuracy as a fraction).",
-    usage="summarise_run(text)",
     solution=summarise_run,
-    cases=lambda: [(text,) for text in _CPP_OUTPUTS],
+    cases=lambda: [case(text, gives=result) for text, result in zip(_CPP_OUTPUTS, (
+        (0.299761, 434 / 450),   # three epochs: the third one's loss
+        (2.25, 0.1),             # one epoch; 45 of 450
+        (0.15, 0.98)))],         # four epochs, no 'saved' line
     mistakes=_summary_mistakes,
     errors=[((IndexError, StopIteration), "A line you looked for is missing: match the lines by how they start "
                                           "('epoch ', 'test accuracy') and split them into words."),

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 
-from .framework import Mistake, Wrong, exercise, expect_function, function_exercise, run
+from .framework import Mistake, Wrong, exercise, expect_function, function_exercise, run, usage_of
 
 _NO_TRANSLATION = ("The ONNX exporter has no translation for that operator: rewrite it with operations that "
                    "export, such as sort or topk.")
@@ -54,9 +54,6 @@ def _exports_to_onnx(answer: Any) -> None:
 
 function_exercise(
     "07.median_rewrite",
-    "write median_dim1(x) returning the same values as x.median(dim=1).values without calling torch.median, "
-    "so that torch.onnx.export can translate it.",
-    usage="median_dim1(x)",
     solution=median_dim1,
     reference=lambda x: x.median(dim=1).values,
     cases=lambda: [(torch.randn(*shape, generator=torch.Generator().manual_seed(7)),)
@@ -97,8 +94,6 @@ def _dynamic_wrong() -> list[Mistake]:
 
 @exercise(
     "07.dynamic_shapes",
-    prompt="build the dynamic_shapes dict for torch.onnx.export of the encoder "
-           "forward(input_ids, attention_mask) so that both batch and sequence length may vary.",
     solution=_dynamic_solution,
     wrong_answers=_dynamic_wrong,
 )
@@ -145,14 +140,12 @@ def _feeds_wrong() -> list[Mistake]:
 
 @exercise(
     "07.ort_feeds",
-    prompt="write to_feeds(ids, mask) returning the dict session.run needs for the exported "
-           "encoder: NumPy int64 arrays keyed 'input_ids' and 'attention_mask'.",
     solution=lambda: to_feeds,
     wrong_answers=_feeds_wrong,
 )
 def check_ort_feeds(answer: Any) -> str:
     """Return the success message for a function mapping (ids, mask) tensors to ONNX Runtime's input dict."""
-    expect_function(answer, "to_feeds(ids, mask)")
+    expect_function(answer, usage_of(to_feeds))
     ids = torch.randint(100, 30000, (2, 6), generator=torch.Generator().manual_seed(0))
     mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0]])
     feeds = run(answer, ids.clone(), mask.clone(), call="to_feeds(ids, mask)")

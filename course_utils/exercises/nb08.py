@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .framework import Mistake, function_exercise
+from .framework import Mistake, case, function_exercise
 
 
 def _weights(seed: int, rows: int = 24, cols: int = 40) -> torch.Tensor:
@@ -25,6 +25,22 @@ def _quantize(w: torch.Tensor, amax: torch.Tensor, top: int = 127, clamp: bool =
 
 
 # --- 08.per_channel: symmetric int8 quantization with one scale per output channel (row).
+
+
+def _per_channel_in_float64(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """What the checker compares with: each row on its own, in float64 (the solution works in float32)."""
+    rows = []
+    for row in w.double():
+        scale = max(row.abs().max().item(), 1e-12) / 127
+        rows.append((torch.round(row / scale).clamp(-127, 127), scale))
+    return torch.stack([q for q, _ in rows]).to(torch.int8), torch.tensor([[s] for _, s in rows])
+
+
+#: Worked by hand: the row maxima 127, 63.5 and 2.54 give scales 1, 0.5 and 0.02, and w / scale is
+#: [127, -50, 20.25, 0], [-127, 62, 20, 1.6] and [127, -50, 15, 0] (no ties), rounded below.
+_HAND_W = torch.tensor([[127.0, -50.0, 20.25, 0.0], [-63.5, 31.0, 10.0, 0.8], [2.54, -1.0, 0.3, 0.0]])
+_HAND_Q = torch.tensor([[127, -50, 20, 0], [-127, 62, 20, 2], [127, -50, 15, 0]], dtype=torch.int8)
+_HAND_SCALE = torch.tensor([[1.0], [0.5], [0.02]])
 
 
 def quantize_per_channel(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -53,11 +69,9 @@ def _per_channel_mistakes() -> list[Mistake]:
 
 function_exercise(
     "08.per_channel",
-    "write quantize_per_channel(w) returning (q, scale): q int8 with values in [-127, 127], scale float of "
-    "shape (rows, 1), one per output channel (row), such that q * scale ≈ w.",
-    usage="quantize_per_channel(w)",
     solution=quantize_per_channel,
-    cases=lambda: [(_weights(0),)],
+    reference=_per_channel_in_float64,
+    cases=lambda: [case(_HAND_W.clone(), gives=(_HAND_Q, _HAND_SCALE)), (_weights(0),)],
     mistakes=_per_channel_mistakes,
     otherwise="Each row's scale is max(|row|) / 127, shape (rows, 1); q = round(w / scale) clamped to "
               "[-127, 127], stored as torch.int8.",
@@ -82,6 +96,22 @@ def _int8_case() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     w_q, w_scale = quantize_per_channel(_weights(1, rows=16, cols=48))
     x = torch.randn(6, 48, generator=torch.Generator().manual_seed(2)) * torch.logspace(-1, 1, 6).unsqueeze(1)
     return x, w_q, w_scale
+
+
+def _int8_linear_in_float64(x: torch.Tensor, w_q: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
+    """What the checker compares with: quantize x, dequantize both operands, and multiply in float64."""
+    x = x.double()
+    x_scale = x.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 127
+    x_deq = torch.round(x / x_scale).clamp(-127, 127) * x_scale
+    return x_deq @ (w_q.double() * w_scale.double().reshape(-1, 1)).T
+
+
+#: Worked by hand: x's rows have maxima 254 and 63.5 (scales 2 and 0.5), so x_q = [127, -50, 3] and
+#: [-127, 62, 20]; the int32 products with w_q's rows are 36, 254 and 57, 2667, times x_scale * w_scale.
+_HAND_X = torch.tensor([[254.0, -100.0, 6.0], [-63.5, 31.0, 10.0]])
+_HAND_WQ = torch.tensor([[1, 2, 3], [-1, 0, 127]], dtype=torch.int8)
+_HAND_WS = torch.tensor([[0.5], [0.25]])
+_HAND_OUT = torch.tensor([[36.0 * 2 * 0.5, 254.0 * 2 * 0.25], [57.0 * 0.5 * 0.5, 2667.0 * 0.5 * 0.25]])
 
 
 def _int8_linear_mistakes() -> list[Mistake]:
@@ -113,11 +143,9 @@ def _int8_linear_mistakes() -> list[Mistake]:
 
 function_exercise(
     "08.int8_linear",
-    "write int8_linear(x, w_q, w_scale): quantize x per row (symmetric, scale = max|row| / 127), multiply "
-    "the int8 values as int32, then rescale by x_scale * w_scale.",
-    usage="int8_linear(x, w_q, w_scale)",
     solution=int8_linear,
-    cases=lambda: [_int8_case()],
+    reference=_int8_linear_in_float64,
+    cases=lambda: [case(_HAND_X.clone(), _HAND_WQ.clone(), _HAND_WS.clone(), gives=_HAND_OUT), _int8_case()],
     mistakes=_int8_linear_mistakes,
     otherwise="Use one scale per ROW of x (amax over dim=1), round and clamp to [-127, 127], accumulate in "
               "int32, and rescale by x_scale (rows) * w_scale (columns).",

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..serving.server.percentile import nearest_rank
 from ..serving.server.sse import END, TOKEN, SSEParser, format_event
-from .framework import Mistake, function_exercise
+from .framework import Mistake, case, function_exercise
 
 # --- 10.p99: the 99th percentile of request latencies (nearest-rank definition).
 # The checker compares with the course's one definition (``serving.percentile.nearest_rank``,
@@ -33,9 +33,6 @@ def _p99_mistakes() -> list[Mistake]:
 
 function_exercise(
     "10.p99",
-    "write p99(latencies_ms) returning the 99th percentile by the nearest-rank rule: sort, then take the value "
-    "at 1-based rank ceil(0.99 * n).",
-    usage="p99(latencies_ms)",
     solution=p99,
     reference=lambda latencies_ms: nearest_rank(latencies_ms, 99),
     cases=lambda: [([float(i) for i in range(200, 0, -1)],),      # descending 200..1: rank 198
@@ -121,9 +118,6 @@ def _parse_sse_mistakes() -> list[Mistake]:
 
 function_exercise(
     "10.parse_sse",
-    "write parse_sse(stream) -> (text, end): join the 'token' of every data event, and return the data of the "
-    "'event: end' event as a dict (None if the stream has no end event).",
-    usage="parse_sse(stream)",
     solution=parse_sse,
     reference=course_parse_sse,
     cases=_sse_cases,
@@ -165,13 +159,11 @@ def _batch_mistakes() -> list[Mistake]:
 
 function_exercise(
     "10.batch_size",
-    "write choose_batch_size(tokens_per_s, budget_ms): tokens_per_s maps a batch size b to the bare model's "
-    "tokens/s at that size; return the largest b whose decoding step (the time each client waits for its next "
-    "token) is under budget_ms, or None.",
-    usage="choose_batch_size(tokens_per_s, budget_ms)",
     solution=choose_batch_size,
-    cases=lambda: [({4: 400.0, 1: 500.0, 2: 600.0}, 5.0)]     # unsorted keys; 4 rows: 10 ms
-    + [({1: 300.0, 8: 1600.0, 16: 2400.0, 32: 3200.0}, budget) for budget in (10.0, 10.0001, 2.0)],
+    # Steps: 1 row 2 ms, 2 rows 3.3 ms, 4 rows 10 ms (unsorted keys); then 1: 3.3, 8: 5, 16: 6.7, 32: 10 ms.
+    cases=lambda: [case({4: 400.0, 1: 500.0, 2: 600.0}, 5.0, gives=2)]
+    + [case({1: 300.0, 8: 1600.0, 16: 2400.0, 32: 3200.0}, budget, gives=largest)
+       for budget, largest in ((10.0, 16), (10.0001, 32), (2.0, None))],   # 10 ms is not under 10 ms
     mistakes=_batch_mistakes,
     errors=[((ValueError, TypeError, ZeroDivisionError, KeyError), "Loop over tokens_per_s.items().")],
     otherwise="One step of a batch of b makes b tokens, so it takes 1000 * b / tokens_per_s[b] ms; keep the "

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .framework import Mistake, Wrong, function_exercise, run, short
+from .framework import Mistake, Wrong, case, function_exercise, run, short
 
 # --- 11.attention: softmax(q k^T / sqrt(d)) v with a boolean mask (True = may attend).
 
@@ -68,9 +68,6 @@ def _attention_mistakes() -> list[Mistake]:
 
 function_exercise(
     "11.attention",
-    "write attention(q, k, v, mask): softmax(q k^T / sqrt(d)) v, where the boolean mask (True = may attend) "
-    "removes scores before the softmax.",
-    usage="attention(q, k, v, mask)",
     solution=attention,
     reference=lambda q, k, v, mask: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
     cases=_attention_cases,
@@ -119,6 +116,12 @@ def _window_mask(make: Callable[[int], Any], window: int, size: int) -> Any:
     return _as_mask(got)
 
 
+def _band(window: int, size: int) -> torch.Tensor:
+    """What the checker compares with: the lower triangle minus everything ``window`` or more below the diagonal."""
+    ones = torch.ones(size, size, dtype=torch.bool)
+    return ones.tril() & ~ones.tril(-window)
+
+
 def _window_mistakes() -> list[Mistake]:
     def no_causal(window):
         return lambda b, h, q, kv: (q - kv).abs() < window
@@ -142,11 +145,8 @@ def _window_mistakes() -> list[Mistake]:
 
 function_exercise(
     "11.sliding_window",
-    "write make_sliding_window(window) returning mask_mod(b, h, q_idx, kv_idx): True when kv_idx is not after "
-    "q_idx and fewer than `window` positions before it.",
-    usage="make_sliding_window(window)",
     solution=make_sliding_window,
-    reference=lambda window, size: _window_mask(make_sliding_window, window, size),
+    reference=lambda window, size: _band(window, size),
     cases=lambda: [(1, 6), (3, 10), (4, 16), (20, 12)],
     prepare=lambda make: (lambda window, size: _window_mask(make, window, size)),
     mistakes=_window_mistakes,
@@ -171,7 +171,12 @@ def _sparsity_cases() -> list[tuple[torch.Tensor, int]]:
     window = causal & ~torch.ones(16, 16, dtype=torch.bool).tril(-3)
     docs = torch.tensor([0] * 6 + [1] * 10)
     doc_mask = (docs.view(-1, 1) == docs.view(1, -1)) & torch.ones(16, 16, dtype=torch.bool).tril()
-    return [(window, 2), (causal, 4), (window, 4), (doc_mask, 4), (torch.ones(8, 8, dtype=torch.bool), 4)]
+    # Counted by hand on the (n x n) grid of tiles: which tiles hold a True entry.
+    return [case(window, 2, gives=49 / 64),   # 8 x 8 tiles: the diagonal and the one below it (15) are needed
+            case(causal, 4, gives=6 / 16),    # 4 x 4 tiles: the 6 above the diagonal are empty
+            case(window, 4, gives=9 / 16),    # the 4 diagonal tiles and the 3 below them are needed
+            case(doc_mask, 4, gives=8 / 16),  # above the diagonal (6), and tiles (2, 0), (3, 0) across documents
+            case(torch.ones(8, 8, dtype=torch.bool), 4, gives=0.0)]
 
 
 def _sparsity_mistakes() -> list[Mistake]:
@@ -194,9 +199,6 @@ def _sparsity_mistakes() -> list[Mistake]:
 
 function_exercise(
     "11.block_sparsity",
-    "write block_sparsity(mask, block): the fraction of (block x block) tiles of the square boolean mask "
-    "that contain no True entry.",
-    usage="block_sparsity(mask, block)",
     solution=block_sparsity,
     cases=_sparsity_cases,
     normalise=lambda result: float(result) if isinstance(result, torch.Tensor) and result.numel() == 1 else result,

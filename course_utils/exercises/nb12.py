@@ -7,10 +7,11 @@ dimension), so the reference cannot drift from the library.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
-from .framework import Mistake, function_exercise
+from .framework import Mistake, case, function_exercise
 
 # --- 12.shard_sizes: how many rows each rank holds when a dimension of n is sharded over world ranks.
 
@@ -47,9 +48,6 @@ def _shard_mistakes() -> list[Mistake]:
 
 function_exercise(
     "12.shard_sizes",
-    "write shard_sizes(n, world) returning the list of rows each rank holds when a dimension of n rows is "
-    "sharded with Shard(0) over world ranks (DTensor splits like torch.chunk).",
-    usage="shard_sizes(n, world)",
     solution=shard_sizes,
     reference=_chunk_sizes,
     cases=lambda: [(8, 2), (10, 4), (5, 4), (7, 3), (1, 2), (384, 2)],
@@ -68,10 +66,14 @@ def after_all_reduce(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     return [total.clone() for _ in tensors]
 
 
-def _all_reduce_cases() -> list[tuple[list[torch.Tensor]]]:
-    return [([torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0])],),
-            ([torch.arange(4.0), torch.ones(4), torch.full((4,), 2.0)],),
-            ([torch.tensor([[1.0, -1.0], [0.5, 2.0]]), torch.tensor([[0.0, 1.0], [1.5, -2.0]])],)]
+def _all_reduce_cases() -> list[Any]:
+    def every(world: int, total: list[Any]) -> list[torch.Tensor]:   # rank r's tensor after the all_reduce
+        return [torch.tensor(total) for _ in range(world)]
+
+    return [case([torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0])], gives=every(2, [4.0, 6.0])),
+            case([torch.arange(4.0), torch.ones(4), torch.full((4,), 2.0)], gives=every(3, [3.0, 4.0, 5.0, 6.0])),
+            case([torch.tensor([[1.0, -1.0], [0.5, 2.0]]), torch.tensor([[0.0, 1.0], [1.5, -2.0]])],
+                 gives=every(2, [[1.0, 0.0], [2.0, 0.0]]))]
 
 
 def _all_reduce_mistakes() -> list[Mistake]:
@@ -100,9 +102,6 @@ def _all_reduce_mistakes() -> list[Mistake]:
 
 function_exercise(
     "12.all_reduce",
-    "write after_all_reduce(tensors) returning the list of what each rank holds after dist.all_reduce(t) with the "
-    "default operation, when rank r started with tensors[r].",
-    usage="after_all_reduce(tensors)",
     solution=after_all_reduce,
     cases=_all_reduce_cases,
     mistakes=_all_reduce_mistakes,
@@ -132,11 +131,10 @@ def _global_mistakes() -> list[Mistake]:
 
 function_exercise(
     "12.global_batch",
-    "write global_batch(per_rank, world, accumulation=1) returning how many samples one optimizer step of DDP "
-    "averages its gradient over.",
-    usage="global_batch(per_rank, world, accumulation)",
     solution=global_batch,
-    cases=lambda: [(16, 8, 4), (32, 2, 1), (7, 3, 2), (64, 1, 1), (1, 4, 8)],  # the first tells every mistake apart
+    cases=lambda: [case(16, 8, 4, gives=512),   # 16 x 8 x 4: tells every mistake apart
+                   case(32, 2, 1, gives=64), case(7, 3, 2, gives=42), case(64, 1, 1, gives=64),
+                   case(1, 4, 8, gives=32)],
     mistakes=_global_mistakes,
     otherwise="Multiply the per-rank batch by the number of ranks and by the accumulation steps.",
     success="that is the batch each optimizer step sees; the learning rate is tuned for it.",

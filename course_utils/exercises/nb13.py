@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from .framework import Mistake, Wrong, function_exercise
+from .framework import Mistake, Raises, Wrong, case, function_exercise, short
 
 # --- 13.blocks_needed: how many blocks of `block` positions hold `n_tokens` tokens.
 
@@ -27,11 +28,10 @@ def _blocks_mistakes() -> list[Mistake]:
 
 function_exercise(
     "13.blocks_needed",
-    "write blocks_needed(n_tokens, block): how many blocks of `block` positions a sequence of n_tokens tokens "
-    "needs (a partly filled last block counts).",
-    usage="blocks_needed(n_tokens, block)",
     solution=blocks_needed,
-    cases=lambda: [(31, 16), (17, 16), (16, 16), (1, 16), (0, 16), (511, 16), (512, 16), (100, 7), (6, 4)],
+    cases=lambda: [case(n, block, gives=blocks) for n, block, blocks in (
+        (31, 16, 2), (17, 16, 2), (16, 16, 1), (1, 16, 1), (0, 16, 0),   # 16 fills one block exactly; 0 needs none
+        (511, 16, 32), (512, 16, 32), (100, 7, 15), (6, 4, 2))],          # 7 x 14 = 98 < 100
     mistakes=_blocks_mistakes,
     errors=[((TypeError, ValueError, ZeroDivisionError), "Use integer arithmetic on the two numbers.")],
     normalise=lambda result: int(result) if isinstance(result, float) and result.is_integer() else result,
@@ -50,24 +50,11 @@ def locate(table: Sequence[int], block: int, pos: int) -> tuple[int, int]:
     return table[logical], pos % block
 
 
-def _locate_reference(table: Sequence[int], block: int, pos: int) -> tuple[int, int] | str:
-    try:
-        return locate(table, block, pos)
-    except IndexError:
-        return "IndexError"
-
-
-def _prepare_locate(answer):  # an IndexError is the right answer for a position past the table
-    def call(table, block, pos):
-        try:
-            return tuple(answer(table, block, pos))
-        except IndexError:
-            return "IndexError"
-        except TypeError as err:
-            if "not iterable" in str(err):
-                raise Wrong("return a pair (physical_block, offset).") from None
-            raise
-    return call
+def _as_pair(result: Any) -> Any:
+    """A pair as a tuple (a list is as good); a result that is not a pair gets its own hint."""
+    if isinstance(result, (list, tuple)):
+        return tuple(result)
+    raise Wrong(f"return a pair (physical_block, offset), not {short(result)}.")
 
 
 def _locate_mistakes() -> list[Mistake]:
@@ -86,14 +73,13 @@ def _locate_mistakes() -> list[Mistake]:
 
 function_exercise(
     "13.locate",
-    "write locate(table, block, pos) -> (physical_block, offset): where position pos lives for a sequence "
-    "whose block table is `table`; raise IndexError when the table does not reach that far.",
-    usage="locate(table, block, pos)",
     solution=locate,
-    reference=_locate_reference,
-    prepare=_prepare_locate,
-    cases=lambda: [([7, 2, 9], 16, 0), ([7, 2, 9], 16, 15), ([7, 2, 9], 16, 16), ([7, 2, 9], 16, 47),
-                   ([5, 0, 3, 8], 4, 9), ([7, 2, 9], 16, 48), ([4], 16, 20)],
+    normalise=_as_pair,
+    cases=lambda: [case([7, 2, 9], 16, 0, gives=(7, 0)), case([7, 2, 9], 16, 15, gives=(7, 15)),
+                   case([7, 2, 9], 16, 16, gives=(2, 0)), case([7, 2, 9], 16, 47, gives=(9, 15)),
+                   case([5, 0, 3, 8], 4, 9, gives=(3, 1)),                # 9 = 2 x 4 + 1: table[2] = 3
+                   case([7, 2, 9], 16, 48, gives=Raises(IndexError)),     # 3 blocks hold positions 0..47
+                   case([4], 16, 20, gives=Raises(IndexError))],
     mistakes=_locate_mistakes,
     errors=[((TypeError, ValueError, KeyError, ZeroDivisionError),
              "Index the table with pos // block and take the offset pos % block.")],
@@ -137,14 +123,13 @@ def _accept_mistakes() -> list[Mistake]:
 
 function_exercise(
     "13.accept_drafts",
-    "write accept_drafts(draft, predicted): keep the draft up to its first mismatch with predicted "
-    "(predicted[i] is the model's token after fed position i, one more than the draft), then predicted at "
-    "that point.",
-    usage="accept_drafts(draft, predicted)",
     solution=accept_drafts,
     normalise=lambda result: list(result) if isinstance(result, (list, tuple)) else result,
-    cases=lambda: [([4, 6, 7], [5, 6, 7, 8]), ([5, 6, 7], [5, 6, 9, 1]), ([5, 6, 7], [5, 6, 7, 8]),
-                   ([], [3]), ([1, 2, 1, 2], [1, 3, 1, 2, 0])],
+    cases=lambda: [case([4, 6, 7], [5, 6, 7, 8], gives=[5]),           # the first draft is wrong: the model's 5
+                   case([5, 6, 7], [5, 6, 9, 1], gives=[5, 6, 9]),     # two accepted, then the model's 9
+                   case([5, 6, 7], [5, 6, 7, 8], gives=[5, 6, 7, 8]),  # all accepted, plus the bonus token
+                   case([], [3], gives=[3]),
+                   case([1, 2, 1, 2], [1, 3, 1, 2, 0], gives=[1, 3])],  # later matches do not count
     mistakes=_accept_mistakes,
     errors=[((IndexError, TypeError, ValueError), "predicted has one more entry than draft; walk both while they "
                                                   "match.")],
