@@ -157,3 +157,52 @@ def test_short_and_differs_describe_values_briefly():
     assert framework.differs(torch.ones(2), torch.ones(2, dtype=torch.int8)) == "dtype torch.float32 instead of torch.int8"
     assert framework.differs(("a", {}), ("a", None)) == "{} instead of None in item 1"
     assert framework.differs({"w": torch.ones(3)}, {"w": torch.ones(2, 3)}) == "shape (3,) instead of (2, 3) for 'w'"
+
+
+def test_usage_comes_from_the_signature():
+    def count_ops(fn, *args, scale=1, **options):
+        return 0
+
+    assert framework.usage_of(count_ops) == "count_ops(fn, *args, scale, **options)"
+    fb = exercises.check("12.global_batch", 3)
+    assert "expected a function global_batch(per_rank, world, accumulation), got int" in fb.message
+
+
+def _register_throwaway(name, **table):
+    def half(n):
+        if n < 0:
+            raise ValueError("negative")
+        return n // 2
+
+    framework.function_exercise(name, solution=half, success="ok", **table)
+    return half
+
+
+def test_a_reference_must_not_be_the_solution(monkeypatch):
+    monkeypatch.setattr(framework, "_REGISTRY", dict(framework._REGISTRY))
+    with pytest.raises(ValueError, match="independent"):
+        framework.function_exercise("99.self", solution=len, reference=len, cases=list, success="ok")
+    _register_throwaway("99.no_expected", cases=lambda: [(4,)])   # no reference and no written result
+    with pytest.raises(TypeError, match="needs a reference"):
+        exercises.check("99.no_expected", lambda n: n // 2, strict=True)
+
+
+def test_raising_can_be_the_expected_outcome(monkeypatch):
+    monkeypatch.setattr(framework, "_REGISTRY", dict(framework._REGISTRY))
+    half = _register_throwaway("99.half", cases=lambda: [framework.case(4, gives=2),
+                                                        framework.case(-1, gives=framework.Raises(ValueError))],
+                               mistakes=lambda: [(lambda n: abs(n) // 2, "refuse negative numbers")])
+    assert exercises.check("99.half", half, strict=True).correct
+    fb = exercises.check("99.half", lambda n: abs(n) // 2, strict=True)   # returns where it must raise
+    assert not fb.correct and "returned 0 instead of raising ValueError" in fb.message
+    assert "refuse negative numbers" in fb.message
+    fb = exercises.check("99.half", lambda n: n // 2 if n >= 0 else {}[n], strict=True)   # raises the wrong error
+    assert not fb.correct and "raised KeyError" in fb.message
+    fb = exercises.check("99.half", lambda n: [][n], strict=True)   # raises where a value is expected
+    assert not fb.correct and "half(4) raised IndexError" in fb.message
+
+
+def test_an_error_a_mistake_also_raises_gets_that_mistakes_hint():
+    swapped = exercises.get("13.locate").wrong_answers()[2][0]   # table[pos % block]: IndexError at pos 15
+    fb = exercises.check("13.locate", swapped, strict=True)
+    assert "raised IndexError" in fb.message and "Swapped" in fb.message

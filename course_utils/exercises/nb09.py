@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -12,13 +14,8 @@ from .framework import Mistake, case, function_exercise
 # --- 09.top_self_op: name the operator with the largest self CPU time.
 
 
-def _profiles() -> list[Any]:
-    """Return profiles of two labelled workloads, one dominated by aten::mm and one by aten::sort.
-
-    The 384 x 384 matrix product and the sort of 400,000 floats each take more than ten times as long
-    as anything else in their workload (measured on a 2-core CPU), so the top operator of each table
-    is known before profiling.
-    """
+def _profiles() -> list[tuple[Any]]:
+    """Return profiles of two labelled workloads, one dominated by aten::mm and one by aten::sort."""
     gen = torch.Generator().manual_seed(0)
     square = torch.randn(384, 384, generator=gen)
     long = torch.randn(400_000, generator=gen)
@@ -34,12 +31,44 @@ def _profiles() -> list[Any]:
             square[:8] @ square[:, :8]
 
     profiles = []
-    for work, top in ((matmul_heavy, "aten::mm"), (sort_heavy, "aten::sort")):
+    for work in (matmul_heavy, sort_heavy):
         work()  # warm-up
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             work()
-        profiles.append(case(prof, gives=top))
+        profiles.append((prof,))
     return profiles
+
+
+def _top_by_events(prof: Any) -> str:
+    """What the checker compares with on a real profile: self times summed per name over the raw events."""
+    totals: dict[str, float] = defaultdict(float)
+    for event in prof.events():
+        totals[event.key] += event.self_cpu_time_total
+    return max(totals, key=totals.__getitem__)
+
+
+class _Table:
+    """A finished profile reduced to its table: ``key_averages()`` rows with hand-chosen times (in us)."""
+
+    def __init__(self, *rows: tuple[str, float, float, int]) -> None:
+        self.rows = [SimpleNamespace(key=key, self_cpu_time_total=own, cpu_time_total=total, count=count)
+                     for key, own, total, count in rows]
+
+    def key_averages(self) -> list[SimpleNamespace]:
+        return list(self.rows)
+
+    def __repr__(self) -> str:
+        return "<profile>"
+
+
+def _top_self_cases() -> list[Any]:
+    # Rows: (key, self time, total time, calls). The label comes first and has the largest total; the most
+    # frequent operator is not the most expensive: only the largest self time answers.
+    return [case(_Table(("exercise_work", 40.0, 900.0, 1), ("aten::mm", 650.0, 650.0, 1),
+                        ("aten::add", 30.0, 30.0, 6), ("aten::relu_", 60.0, 60.0, 1)), gives="aten::mm"),
+            case(_Table(("ProfilerStep#1", 5.0, 3000.0, 1), ("aten::copy_", 120.0, 120.0, 9),
+                        ("aten::sort", 2500.0, 2600.0, 1), ("aten::empty", 2.0, 2.0, 20)), gives="aten::sort"),
+            *_profiles()]   # real profiles: compared with _top_by_events
 
 
 def top_self_op(prof: Any) -> str:
@@ -63,7 +92,8 @@ def _top_self_mistakes() -> list[Mistake]:
 function_exercise(
     "09.top_self_op",
     solution=top_self_op,
-    cases=_profiles,
+    reference=_top_by_events,
+    cases=_top_self_cases,
     mistakes=_top_self_mistakes,
     wrong=lambda: [(lambda prof: next(iter(prof.key_averages())).key, "self_cpu_time_total"),
                    (lambda prof: max(prof.key_averages(), key=lambda e: e.self_cpu_time_total), "its .key, a string"),
