@@ -100,6 +100,10 @@ def test_uvicorn_limits_come_from_the_settings(server):
     assert config.h11_max_incomplete_event_size == 8192
     defaults = ServeSettings()
     assert defaults.limit_concurrency >= 64 and defaults.max_body_bytes == 1_048_576
+    # one address's shares leave room for notebook 10's load generator (64 at once) plus a /health poller,
+    # and stay below limit_concurrency, so one address can never take every slot
+    for share in (defaults.max_requests_per_client, defaults.max_connections_per_client):
+        assert 64 < share < defaults.limit_concurrency
 
 
 def test_a_non_loopback_bind_address_is_warned_about():

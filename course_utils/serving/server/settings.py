@@ -88,7 +88,7 @@ class ServeSettings:
     body_timeout_s: float = _opt(10.0, "a request body must arrive within this many seconds of its head (else 408)")
     max_connections_per_client: int = _opt(128, "open connections one client address may hold at most (more are "
                                            "answered 503 and closed); keep it below limit_concurrency")
-    max_requests_per_client: int = _opt(64, "requests one client address may have in flight at most (429 beyond)")
+    max_requests_per_client: int = _opt(128, "requests one client address may have in flight at most (429 beyond)")
     max_stop_chars: int = _opt(64, "longest stop string a /v1 request may carry (400 beyond)")
     allow_hosts: tuple[str, ...] = _opt((), "accept this Host header name besides loopback ones "
                                         "(repeatable); others get 400", flag="--allow-host")
