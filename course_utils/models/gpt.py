@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .transformer import KV, TransformerBlock
+from .transformer import KV, TransformerBlock, attend
 
 
 @dataclass(frozen=True)
@@ -314,7 +314,7 @@ def mixed_step(model: TinyGPT, cache: KVCache, rows: Sequence[int], chunks: Sequ
         raise ValueError("one-token entries must come first, in cache rows 0 .. d-1")
     if max(s + n for s, n in zip(starts, lens)) > cache.max_len:
         raise ValueError(f"a sequence would exceed the cache's max_len {cache.max_len}")
-    dev, n_head, mc = cache.k.device, model.config.n_head, m - d
+    dev, mc = cache.k.device, m - d
     tokens = torch.tensor([t for c in chunks for t in c], device=dev)                          # (N,)
     row_t, start_t = torch.tensor(list(rows), device=dev), torch.tensor(list(starts), device=dev)  # (m,)
     if d == m:  # only one-token entries (the usual decoding step): no per-token expansion
@@ -337,25 +337,25 @@ def mixed_step(model: TinyGPT, cache: KVCache, rows: Sequence[int], chunks: Sequ
         c_seen = max(s + n for s, n in zip(starts[d:], lens[d:]))
         c_pos = torch.tensor(list(starts[d:]), device=dev)[:, None] + j                        # (mc, t)
         c_mask = (torch.arange(c_seen, device=dev) <= c_pos[:, :, None])[:, None]              # (mc, 1, t, c_seen)
-    x = model.tok_emb(tokens) + model.pos_emb(pos)                                             # (N, C)
-    for layer, block in enumerate(model.blocks):
-        n_tok, c = x.shape
-        q, k, v = block.qkv(block.ln1(x)).split(c, dim=1)
-        q, k, v = (z.view(n_tok, n_head, c // n_head) for z in (q, k, v))                      # (N, H, hd)
+
+    def attention(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Store this layer's new keys and values, then attend per group; returns ``(N, H, hd)``."""
         # two index tensors split by a slice: the indexed dim comes first, (N, H, hd)
         cache.k[layer, tok_row, :, pos] = k
         cache.v[layer, tok_row, :, pos] = v
         parts = []
         if d:
             keys, vals = cache.k[layer, :d, :, :seen], cache.v[layer, :d, :, :seen]            # (d, H, seen, hd)
-            parts.append(F.scaled_dot_product_attention(q[:d, :, None], keys, vals, attn_mask=one_mask)[:, :, 0])
+            parts.append(attend(q[:d, :, None], keys, vals, one_mask)[:, :, 0])                # (d, H, hd)
         if mc:
             keys, vals = cache.k[layer, c_idx, :, :c_seen], cache.v[layer, c_idx, :, :c_seen]  # (mc, H, c_seen, hd)
-            out = F.scaled_dot_product_attention(q[grab].transpose(1, 2), keys, vals, attn_mask=c_mask)
+            out = attend(q[grab].transpose(1, 2), keys, vals, c_mask)                          # (mc, H, t, hd)
             parts.append(out.transpose(1, 2).flatten(0, 1)[real])                               # (N - d, H, hd)
-        y = parts[0] if len(parts) == 1 else torch.cat(parts)                                  # (N, H, hd)
-        x = x + block.proj(y.reshape(n_tok, c))
-        x = x + block.mlp(block.ln2(x))
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+    x = model.tok_emb(tokens) + model.pos_emb(pos)                                             # (N, C)
+    for layer, block in enumerate(model.blocks):
+        x = block.forward_packed(x, lambda q, k, v, layer=layer: attention(layer, q, k, v))   # (N, C)
     cache.lengths[row_t] = start_t + (1 if d == m else len_t)
     last = x if d == m else x[len_t.cumsum(0) - 1]                                             # (m, C)
     return model.logits(last)                                                                  # (m, vocab)

@@ -4,12 +4,21 @@ and values its own positions add to it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 #: One layer's keys and values, each ``(batch, heads, positions, head_dim)``.
 KV = tuple[torch.Tensor, torch.Tensor]
+
+
+def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None = None,
+           is_causal: bool = False, dropout_p: float = 0.0) -> torch.Tensor:
+    """Return scaled dot-product attention, ``(..., queries, head_dim)``: the one place the course's models
+    do attention maths (``F.scaled_dot_product_attention``). ``mask`` is True where a query may look."""
+    return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=is_causal, dropout_p=dropout_p)
 
 
 class TransformerBlock(nn.Module):
@@ -63,10 +72,22 @@ class TransformerBlock(nn.Module):
             else:  # causal with an offset: query i sees keys 0 .. p + i
                 n_keys = keys.shape[2]
                 mask = torch.ones(t, n_keys, dtype=torch.bool, device=x.device).tril(n_keys - t)
-        y = F.scaled_dot_product_attention(
-            q, keys, values, attn_mask=mask, is_causal=is_causal, dropout_p=self.dropout if self.training else 0.0
-        )
+        y = attend(q, keys, values, mask, is_causal=is_causal, dropout_p=self.dropout if self.training else 0.0)
         return self.proj(y.transpose(1, 2).reshape(b, t, c)), (k, v)
+
+    def forward_packed(self, x: torch.Tensor, attention: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+                       ) -> torch.Tensor:
+        """Return the block's output ``(N, d_model)`` for ``N`` tokens of several sequences packed together.
+
+        The block's own layers run on all of them at once; ``attention(q, k, v)`` gets their queries,
+        keys and values, ``(N, heads, head_dim)`` each, and returns the attention output in the same
+        shape: the caller decides which keys each token sees (a serving step keeps them in a KV cache
+        and calls ``attend`` per group of sequences).
+        """
+        n, c = x.shape
+        q, k, v = (z.view(n, self.n_heads, c // self.n_heads) for z in self.qkv(self.ln1(x)).split(c, dim=1))
+        x = x + self.proj(attention(q, k, v).reshape(n, c))
+        return x + self.mlp(self.ln2(x))
 
     def forward_cached(self, x: torch.Tensor, past: KV | None = None,
                        mask: torch.Tensor | None = None) -> tuple[torch.Tensor, KV]:
