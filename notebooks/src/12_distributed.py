@@ -9,7 +9,8 @@
 # real on your laptop: two processes started by `torchrun`, talking over the gloo backend on
 # 127.0.0.1. Every job's program is written by a cell of this notebook (`%%writefile`, into
 # `build/nb12/`), so what you read is what runs: change a line, run its cell again, and the next
-# launch runs your version. The same files run on a cluster.
+# launch runs your version. The same files run on a cluster of CPU machines (section 8 says what a
+# GPU cluster needs besides).
 
 # %% [markdown]
 # ## What you will learn
@@ -80,7 +81,7 @@ def echo(line: str) -> None:
 #
 # A distributed job is a group of processes that run the same script. `torchrun` starts them and
 # tells each one, through environment variables, its *rank* (0, 1, ...), the *world size* (how many
-# there are) and where to meet (an address and port on which the first process hosts a small
+# there are) and where to meet (an address and port on which the launcher hosts a small
 # key-value store). `dist.init_process_group("gloo")` reads those variables and connects every rank
 # to every other: that group is the *process group*. gloo is PyTorch's CPU backend; NCCL is the one
 # for NVIDIA GPUs.
@@ -150,12 +151,13 @@ time.sleep(args.hold)
 runtime.finish()
 
 # %%
+print("the kind of command the launcher runs (it picks a fresh port and rendezvous id each time):")
 print(" ".join(launch.torchrun_command(f"{JOBS}/collectives.py", ["--per-rank", 4], port=29500, python="python")))
 coll = launch.run_job(f"{JOBS}/collectives.py", ["--per-rank", 4], timeout_s=120, echo=echo)
 per_rank = coll.result["per_rank"]
 for name, values in per_rank.items():
     print(f"{name:>15}: " + "   ".join(f"rank {r}: {v}" for r, v in enumerate(values)))
-print(f"job took {coll.seconds:.1f} s, most of it starting two Python processes")
+print(f"job took {coll.seconds:.1f} s, starting torchrun and two Python processes included")
 
 assert per_rank["all_reduce"] == [[6.0, 8.0, 10.0, 12.0]] * 2
 assert per_rank["all_gather"] == [[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]] * 2
@@ -184,7 +186,10 @@ if requires_cuda("the collectives on NCCL, one process per GPU"):
 # given. The course's launcher, `python -m course_utils.distributed.loopback`, is torchrun with one
 # change: each store it hosts listens on a socket already bound to 127.0.0.1. It also points gloo at
 # the loopback interface and gives every job a free port and a rendezvous id of its own, so two
-# learners on one machine never join each other's job (its docstring lists what listens where).
+# learners on one machine never join each other's job by accident (its docstring lists what listens
+# where). Loopback keeps other machines out, not other processes on this one: the store still has no
+# password, so on a machine shared by several users only a network namespace of one's own keeps
+# them out.
 # The next cell runs the job again, holding it open for a moment, and lists every socket its
 # processes listen on.
 
@@ -213,8 +218,9 @@ assert seen and all(ipaddress.ip_address(address).is_loopback for _, address, _ 
 # backward on its own slice of the global batch; during the backward pass DDP all-reduces the
 # gradients (and divides by the world size), so every rank ends with the gradient of the *whole*
 # batch and takes the same optimizer step. To overlap communication with computation, DDP groups
-# parameters into *buckets* (`bucket_cap_mb`, 25 MB by default; the first bucket is 1 MB) and
-# all-reduces a bucket as soon as all its gradients are ready, while the backward pass continues.
+# parameters into *buckets* and all-reduces a bucket as soon as all its gradients are ready, while
+# the backward pass continues. Left at its default, `bucket_cap_mb` is 25 MiB with a smaller first
+# bucket of 1 MiB; passing any value, even 25, sets every bucket to that cap.
 #
 # A single compiled graph would produce all gradients at its very end, too late to overlap. So when
 # `torch.compile` sees a DDP model, Dynamo's *DDP optimizer* cuts the graph at bucket boundaries and
@@ -224,8 +230,9 @@ assert seen and all(ipaddress.ip_address(address).is_loopback for _, address, _ 
 #
 # 1. the gradients of one compiled DDP step on 2 ranks against the plain model on the whole batch in
 #    one process;
-# 2. for two values of `bucket_cap_mb`: the number of graphs the compiler received (a backend that
-#    counts them) and the number of buckets DDP all-reduced (a communication hook that counts them);
+# 2. with `bucket_cap_mb` left at its default and set to 1: the number of graphs the compiler received
+#    (a backend that counts them) and the number of buckets DDP all-reduced (a communication hook that
+#    counts them);
 # 3. a short loss curve, and a profiler trace of one step (written to `build/nb12/`).
 
 # %%
@@ -371,16 +378,18 @@ def grad_check(args, rank, world):
 
 
 def graphs_for_cap(args, cap_mb, rank, world):
-    """The graphs the compiler got and DDP's buckets, for one bucket_cap_mb."""
+    """The graphs the compiler got and DDP's buckets, for one bucket_cap_mb (None: left at DDP's default)."""
     torch._dynamo.reset()
     graphs = []
-    model = DDP(make_model(args.width, args.depth), bucket_cap_mb=cap_mb)
+    caps = {} if cap_mb is None else {"bucket_cap_mb": cap_mb}
+    model = DDP(make_model(args.width, args.depth), **caps)
     buckets = count_buckets(model)
     compiled = torch.compile(model, backend=counting_backend(args.graph_backend, graphs))
     for step in range(2):                  # DDP rebuilds its buckets after the first step: count the second's
         buckets.clear()
         step_loss(compiled, step, args, rank, world).backward()
-    return {"bucket_cap_mb": cap_mb, "graphs": len(graphs), "graph_nodes": graphs, "buckets": len(buckets),
+    return {"bucket_cap_mb": "default" if cap_mb is None else cap_mb, "graphs": len(graphs), "graph_nodes": graphs,
+            "buckets": len(buckets),
             "bucket_bytes": list(buckets)}
 
 
@@ -399,13 +408,19 @@ def trace_step(args, rank, world):
     backward = [e for e in events if e.name == "backward"][0].time_range
     comms = [e for e in events if e.name.startswith("gloo") and "all_reduce" in e.name]
     inside = sum(1 for e in comms if backward.start <= e.time_range.start < backward.end)
+    # overlap: an all-reduce that starts before the last gradient is computed runs beside the backward pass
+    grads = [e for e in events if e.name.startswith("autograd::engine::evaluate_function")
+             and backward.start <= e.time_range.start < backward.end]
+    last_grad = max(e.time_range.end for e in grads)
     return {"allreduce_calls": len(comms), "started_inside_backward": inside,
+            "started_before_last_gradient": sum(1 for e in comms if e.time_range.start < last_grad),
             "comm_names": sorted({e.name for e in comms})}
 
 
 def main():
     p = parser("DDP with torch.compile")
-    p.add_argument("--caps", default="25,1", help="bucket_cap_mb values to compare, comma-separated")
+    p.add_argument("--caps", default="default,1", help="bucket_cap_mb values to compare, comma-separated "
+                   "('default': left unset)")
     p.add_argument("--graph-backend", default="aot_eager", help="the backend the graph count compiles with")
     p.add_argument("--trace", default="", help="write rank 0's profiler trace of one step here")
     p.add_argument("--trace-cap", type=float, default=1.0)
@@ -416,9 +431,9 @@ def main():
     result["grad_max_abs_diff"] = grad_check(args, rank, world)
     runtime.log(f"largest gradient difference, DDP vs one process: {result['grad_max_abs_diff']:.2e}")
     result["caps"] = []
-    for cap in (float(c) for c in args.caps.split(",")):
+    for cap in (None if c == "default" else float(c) for c in args.caps.split(",")):
         row = graphs_for_cap(args, cap, rank, world)
-        runtime.log(f"bucket_cap_mb={cap:g}: {row['graphs']} graph(s) compiled, {row['buckets']} DDP bucket(s)")
+        runtime.log(f"bucket_cap_mb={row['bucket_cap_mb']}: {row['graphs']} graph(s) compiled, {row['buckets']} DDP bucket(s)")
         result["caps"].append(row)
     torch._dynamo.reset()
     model = maybe_compile(DDP(make_model(args.width, args.depth)), args.backend)
@@ -433,14 +448,15 @@ if __name__ == "__main__":
     main()
 
 # %%
-ddp = launch.run_job(f"{JOBS}/ddp.py", [*MODEL, "--caps", "25,1", "--steps", STEPS,
+ddp = launch.run_job(f"{JOBS}/ddp.py", [*MODEL, "--caps", "default,1", "--steps", STEPS,
                                         "--trace", BUILD / "ddp_step_trace.json"], timeout_s=420, echo=echo)
 res = ddp.result
 print(f"\nmodel: {res['param_bytes'] / 2**20:.2f} MiB of parameters in {DEPTH} blocks")
 print(f"largest gradient difference, compiled DDP on 2 ranks vs one process: {res['grad_max_abs_diff']:.2e}")
 for row in res["caps"]:
-    print(f"bucket_cap_mb={row['bucket_cap_mb']:>4g}: {row['graphs']} compiled graph(s), {row['buckets']} DDP bucket(s) "
-          f"of {[round(b / 2**20, 2) for b in row['bucket_bytes']]} MiB")
+    sizes = ", ".join(f"{b / 2**20:.2f} MiB" if b >= 2**17 else f"{b / 2**10:.1f} KiB" for b in row["bucket_bytes"])
+    print(f"bucket_cap_mb={row['bucket_cap_mb']!s:>7}: {row['graphs']} compiled graph(s), {row['buckets']} DDP bucket(s) "
+          f"of {sizes}")
 
 assert res["grad_max_abs_diff"] <= 1e-5
 big, small = res["caps"]
@@ -452,21 +468,26 @@ bench.record("dist.ddp.compiled_graphs", small["graphs"], "graphs", buckets=smal
 # %% [markdown]
 # The gradients agree to float32 rounding: splitting a batch over ranks and averaging their
 # gradients is the same mathematics as one process on the whole batch, only summed in another order.
-# A smaller `bucket_cap_mb` gives more buckets, and Dynamo follows with more graphs (it cuts where
-# DDP's buckets would; DDP builds its final buckets from the order gradients arrived in the first
-# step, so the two counts are close rather than always equal). More, smaller buckets start
+# A smaller `bucket_cap_mb` gives more buckets, and Dynamo follows with more graphs: its DDP
+# optimizer cuts the graph by the same cap, in the order of the graph's parameters, while DDP builds
+# its final buckets from the order gradients arrived in the first step, so the two counts are close
+# rather than always equal (the cell prints both). More, smaller buckets start
 # communication earlier but pay a per-call overhead and give Inductor smaller graphs to fuse: the
 # default is a compromise tuned on GPUs.
 #
 # Where did the all-reduces start? The trace of one step (open `build/nb12/ddp_step_trace.json` in
 # Perfetto) shows when each `gloo:all_reduce` was launched (this step runs DDP without compile, with
-# `bucket_cap_mb=1`):
+# `bucket_cap_mb=1`, so its buckets need not match the compiled run's). Every all-reduce is launched
+# from inside the backward pass, by a gradient hook; the question that matters is how many start
+# before the *last* gradient is computed, since only those can run beside the computation:
 
 # %%
 trace = res["trace"]
-print(f"{trace['allreduce_calls']} all-reduce call(s) in one step; {trace['started_inside_backward']} of them started "
-      f"while the backward pass was still running ({', '.join(trace['comm_names'])})")
+print(f"{trace['allreduce_calls']} all-reduce call(s) in one step, all launched inside the backward pass: "
+      f"{trace['started_inside_backward'] == trace['allreduce_calls']}; {trace['started_before_last_gradient']} of them "
+      f"started before the last gradient was computed ({', '.join(trace['comm_names'])})")
 assert trace["allreduce_calls"] >= 1 and trace["started_inside_backward"] == trace["allreduce_calls"]
+
 
 # %% [markdown]
 # On a GPU that overlap is the point: the network works while the GPU computes the remaining
@@ -489,6 +510,7 @@ assert trace["allreduce_calls"] >= 1 and trace["started_inside_backward"] == tra
 """FSDP2 (fully_shard) with torch.compile: the bytes each rank holds, DTensor parameters, a loss curve."""
 import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
@@ -497,10 +519,13 @@ from course_utils.distributed import runtime
 
 
 def shard_model(model):
-    """Shard each block, then the whole model (what is left: the head), over all ranks."""
+    """Shard each block, then the whole model (what is left: the head), over all ranks' CPUs.
+
+    The mesh names the device: without one, fully_shard picks the machine's accelerator if it has one."""
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     for block in model.blocks:
-        fully_shard(block)
-    fully_shard(model)
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
     return model
 
 
@@ -555,7 +580,8 @@ bench.record("dist.fsdp.param_bytes_per_rank_ratio", ratio, "ratio", world=fr["w
 # Each rank holds half of the parameter bytes: every weight matrix is split by rows, and the
 # 10-row head splits into 5 and 5. Is FSDP training the same as DDP training? Both see the same
 # global batches and average the same gradients, so their loss curves must agree up to float32
-# rounding. The tolerance is stated, not hidden: 1e-4 on a loss of about 2.
+# rounding. The tolerance is stated, not hidden: 1e-4, against losses that run from about 1 to 6 in
+# these curves (printed above).
 
 # %%
 LOSS_TOL = 1e-4
@@ -666,8 +692,9 @@ assert mr["comms_in_matmul"] == {} and mr["out_placement"] == "S(0)" and mr["max
 # `Partial`. Making it whole takes one all-reduce of the full output. Splitting `A` by rows with `B`
 # on every rank gives a row-sharded result with no communication at all, at the price of a full copy
 # of `B` per rank: choosing placements is the art of tensor parallelism, and DTensor makes each
-# choice's traffic explicit. (The warning above is gloo's: it has no all-to-all, so DTensor moved
-# `Shard(0)` to `Shard(1)` with an all-gather and kept its own chunk.)
+# choice's traffic explicit. (The warning above is DTensor's: on a CPU mesh it does not use an
+# all-to-all, so it moved `Shard(0)` to `Shard(1)` with the all-gather counted above and kept its own
+# chunk.)
 #
 # ## 5 · Activation checkpointing with torch.compile
 #
@@ -696,12 +723,13 @@ class Blocks(nn.Module):
         return x.square().mean()
 
 
-def saved_bytes(fn, x):
-    total = 0
+def saved_bytes(fn, x, params):
+    """Bytes autograd saves for the backward pass: (activations, parameters saved by reference)."""
+    mine = {p.data_ptr() for p in params}
+    total = {"activations": 0, "parameters": 0}
 
     def pack(t):
-        nonlocal total
-        total += t.numel() * t.element_size()
+        total["parameters" if t.data_ptr() in mine else "activations"] += t.numel() * t.element_size()
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -735,21 +763,24 @@ for label, use in (("plain", False), ("checkpointed", True)):
             p.grad = None
 
     step(x_ac)                                           # compile
-    ac[label] = {"saved": saved_bytes(compiled, x_ac), "peak": timeline_peak(step, x_ac), "step": step}
+    ac[label] = {"saved": saved_bytes(compiled, x_ac, list(model.parameters())), "peak": timeline_peak(step, x_ac),
+                 "step": step}
     for p in model.parameters():
         p.grad = None
 
 cmp_ac = bench.compare({label: v["step"] for label, v in ac.items()}, x_ac, rounds=config.pick(2, 3))
 for label, v in ac.items():
-    print(f"{label:>12}: saved for backward {v['saved'] / 2**20:6.2f} MiB, timeline peak {v['peak'] / 2**20:6.2f} MiB, "
-          f"step {cmp_ac.row(label).median_s * 1e3:.1f} ms")
+    print(f"{label:>12}: activations saved for backward {v['saved']['activations'] / 2**20:6.2f} MiB (and "
+          f"{v['saved']['parameters'] / 2**20:.2f} MiB of parameters, saved by reference: no extra memory), "
+          f"timeline peak {v['peak'] / 2**20:6.2f} MiB, step {cmp_ac.row(label).median_s * 1e3:.1f} ms")
 print(f"verdict on this machine ({cpu.cpu_class()}): the checkpointed step is {cmp_ac.describe('checkpointed')}; "
       f"its memory peak is {bench.band_verdict(ac['checkpointed']['peak'], ac['plain']['peak'])} (10% band)")
-assert ac["checkpointed"]["saved"] < ac["plain"]["saved"]
+assert ac["checkpointed"]["saved"]["activations"] < ac["plain"]["saved"]["activations"]
 
 # %% [markdown]
-# Checkpointing cut what the compiled graph saves for the backward pass (asserted; it is a count of
-# bytes, the same on every machine). The step's overall peak also holds parameters, gradients and
+# Checkpointing cut the activations the compiled graph saves for the backward pass (asserted; it is a
+# count of bytes, the same on every machine; the parameters it saves are references to the weights,
+# which cost nothing extra). The step's overall peak also holds parameters, gradients and
 # temporaries, so it moves less (the verdict above), and the price is recomputation, whose cost is
 # this machine's verdict too. Under `torch.compile` the compiler also decides on its own what to save
 # and what to recompute (its min-cut partitioner), so measure rather than assume. In FSDP jobs the
@@ -962,7 +993,9 @@ bench.record("dist.elastic.restarts_survived", faulty["restarts"], "restarts", k
 #
 # ## 8 · Scaling out: the same script on many machines
 #
-# Only the launch changes. On each of, say, 4 machines with 8 GPUs, run the same command; the
+# On CPU machines only the launch changes. A GPU cluster needs three more lines in a job: NCCL
+# (`runtime.init("nccl")`), `torch.cuda.set_device(LOCAL_RANK)`, and the model and its batches on
+# that GPU (and `fully_shard`'s mesh on `"cuda"`). On each of, say, 4 machines with 8 GPUs, run the same command; the
 # rendezvous endpoint is a host:port on one of them (any free port, reachable from the others).
 # There the store has to listen on the network, so the command is plain `torchrun`; the store has no
 # password, so that port belongs on the cluster's private network, behind its firewall:
@@ -978,7 +1011,8 @@ print("... and the same on machines 2 and 3 (with --node-rank 2, 3; or leave --n
 # On a cluster scheduler the scheduler provides the machine list: with Slurm, one `srun` task per node
 # runs that `torchrun` line with the first node's hostname as the endpoint and `$SLURM_JOB_ID` as the
 # `--rdzv-id`; on Kubernetes, the Kubeflow training operator sets the same variables for each pod. The
-# training script, its checkpoints and its restart logic stay exactly as they ran here.
+# training script, its checkpoints and its restart logic stay as they ran here (with the GPU lines
+# of section 8 on a GPU cluster).
 #
 # What can two processes on a laptop say about speed? Below, the same training (same global batch)
 # runs on one process and on two, and the step times are compared side by side.
@@ -990,11 +1024,11 @@ one = launch.run_job(f"{JOBS}/elastic.py", [*EL_ARGS, "--dir", BUILD / "elastic"
 speed = bench.Comparison.from_samples({"1 process": one["step_s"], "2 processes": clean["step_s"]})
 print(speed)
 print(f"verdict on this machine ({os.cpu_count()} cores): a step on 2 processes is {speed.describe('2 processes')}")
-print("Why it says little: the two ranks share this machine's cores with each other (and the notebook), their\n"
-      "all-reduce is a memory copy through loopback rather than a network, and the model is tiny, so start-up\n"
-      "and communication weigh more than the compute that is split. What it does show: the same numbers, the\n"
-      "same checkpoints and the same recovery as on a cluster, where each rank has its own GPU and the speed-up\n"
-      "depends on the interconnect.")
+print("Why this verdict says little either way: the two ranks share this machine's cores with each other (and\n"
+      "the notebook), their all-reduce is a memory copy through loopback rather than a network, and the model is\n"
+      "tiny, so communication and the ranks' competition for the cores weigh as much as the compute that is split.\n"
+      "What it does show: the same numbers, the same checkpoints and the same recovery as on a cluster, where each\n"
+      "rank has its own GPU and the speed-up depends on the interconnect.")
 assert one["losses"] == clean["losses"] or max(abs(a - b) for a, b in zip(one["losses"], clean["losses"])) < 1e-4
 
 
@@ -1005,7 +1039,7 @@ assert one["losses"] == clean["losses"] or max(abs(a - b) for a, b in zip(one["l
 # ## Check yourself
 #
 # **Exercise 1.** Write `shard_sizes(n, world)`: how many rows each rank holds when a dimension of
-# `n` rows is sharded with `Shard(0)` over `world` ranks. Section 4's 10-row head split 5 and 5; what
+# `n` rows is sharded with `Shard(0)` over `world` ranks. Section 3's 10-row head split 5 and 5; what
 # about 10 rows over 4 ranks?
 
 # %%
@@ -1049,19 +1083,21 @@ exercises.check("12.global_batch", global_batch)
 #
 # - A distributed job is a group of ranks started by `torchrun`; collectives (all-reduce, all-gather,
 #   reduce-scatter) are their only way to talk, and each left exactly what its definition says.
-#   Every job here was a file a cell wrote, and every socket it listened on was on loopback.
+#   Every job here was a file a cell wrote; every socket the collectives job listened on was on
+#   127.0.0.1 (no other machine could reach it; other processes on this one could).
 # - DDP + `torch.compile` gave the one-process gradients to float32 rounding; Dynamo's DDP optimizer
 #   splits the graph at bucket boundaries, so a smaller `bucket_cap_mb` meant more buckets and more
-#   graphs, and the all-reduces started inside the backward pass.
+#   graphs; the trace counted how many all-reduces started before the last gradient was computed.
 # - FSDP2's `fully_shard` left each rank half the parameter bytes, as DTensors sharded by rows, and
 #   trained with DDP's loss curve.
 # - DTensor placements make communication explicit: `Shard -> Replicate` is an all-gather, a
 #   column-by-row sharded matmul gives a `Partial` result that one all-reduce makes whole.
-# - Activation checkpointing saved fewer bytes for the backward pass under `torch.compile`; its time
-#   cost was this machine's verdict.
+# - Activation checkpointing saved fewer activation bytes for the backward pass under `torch.compile`;
+#   its time cost was this machine's verdict.
 # - A DCP checkpoint saved by two ranks loaded exactly into two ranks and into one process.
 # - `torchrun --max-restarts` plus regular checkpoints survived a killed rank and finished with the
-#   same weights; on a cluster only the launch command changes.
+#   same weights; on a cluster of CPU machines only the launch command changes (a GPU cluster
+#   needs the few lines of section 8 too).
 # - Results recorded: `dist.ddp.grad_max_abs_diff`, `dist.ddp.compiled_graphs`,
 #   `dist.fsdp.param_bytes_per_rank_ratio`, `dist.dcp.reload_max_abs_diff`,
 #   `dist.elastic.restarts_survived`.
