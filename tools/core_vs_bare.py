@@ -3,7 +3,7 @@
     .venv/bin/python tools/core_vs_bare.py [ROUNDS]
 
 Times, interleaved in rounds on one torch thread, the same greedy work two ways: the bare model
-loop of ``serving.extras.bare`` (one prefill of 32 prompts of 8 tokens, then 31 decoding steps) and
+loop of ``serving.extras.bare.bare_decode`` (one prefill of 32 prompts of 8 tokens, then 31 decoding steps) and
 ``EngineCore.generate`` on the same prompts (one forward pass per step: the first computes all the
 prompts, the rest decode). Prints both rates and their ratio: what the core's scheduling costs
 before any HTTP, threads or event loop. The figures in issue notes about the core come from here.
@@ -18,8 +18,9 @@ import time
 import torch
 
 from course_utils.models import load_tiny_gpt
-from course_utils.models.gpt import KVCache, decode_step, pad_prompts, prefill
+from course_utils.models.gpt import KVCache, pad_prompts
 from course_utils.serving.core import EngineCore
+from course_utils.serving.extras.bare import bare_decode
 
 BATCH, PROMPT, NEW = 32, 8, 32
 
@@ -34,11 +35,7 @@ def main(rounds: int = 15) -> None:
     idx, lengths = pad_prompts(prompts)
 
     def bare() -> None:
-        cache.clear()
-        nxt = prefill(model, idx, lengths, cache).argmax(-1)
-        for _ in range(NEW - 1):
-            nxt = decode_step(model, nxt, cache).argmax(-1)
-        nxt.tolist()
+        bare_decode(model, idx, lengths, cache, NEW)
 
     def served_by_core() -> None:
         core.generate(prompts, NEW)

@@ -8,6 +8,16 @@ from ... import bench
 from ...models.gpt import KVCache, TinyGPT, decode_step, prefill
 
 
+def bare_decode(model: TinyGPT, idx: torch.Tensor, lengths: torch.Tensor, cache: KVCache, new_tokens: int) -> None:
+    """Greedy-decode ``new_tokens`` for every row of ``idx`` ``(B, T)`` the bare way: one prefill into an
+    emptied ``cache``, then one decoding step per token, no scheduler and no server."""
+    cache.clear()
+    nxt = prefill(model, idx, lengths, cache).argmax(-1)
+    for _ in range(new_tokens - 1):
+        nxt = decode_step(model, nxt, cache).argmax(-1)
+    nxt.tolist()
+
+
 def bare_decode_tokens_per_s(model: TinyGPT, batch_size: int, prompt_len: int = 8,
                              new_tokens: int = 32, repeats: int = 3, threads: int | None = None,
                              seed: int = 0) -> float:
@@ -29,11 +39,7 @@ def bare_decode_tokens_per_s(model: TinyGPT, batch_size: int, prompt_len: int = 
     lengths = torch.full((batch_size,), prompt_len, dtype=torch.long)
 
     def run() -> None:
-        cache.clear()
-        nxt = prefill(model, idx, lengths, cache).argmax(-1)
-        for _ in range(new_tokens - 1):
-            nxt = decode_step(model, nxt, cache).argmax(-1)
-        nxt.tolist()
+        bare_decode(model, idx, lengths, cache, new_tokens)
 
     try:
         with torch.inference_mode():

@@ -17,6 +17,10 @@ All are plain ASGI middleware, so they answer before FastAPI reads or parses any
   only for the time left), so a stalled upload cannot hold its connection for ever.
 
 Their answers use ``{"detail": ...}`` like FastAPI, and the OpenAI error shape on ``/v1`` paths.
+Starlette's ``TrustedHostMiddleware`` would stop the same rebinding pages (a name list with
+``localhost``, ``127.0.0.1`` and ``::1``); it is not used because it answers a plain-text 400 where
+the OpenAI clients of ``/v1`` read the error shape, and it takes names only, not every loopback
+address.
 """
 
 from __future__ import annotations
