@@ -270,3 +270,20 @@ def test_stamp_takes_quick_minutes_from_one_run_and_the_workshop_line_from_anoth
     assert stamp.main(["--quick", str(tmp_path / "two.json"), *args]) == 0
     text = readme.read_text()
     assert "| 0.5 / 0.3 |" in text and stamp.stated_workshop_seconds(text, 2) == 240.0  # minutes kept
+
+
+def test_a_failure_shows_its_output_tail_without_colour_codes_and_the_pace_still_prints(tmp_path):
+    """NOT READY names the cause and shows what the failing cell printed, in plain text, and the
+    pace line is printed too (a failed check used to drop it)."""
+    nb = _notebook(tmp_path / "04_bad.ipynb", "print('step one done')\nraise RuntimeError('the \\x1b[31mred\\x1b[0m cause')")
+    run = runner.run_notebook(nb, quick=True)
+    assert not run.ok and run.output_tail
+    assert "step one done" in run.output_tail[0] and any("the red cause" in ln for ln in run.output_tail)
+    assert not any("\x1b" in ln for ln in run.output_tail) and "\x1b" not in run.error
+    ok = runner.NotebookRun("00_a.ipynb", True, 40.0, "quick")
+    ready, lines = workshop.verdict([], [ok, run], jobs=2, wall_s=60.0, stated_wall_s=50.0)
+    text = "\n".join(lines)
+    assert not ready and "      | step one done" in text and "the red cause" in text
+    assert "pace:" in text and "had failures" in text
+    ready, lines = workshop.verdict([], [ok, run], stated={"00_a.ipynb": 40.0})
+    assert "pace:" in "\n".join(lines)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -21,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from .. import config
 from .offline import child_env
@@ -36,6 +38,8 @@ class NotebookRun:
     seconds: float
     mode: str
     error: str | None = None
+    #: the failing cell's last output lines (its printout, then the traceback), colour codes removed
+    output_tail: list[str] | None = None
 
 
 def course_notebooks(folder: Path | None = None) -> list[Path]:
@@ -58,9 +62,34 @@ def _environment(quick: bool, blocked: bool, results: Path | None) -> Iterator[N
         yield
 
 
+#: terminal colour and cursor codes, which tracebacks from a kernel carry
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def plain(text: str) -> str:
+    """Return ``text`` without terminal colour codes."""
+    return _ANSI.sub("", text)
+
+
+def failing_tail(nb: Any, lines: int = 15) -> list[str]:
+    """Return the last ``lines`` output lines of the cell that failed (the last cell with an error
+    output), colour codes removed: what the cell printed before it failed, then its traceback."""
+    for cell in reversed(nb.cells):
+        outputs = cell.get("outputs", [])
+        if any(o.get("output_type") == "error" for o in outputs):
+            text = []
+            for o in outputs:
+                if o.get("output_type") == "stream":
+                    text += o.get("text", "").splitlines()
+                elif o.get("output_type") == "error":
+                    text += [ln for tb in o.get("traceback", []) for ln in plain(tb).splitlines()]
+            return [plain(ln) for ln in text if ln.strip()][-lines:]
+    return []
+
+
 def _first_error(exc: BaseException) -> str:
     """One readable line from a failed execution (the exception name and message)."""
-    text = str(exc).strip()
+    text = plain(str(exc)).strip()
     lines = [ln for ln in text.splitlines() if ln.strip()]
     for line in reversed(lines):
         if "Error" in line or "Exception" in line:
@@ -81,18 +110,19 @@ def run_notebook(path: Path, *, quick: bool = True, offline: bool = False,
                             resources={"metadata": {"path": str(path.parent)}})
     mode = "quick" if quick else "full"
     start = time.perf_counter()
-    error = None
+    error, tail = None, None
     with _environment(quick, offline, results):
         try:
             client.execute()
         except Exception as exc:  # a failing cell, a timeout, a dead kernel
             error = _first_error(exc)
+            tail = failing_tail(nb) or [ln for ln in plain(str(exc)).splitlines() if ln.strip()][-15:]
     seconds = time.perf_counter() - start
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, out_dir / path.name)
     return NotebookRun(notebook=path.name, ok=error is None, seconds=round(seconds, 1),
-                       mode=mode, error=error)
+                       mode=mode, error=error, output_tail=tail)
 
 
 #: Where compiled code, exported models and derived data are kept between runs; ``cold=True``

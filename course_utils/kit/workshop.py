@@ -57,10 +57,12 @@ def verdict(doctor_failures: Sequence[str], runs: Sequence[NotebookRun],
     ``stated_wall_s`` (the reference machine's run with as many jobs); one at a time, the total
     is the notebooks' sum and the pace compares each with ``stated``."""
     fixes = list(doctor_failures)
+    tails: dict[str, list[str]] = {}
     for run in runs:
         if not run.ok:
             fixes.append(f"{run.notebook} failed ({run.error}); see the failing cell with "
                          f"`make test-nb NB=notebooks/{run.notebook}`")
+            tails[fixes[-1]] = run.output_tail or []
     if not runs:
         fixes.append("no notebooks found under notebooks/")
     total = wall_s if wall_s is not None else sum(r.seconds for r in runs)
@@ -68,16 +70,20 @@ def verdict(doctor_failures: Sequence[str], runs: Sequence[NotebookRun],
     lines = []
     if fixes:
         lines.append("NOT READY. Fix, then run `make workshop-check` again:")
-        lines += [f"  - {fix}" for fix in fixes]
+        for fix in fixes:
+            lines.append(f"  - {fix}")
+            lines += [f"      | {line}" for line in tails.get(fix, [])]  # what the failing cell printed last
     else:
         lines.append(f"READY: the doctor passed and all {len(runs)} notebooks ran offline "
                      f"({network}) in quick mode in {total / 60:.1f} min{at_once}.")
     if runs and total > budget_s:
         lines.append(f"  note: {total / 60:.1f} min is over the {budget_s / 60:.0f}-minute budget "
                      "for a 2-core laptop; plan for slower machines or a second warm-up run.")
-    if jobs > 1:
-        lines += wall_pace_lines(total, stated_wall_s, jobs) if runs and not fixes else []
-    else:
+    if jobs > 1 and runs:
+        lines += wall_pace_lines(total, stated_wall_s, jobs)
+        if fixes:
+            lines.append("  (this run had failures, so its elapsed time is not a whole check's)")
+    elif runs:
         lines += pace_lines(runs, stated or {})
     return not fixes, lines
 
