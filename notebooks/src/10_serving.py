@@ -279,17 +279,21 @@ with serve_in_thread(blocking) as url:
 show_steps()
 ratio = step_results["async, model on the loop"]["health_ms"] / step_results["def endpoint"]["health_ms"]
 print(f"running the model on the event loop makes the health check {ratio:,.0f}x slower (median)")
-# How many times slower depends on the machine and its load (a busy machine slows the healthy
-# server's checks too), so the size is a verdict; that the blocked loop is slower at all is asserted.
-assert ratio > 1, "a blocked event loop cannot answer health checks faster than a free one"
+# How many times slower depends on the machine and its load: on a busy machine the threaded server's
+# checks wait too (for the GIL and the cores its 8 model threads hold), so the size is a verdict.
 print("verdict: " + ("health checks wait for whole generations" if ratio > 5 else
-                     "slower, but by less than 5x on this machine right now (a busy machine slows both servers)"))
+                     "slower, but by less than 5x on this machine right now (a busy machine slows both servers)"
+                     if ratio > 1.2 else
+                     "no clear difference on this machine right now: the threaded server's checks waited too "
+                     "(rerun when the machine is quiet)"))
 
 
 # %% [markdown]
 # The health check does no work at all, yet now it waits behind whole generations: while the
-# model runs on the loop, nothing else is even read from the network, so only a handful of health
-# checks get answered in the whole run. A load balancer would take this server for dead. Nor does `async` make the model itself
+# model runs on the loop, nothing else is even read from the network, so few health checks get
+# answered in the whole run (the table above counts them). A load balancer would take such a server
+# for dead. On a busy machine the threaded server's checks wait too, for the GIL and the cores its
+# model threads hold, which is why the size of the gap is this machine's verdict. Nor does `async` make the model itself
 # concurrent: the two throughput figures only differ in how requests take turns on the same cores
 # (one after another on the loop, or several threads contending for the model), and neither lets
 # requests share the model's work. The blocking server may even show more requests per second than
