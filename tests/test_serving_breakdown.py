@@ -1,4 +1,4 @@
-"""serving.breakdown: threads' CPU seconds, core pinning, and the engine's counters between snapshots."""
+"""serving.extras.breakdown: threads' CPU seconds, core pinning, and the engine's counters between snapshots."""
 
 from __future__ import annotations
 

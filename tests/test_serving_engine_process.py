@@ -1,4 +1,4 @@
-"""serving.engine_process: the engine in a child process, behind the same routes, over real HTTP."""
+"""serving.extras.engine_process: the engine in a child process, behind the same routes, over real HTTP."""
 
 from __future__ import annotations
 

@@ -97,6 +97,21 @@ def test_rows_join_late_and_move():
     assert torch.cat([seq_b, nxt[:, None]], 1)[0, 4:].tolist() == gpt.generate(b, 5, temperature=0)[0, 4:].tolist()
 
 
+def test_swap_rows_exchanges_keys_values_and_lengths():
+    gpt = small_gpt()
+    cache = KVCache(gpt.config, 3, max_len=8)
+    cache.k.normal_(), cache.v.normal_()
+    cache.lengths[:] = torch.tensor([5, 2, 7])
+    k0, k2, v0 = cache.k[:, 0, :, :5].clone(), cache.k[:, 2, :, :7].clone(), cache.v[:, 0, :, :5].clone()
+    untouched = cache.k[:, 1].clone()
+    cache.swap_rows(0, 2)
+    assert cache.lengths.tolist() == [7, 2, 5]
+    assert torch.equal(cache.k[:, 0, :, :7], k2) and torch.equal(cache.k[:, 2, :, :5], k0)
+    assert torch.equal(cache.v[:, 2, :, :5], v0) and torch.equal(cache.k[:, 1], untouched)
+    cache.swap_rows(1, 1)
+    assert cache.lengths.tolist() == [7, 2, 5]
+
+
 def test_cache_limits_are_enforced():
     gpt = small_gpt(block_size=16)
     with pytest.raises(ValueError, match="max_len"):

@@ -177,6 +177,14 @@ class KVCache:
             self.v[:, dst, :, :n] = self.v[:, src, :, :n]
             self.lengths[dst] = n
 
+    def swap_rows(self, a: int, b: int) -> None:
+        """Exchange rows ``a`` and ``b`` (keys, values, lengths); only their filled positions move."""
+        if a != b:
+            n = int(self.lengths[[a, b]].max())
+            for t in (self.k, self.v):
+                t[:, [a, b], :, :n] = t[:, [b, a], :, :n]
+            self.lengths[[a, b]] = self.lengths[[b, a]]
+
     def clear(self) -> None:
         """Mark every row empty (the tensors are reused, not freed)."""
         self.lengths.zero_()

@@ -251,18 +251,11 @@ class EngineCore:
         holes = [row for row in range(d) if counts[row] != 1]
         misplaced = [row for row in range(d, len(counts)) if counts[row] == 1]
         for a, b in zip(holes, misplaced):
-            self._swap(a, b)
+            self.cache.swap_rows(a, b)
+            self.running[a], self.running[b] = self.running[b], self.running[a]
             counts[a], counts[b] = counts[b], counts[a]
         self._rows = [row for row, n in enumerate(counts) if n == 1] + [row for row, n in enumerate(counts) if n > 1]
         return [(self.running[row], counts[row]) for row in self._rows]
-
-    def _swap(self, a: int, b: int) -> None:
-        c = self.cache
-        n = int(c.lengths[[a, b]].max())  # only the filled positions move
-        for t in (c.k, c.v):
-            t[:, [a, b], :, :n] = t[:, [b, a], :, :n]
-        c.lengths[[a, b]] = c.lengths[[b, a]]
-        self.running[a], self.running[b] = self.running[b], self.running[a]
 
     def _run(self, plan: list[tuple[Sequence, int]], res: StepResult) -> torch.Tensor:
         """One forward pass for the plan; return logits, one row per planned sequence."""

@@ -3,7 +3,7 @@
 ``GenerationEngine`` runs its worker as a thread of the server process. Torch releases the GIL
 inside each operator, but the Python between a decoding step's operators needs it, and so does
 the event loop that parses requests and writes tokens: on a small machine the worker spends a
-large part of each step waiting for the loop (``serving.breakdown`` measures it). Production
+large part of each step waiting for the loop (``serving.extras.breakdown`` measures it). Production
 engines split the two (vLLM runs its engine core in a separate process from its API server);
 ``ServeSettings(engine_process=True)`` (``serve --engine-process``) does the same here.
 

@@ -69,7 +69,7 @@ class ServeSettings:
                                   "a prompt that starts like an earlier one computes only the rest (0: off)")
     compile: bool = _opt(False, "torch.compile the decoding step (slow to start on a CPU)")
     engine_process: bool = _opt(False, "run the model worker in a process of its own, so it never waits for "
-                                "the HTTP event loop's GIL (see serving.engine_process)")
+                                "the HTTP event loop's GIL (see serving.extras.engine_process)")
     embed: bool = _opt(True, "serve /embed with all-MiniLM-L6-v2")
     threads: int | None = _opt(None, "torch threads of the model worker (default: 1 on small machines, "
                                "at most 4)")
