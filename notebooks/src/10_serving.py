@@ -573,7 +573,9 @@ print(f"with one client, batching has nothing to batch: iteration mode {it1.toke
 for c in (8, 32):
     st, it = reports["static", c], reports["iteration", c]
     print(f"{c} clients: iteration/static throughput {it.tokens_per_s / st.tokens_per_s:.2f}x, "
-          f"median TTFT {it.ttft_ms['p50']:.0f} ms (iteration) vs {st.ttft_ms['p50']:.0f} ms (static)")
+          f"median TTFT {it.ttft_ms['p50']:.0f} ms (iteration) vs {st.ttft_ms['p50']:.0f} ms (static), "
+          f"p99 latency {it.latency_ms['p99']:.0f} ms vs {st.latency_ms['p99']:.0f} ms: the lower p99 here is "
+          f"{'iteration' if it.latency_ms['p99'] < st.latency_ms['p99'] else 'static'}'s")
 ctx = dict(mode=best_mode, clients=32, new_tokens=NEW_TOKENS, requests=best32.n_requests)
 bench.record("serve.batched_vs_unbatched.c32", batched_gain, "x", **ctx)
 bench.record("serve.p99_ms.c32", best32.latency_ms["p99"], "ms", **ctx)
