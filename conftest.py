@@ -42,6 +42,18 @@ def _thread_policy() -> None:
 _thread_policy()
 
 
+def _compile_cache() -> None:
+    """Give this process and every kernel it starts the course's compile cache (a folder in the
+    user's cache that survives a reboot, ``course_utils.config.inductor_cache_dir``), the one the
+    course kernel and the notebook runner use; a ``TORCHINDUCTOR_CACHE_DIR`` already set wins."""
+    from course_utils import config
+
+    os.environ.update(config.compile_cache_env())
+
+
+_compile_cache()
+
+
 # ---- offline guard for everything the tests start (issue 15) ------------------------------------
 def pytest_configure(config) -> None:
     """Give every Python child process (nbval's notebook kernels, servers, tools) the offline guard.

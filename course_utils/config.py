@@ -3,7 +3,8 @@
 ``COURSE_QUICK=1`` (set by ``make test``) switches every notebook to small sizes
 and few iterations. ``COURSE_RESULTS`` names a JSON-lines file that
 ``bench.record`` appends headline results to. ``COURSE_DATA_DIR``,
-``COURSE_CACHE_DIR`` and ``COURSE_BUILD_DIR`` move the course's folders.
+``COURSE_CACHE_DIR`` and ``COURSE_BUILD_DIR`` move the course's folders. Inductor's compile
+cache goes to ``inductor_cache_dir()``, a folder in the user's cache that survives a reboot.
 """
 
 from __future__ import annotations
@@ -69,6 +70,53 @@ def cache_dir(create: bool = True) -> Path:
     if create:
         path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+#: Where the course keeps Inductor's compile cache, inside the user's cache folder.
+INDUCTOR_CACHE_PARTS = ("pytorch2-course", "inductor")
+
+
+def user_cache_home(environ: Mapping[str, str] | None = None) -> Path:
+    """Return the user's cache folder: ``$XDG_CACHE_HOME`` when it is an absolute path, else ``~/.cache``.
+
+    The XDG Base Directory rule: an empty or relative ``XDG_CACHE_HOME`` is ignored. Where no home
+    folder can be found (no ``HOME``, no password entry), the repository's git-ignored ``.cache/``.
+    """
+    environ = os.environ if environ is None else environ
+    xdg = (environ.get("XDG_CACHE_HOME") or "").strip()
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg)
+    home = environ.get("HOME")
+    if home:
+        return Path(home) / ".cache"
+    try:
+        return Path.home() / ".cache"
+    except (RuntimeError, KeyError):
+        return REPO_ROOT / ".cache"
+
+
+def inductor_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Return the folder for Inductor's compile cache in this course: ``TORCHINDUCTOR_CACHE_DIR``
+    when the learner set it, else ``<user cache>/pytorch2-course/inductor``.
+
+    Inductor's own default is under the temporary directory (``/tmp/torchinductor_<user>``), which
+    many Linux systems empty at boot, so a cache warmed the day before a workshop would be gone.
+    The course kernel, the notebook runner and the test suite all set the variable from here
+    (``compile_cache_env``). One folder serves every torch version: Inductor keys each entry by
+    the torch build, the graph, the settings and the compiler, so versions never read each other's.
+    The folder is not created (Inductor creates it on first use).
+    """
+    environ = os.environ if environ is None else environ
+    chosen = (environ.get("TORCHINDUCTOR_CACHE_DIR") or "").strip()
+    if chosen:
+        return Path(chosen).expanduser().absolute()
+    return user_cache_home(environ).joinpath(*INDUCTOR_CACHE_PARTS)
+
+
+def compile_cache_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Return the variables that give a child process (a kernel, a test) the course's compile cache:
+    ``{"TORCHINDUCTOR_CACHE_DIR": str(inductor_cache_dir(environ))}``."""
+    return {"TORCHINDUCTOR_CACHE_DIR": str(inductor_cache_dir(environ))}
 
 
 def build_dir(create: bool = True) -> Path:

@@ -3,8 +3,11 @@ Jupyter news?" pop-up.
 
 The course kernel (``pytorch2-course``) runs this environment's Python with the course's thread
 policy in its environment (``course_utils.threads.KERNEL_ENV``: idle OpenMP threads sleep, so a
-busy laptop stays usable); ``python -m course_utils.kit.lab`` (run by ``make setup`` and
-``make kernel``) installs it for the current user.
+busy laptop stays usable) and Inductor's compile cache in a folder that survives a reboot
+(``course_utils.config.inductor_cache_dir``); ``python -m course_utils.kit.lab`` (run by
+``make setup``, ``make kernel`` and so by every ``make lab``) installs it for the current user.
+A kernel's environment is fixed when it is installed, so the cache folder is the one chosen then:
+a ``TORCHINDUCTOR_CACHE_DIR`` set in the shell that runs ``make lab`` is the one its kernels use.
 
 JupyterLab reads setting overrides for every user of an environment from
 ``<sys.prefix>/share/jupyter/lab/settings/overrides.json``. The course's setup (``make setup``)
@@ -59,17 +62,24 @@ KERNEL_NAME = "pytorch2-course"
 KERNEL_DISPLAY_NAME = "PyTorch 2 course (.venv)"
 
 
+def kernel_env() -> dict[str, str]:
+    """Return the course kernel's environment variables: the thread policy and the compile cache."""
+    from .. import config
+    from ..threads import KERNEL_ENV
+
+    return {**KERNEL_ENV, **config.compile_cache_env()}
+
+
 def install_kernel(prefix: str | None = None) -> Path:
-    """Install the course kernel (this Python, with the thread policy's variables) and return its
+    """Install the course kernel (this Python, with ``kernel_env()``'s variables) and return its
     folder: for the current user, or under ``prefix`` when given (tests)."""
     from ipykernel.kernelspec import install
 
-    from ..threads import KERNEL_ENV
-
     return Path(install(user=prefix is None, prefix=prefix, kernel_name=KERNEL_NAME,
-                        display_name=KERNEL_DISPLAY_NAME, env=dict(KERNEL_ENV)))
+                        display_name=KERNEL_DISPLAY_NAME, env=kernel_env()))
 
 
 if __name__ == "__main__":
     print(f"JupyterLab settings for the course: {write_overrides()}")
-    print(f"Kernel {KERNEL_NAME} -> {sys.executable} (in {install_kernel()})")
+    print(f"Kernel {KERNEL_NAME} -> {sys.executable} (in {install_kernel()}); "
+          f"compile cache {kernel_env()['TORCHINDUCTOR_CACHE_DIR']}")
