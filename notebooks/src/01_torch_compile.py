@@ -973,8 +973,10 @@ if not config.is_quick():
 # ## 7. Cold and warm starts: the compile caches
 #
 # Everything compiled so far lives in this Python process and disappears with it. What survives
-# is on disk, in Inductor's cache directory (`TORCHINDUCTOR_CACHE_DIR`, by default under your
-# system's temporary directory):
+# is on disk, in Inductor's cache directory, `TORCHINDUCTOR_CACHE_DIR`. Inductor's own default is
+# under your system's temporary directory, which many systems empty at boot, so the course kernel
+# (and the course's tests and workshop check) set it to `~/.cache/pytorch2-course/inductor` (under
+# `$XDG_CACHE_HOME` where that is set) unless you chose a folder yourself. It holds:
 #
 # - the **FX graph cache** and the **AOTAutograd cache**: the compiled form of each graph, keyed by
 #   the graph, the input properties and the settings, so a new process can skip AOTAutograd's
@@ -1089,13 +1091,14 @@ ax.set_title("first call of the compiled element-wise chain")
 fig.tight_layout();
 
 # %% [markdown]
-# In practice: keep `TORCHINDUCTOR_CACHE_DIR` on a disk that survives restarts (the default,
-# under the temporary directory, may be wiped), and in containers or CI, mount or restore it
-# between jobs: that is where the warm start comes from on a CPU. Cache artifacts are the portable
-# form for a fleet of machines. PyTorch's caching recipe (linked below) lists what they can hold:
-# the graph-level caches above and, on a GPU, the Triton kernels and the autotuning results; on
-# this CPU, as measured above, the C++ compiler still runs. To rule the caches out while debugging,
-# set `torch.compiler.config.force_disable_caches = True` (or `TORCHINDUCTOR_FORCE_DISABLE_CACHES=1`).
+# In practice: keep `TORCHINDUCTOR_CACHE_DIR` on a disk that survives restarts (Inductor's own
+# default, under the temporary directory, may be wiped; the course kernel's folder is not), and in
+# containers or CI, mount or restore it between jobs: that is where the warm start comes from on a
+# CPU. Cache artifacts are the portable form for a fleet of machines. PyTorch's caching recipe
+# (linked below) lists what they can hold: the graph-level caches above and, on a GPU, the Triton
+# kernels and the autotuning results; on this CPU, as measured above, the C++ compiler still runs.
+# To rule the caches out while debugging, set `torch.compiler.config.force_disable_caches = True`
+# (or `TORCHINDUCTOR_FORCE_DISABLE_CACHES=1`).
 #
 # ## 8. Pitfalls and their fixes
 #
