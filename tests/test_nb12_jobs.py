@@ -17,24 +17,16 @@ import torch
 from course_utils import config
 from course_utils.distributed import launch
 from course_utils.kit import offline
+from notebook_files import written_files
 
 NOTEBOOK = config.REPO_ROOT / "notebooks" / "12_distributed.ipynb"
-WRITEFILE = re.compile(r"^%%writefile \{JOBS\}/(\w+\.py)\n")
 GUARD = offline.child_env()
 EXPECTED = {"collectives.py", "common.py", "ddp.py", "fsdp.py", "dtensor.py", "dcp.py", "elastic.py"}
 
 
 def notebook_scripts() -> dict[str, str]:
     """Return {file name: source} of every ``%%writefile {JOBS}/name.py`` cell of notebook 12."""
-    cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
-    scripts = {}
-    for cell in cells:
-        text = "".join(cell["source"])
-        match = WRITEFILE.match(text)
-        if cell["cell_type"] == "code" and match:
-            assert match.group(1) not in scripts, f"{match.group(1)} is written twice"
-            scripts[match.group(1)] = text[match.end():]
-    return scripts
+    return written_files(NOTEBOOK.name, "JOBS")
 
 
 @pytest.fixture(scope="module")

@@ -283,10 +283,12 @@ def scripted_server() -> Iterator[Callable[[str], str]]:
         server.server_close()
 
 
-def test_the_demo_and_the_load_generator_read_streams_with_the_course_parser(scripted_server):
+def test_the_demo_and_the_load_generator_read_streams_with_the_course_parser(scripted_server, tmp_path):
     pytest.importorskip("gradio")
-    from course_utils.serving.extras.gradio_demo import stream_generate
+    from notebook_files import import_written
     from course_utils.serving.server.loadgen import run_load
+
+    stream_generate = import_written("10_serving.ipynb", "APPS", "demo_page", tmp_path).stream_generate
 
     good = "".join(token_event(t, i) for i, t in enumerate(["He", "l", "lo"])) + format_event({"tokens": 3}, END)
     url = scripted_server(good)

@@ -1,4 +1,4 @@
-"""The Gradio demo in a real headless browser: type a prompt, click, read the streamed text.
+"""Notebook 10's demo page (its ``demo_page.py`` cell) in a real headless browser: type a prompt, click, read the streamed text.
 
 Uses Debian's chromium (/usr/bin/chromium) through playwright, so nothing is downloaded; skips,
 saying why, on a machine without them.
@@ -23,8 +23,8 @@ pytest.importorskip("gradio", reason="gradio is not installed")
 
 from course_utils.models.gpt import generate_cached  # noqa: E402
 from course_utils.models.checkpoint import load_tiny_gpt  # noqa: E402
-from course_utils.serving.extras.gradio_demo import launch_demo  # noqa: E402
 from course_utils.serving.server.process import serve_in_subprocess  # noqa: E402
+from notebook_files import import_written  # noqa: E402
 
 PROMPT = "The Python "
 NEW_TOKENS = 24
@@ -34,9 +34,10 @@ def test_gradio_page_streams_generated_text(tmp_path):
     model_path = os.environ.get("COURSE_SERVE_MODEL") or None
     model, tok = load_tiny_gpt(model_path)
     expected = tok.decode(generate_cached(model, torch.tensor([tok.encode(PROMPT)]), NEW_TOKENS)[0])
+    page = import_written("10_serving.ipynb", "APPS", "demo_page", tmp_path)
     settings = {"batching": "iteration", "embed": False, "model": model_path}
     with serve_in_subprocess(settings, startup_timeout_s=120) as server:
-        demo, url = launch_demo(server.url)
+        demo, url = page.launch_demo(server.url)
         try:
             assert url.startswith("http://127.0.0.1:")
             with sync_api.sync_playwright() as pw:

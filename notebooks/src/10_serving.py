@@ -35,9 +35,11 @@
 # %%
 import asyncio
 import contextlib
+import importlib
 import json
 import os
 import queue
+import sys
 import threading
 import time
 import warnings
@@ -63,6 +65,9 @@ from course_utils.serving.server.process import serve_in_subprocess
 from course_utils.serving.server.settings import default_threads
 
 print(session.start(seed=0))
+APPS = config.build_dir() / "nb10"   # the programs this notebook writes (%%writefile cells) go here
+APPS.mkdir(parents=True, exist_ok=True)
+sys.path.insert(0, str(APPS))
 
 # %% [markdown]
 # ## The model we serve
@@ -114,8 +119,8 @@ print(f"one request of 32 tokens: {one.median_ms:.1f} ms, "
 # servers). `prevent_thread_lock=True` returns at once instead of blocking the cell, and the
 # environment variable `GRADIO_ANALYTICS_ENABLED=False` stops Gradio from sending usage statistics.
 #
-# `course_utils.serving.extras.gradio_demo` (used at the end of this notebook) is the same idea pointed at
-# our HTTP server.
+# At the end of this notebook the same idea comes back as a page of its own (`demo_page.py`, written
+# by a cell you can edit), pointed at our HTTP server instead of at the model.
 
 # %%
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -922,20 +927,117 @@ assert load.n_lost == 0, load.errors[:5]
 # %% [markdown]
 # ## The demo page, against the real server
 #
-# `launch_demo(url)` starts a Gradio page on 127.0.0.1 that holds no model: it is one more client of
-# the server, reading the token stream and showing the text as it grows. It returns at once, so the
-# notebook keeps running; open the printed address in a browser while the cell's server is up (run
-# the body by hand to keep it up longer). The test suite drives this page in a headless Chromium
-# (`tests/test_serving_browser.py`): it types a prompt, clicks, and checks the streamed text is the
-# model's greedy continuation.
+# The prototype of step 1 held the model itself. A demo page for the real server holds no model: it
+# is one more client, reading the token stream of `POST /generate` and showing the text as it
+# grows. The next cell writes it as a small program, `demo_page.py`, in this notebook's build
+# folder: `stream_generate` reads the server-sent events with the course's parser
+# (`course_utils.serving.server.sse.SSEParser`, which also checks the token order) and turns every
+# failure (a refused request, an error event, a server that is not there, a stream cut short) into a
+# readable `[error ...]` line, because a demo page should show what went wrong rather than raise;
+# `launch_demo` starts the page on 127.0.0.1 without blocking the cell. Both ignore proxy settings
+# for loopback addresses: a laptop behind a company proxy often has `HTTP_PROXY` set, and a request
+# for `127.0.0.1` sent to the proxy fails. Edit the file and run the cells again to change the page.
+# The test suite drives this page in a headless Chromium (`tests/test_serving_browser.py`): it
+# types a prompt, clicks, and checks the streamed text is the model's greedy continuation.
 
 # %%
-from course_utils.serving.extras.gradio_demo import launch_demo, stream_generate  # noqa: E402
+# %%writefile {APPS}/demo_page.py
+"""A Gradio page that streams from the course server's ``POST /generate`` (notebook 10 writes this file)."""
 
-with serve_in_subprocess({"batching": "iteration", "embed": False}) as server:
-    demo, demo_url = launch_demo(server.url)
+import json
+import os
+from collections.abc import Iterator
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # before gradio is imported
+
+import gradio as gr  # noqa: E402
+import httpx  # noqa: E402
+
+from course_utils import config  # noqa: E402
+from course_utils.serving.server.sse import ERROR, TOKEN, SSEParser  # noqa: E402
+
+TITLE = "TinyGPT, served with request batching and token streaming"
+
+
+def stream_generate(base_url: str, prompt: str, max_new_tokens: int = 64, temperature: float = 0.0,
+                    timeout_s: float = 60.0) -> Iterator[str]:
+    """Yield the text generated so far after each streamed token; a failure becomes an ``[error ...]`` line."""
+    body = {"prompt": prompt, "max_new_tokens": int(max_new_tokens), "temperature": float(temperature)}
+    text, parser = "", SSEParser()
+
+    def failed(line: str) -> str:
+        return f"{text}\n{line}" if text else line
+
+    try:  # trust_env=False: the server is on this machine, never behind a proxy
+        with httpx.Client(base_url=base_url, timeout=timeout_s, trust_env=False) as client:
+            with client.stream("POST", "/generate", json=body) as resp:
+                if resp.status_code != 200:
+                    yield f"[error {resp.status_code}] {detail_of(resp.read().decode(errors='replace'))}"
+                    return
+                for chunk in resp.iter_bytes():
+                    for kind, value in parser.feed_bytes(chunk):
+                        if kind == TOKEN:
+                            text += value
+                            yield text
+                        elif kind == ERROR:
+                            yield failed(f"[error] {value.get('detail', value) if isinstance(value, dict) else value}")
+                            return
+                        else:  # the end event
+                            return
+                parser.finish()
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as err:  # unreachable server, cut or bad stream
+        yield failed(f"[error] {type(err).__name__}: {err}")
+        return
+    yield failed("[error] the stream ended without an end event")
+
+
+def detail_of(body: str) -> str:
+    """Return the ``detail`` of an error answer (or the start of the body), at most 300 characters."""
     try:
-        partial = list(stream_generate(server.url, "The Python ", max_new_tokens=24))
+        detail = json.loads(body).get("detail", body)
+    except (ValueError, AttributeError):
+        return body[:300]
+    return (detail if isinstance(detail, str) else json.dumps(detail))[:300]
+
+
+def build_demo(base_url: str) -> gr.Blocks:
+    """Return the page: prompt box, length slider, button, and the streamed output."""
+    base_url = base_url.rstrip("/")
+
+    def generate(prompt: str, max_new_tokens: float) -> Iterator[str]:
+        yield from stream_generate(base_url, prompt, int(max_new_tokens))
+
+    with gr.Blocks(title=TITLE, analytics_enabled=False) as demo:
+        gr.Markdown(f"### {TITLE}\nThe server at `{base_url}` decodes greedily; text appears as it streams.")
+        prompt = gr.Textbox(label="Prompt", value="The Python interpreter ", elem_id="prompt")
+        max_new = gr.Slider(1, 128, value=64, step=1, label="New tokens", elem_id="max-new-tokens")
+        button = gr.Button("Generate", variant="primary", elem_id="generate")
+        output = gr.Textbox(label="Generated text", lines=6, elem_id="output")
+        button.click(generate, inputs=[prompt, max_new], outputs=output)
+        prompt.submit(generate, inputs=[prompt, max_new], outputs=output)
+    return demo
+
+
+def launch_demo(base_url: str, port: int | None = None) -> tuple[gr.Blocks, str]:
+    """Start the page on 127.0.0.1 in the background (no share link); return ``(demo, url)``. Stop: ``demo.close()``."""
+    demo = build_demo(base_url)
+    # Gradio checks its own page with a client that reads HTTP_PROXY: skip the proxy for loopback meanwhile.
+    skip = {name: ",".join(filter(None, [os.environ.get(name), "localhost,127.0.0.1,::1"]))
+            for name in ("NO_PROXY", "no_proxy")}
+    with config.environment(**skip):
+        demo.launch(server_name="127.0.0.1", server_port=port, share=False, prevent_thread_lock=True,
+                    inbrowser=False, quiet=True, show_error=True, ssr_mode=False, inline=False)
+    return demo, demo.local_url
+
+
+# %%
+import demo_page  # noqa: E402  (the file the cell above wrote; APPS is on sys.path)
+
+demo_page = importlib.reload(demo_page)  # so an edited file takes effect when you run this again
+with serve_in_subprocess({"batching": "iteration", "embed": False}) as server:
+    demo, demo_url = demo_page.launch_demo(server.url)
+    try:
+        partial = list(demo_page.stream_generate(server.url, "The Python ", max_new_tokens=24))
         print(f"demo page at {demo_url} (HTTP {httpx.get(demo_url, timeout=30, trust_env=False).status_code})")
     finally:
         demo.close()

@@ -1,7 +1,7 @@
 """Server-sent events, the course's one home for the stream format: writing it and reading it.
 
 Every server of the course (``app``, ``litserve_app``) writes its token stream with
-``format_event`` / ``token_event``, and every client (``loadgen``, ``gradio_demo``) reads it with
+``format_event`` / ``token_event``, and every client (``loadgen``, notebook 10's demo page) reads it with
 ``SSEParser``. The format, a small subset of the WHATWG ``text/event-stream`` one:
 
 - a token: ``data: {"token": "<text>", "index": i}`` and a blank line (no ``event:`` line, so
