@@ -98,7 +98,6 @@ if requires_cuda("the name, memory and compute capability of your GPU"):
     props = torch.cuda.get_device_properties(0)
     print(f"{props.name}: {props.total_memory / 2**30:.1f} GiB, sm_{props.major}{props.minor}")
 
-
 # %% [markdown]
 # ## A first `torch.compile`
 #
@@ -107,11 +106,17 @@ if requires_cuda("the name, memory and compute capability of your GPU"):
 # and TorchInductor turns that graph into C++ (on a GPU, Triton) code, compiles it, and caches it.
 # Later calls with inputs of the same kind skip all of that and run the generated code directly.
 #
-# A chain of element-wise operations is where this shines. In eager mode each operation below
-# reads its whole input from memory and writes a whole new tensor back. Inductor *fuses* the
-# chain into one loop that reads `x` once and writes the result once.
+# A chain of element-wise operations is where compiling has the most to save. In eager mode each
+# operation below reads its whole input from memory and writes a whole new tensor back. Inductor
+# *fuses* the chain into one loop that reads `x` once and writes the result once.
+#
+# The cell counts the graphs Dynamo compiles (`torch._dynamo.utils.counters`) around each of the
+# first two calls, and times both.
 
 # %%
+from torch._dynamo.utils import counters
+
+
 def activation_chain(x: torch.Tensor) -> torch.Tensor:
     y = torch.sin(x) * torch.cos(x) + torch.tanh(x) ** 2
     return torch.nn.functional.gelu(y) * 0.5 + torch.sigmoid(y)
@@ -120,20 +125,29 @@ def activation_chain(x: torch.Tensor) -> torch.Tensor:
 x = torch.randn(SIZE, SIZE)
 compiled_chain = torch.compile(activation_chain)
 
+graphs_before = counters["stats"]["unique_graphs"]
 first_s = bench.first_call(compiled_chain, x)   # trace + generate C++ + build + run
+graphs_first = counters["stats"]["unique_graphs"] - graphs_before
 second_s = bench.first_call(compiled_chain, x)  # just run
-print(f"first call : {first_s:8.3f} s")
-print(f"second call: {second_s * 1e3:8.3f} ms  ({first_s / second_s:,.0f} times faster)")
+graphs_second = counters["stats"]["unique_graphs"] - graphs_before - graphs_first
+print(f"first call : {first_s:8.3f} s   (graphs compiled during it: {graphs_first})")
+print(f"second call: {second_s * 1e3:8.3f} ms  (graphs compiled during it: {graphs_second})")
+# One call each, no spread to judge against: the first counts as longer only beyond a 10% band.
+first_word = bench.band_verdict(first_s, second_s, band=0.1)
+print(f"first call against second: {first_word} ({first_s / second_s:,.0f}x the time; 10% band): " + {
+    "higher": "the first call traced the function and built its code, the second only ran that code",
+    "no clear difference": "the compile work was too small to show against one run of the chain here",
+    "lower": "the second call was slowed by something else on this machine"}[first_word])
 
 torch.testing.assert_close(compiled_chain(x), activation_chain(x), rtol=1e-5, atol=1e-5)
-assert first_s > 10 * second_s, "the first call should carry the compile cost"
+assert (graphs_first, graphs_second) == (1, 0), "the first call compiles the graph, the second reuses it"
 print("compiled and eager results agree within rtol=1e-5")
 
 # %% [markdown]
-# The first call is far slower than the second because it included the compilation: tracing,
-# code generation and, unless an earlier run left the result in Inductor's on-disk cache, building
-# the C++. That is why a second run of this notebook on the same machine starts faster (notebook 01
-# measures cold and warm caches). Results agree with eager to a tight tolerance, not bit for bit: a fused loop may
+# Only the first call compiled anything (the counts above): tracing, code generation and,
+# unless an earlier run left the result in Inductor's on-disk cache, building the C++. The
+# verdict line says what that cost next to one run of the chain. A second run of this notebook on
+# the same machine finds the built code in that cache (notebook 01 measures cold and warm caches). Results agree with eager to a tight tolerance, not bit for bit: a fused loop may
 # evaluate the same formula in a slightly different order.
 #
 # ### Timing done properly
@@ -155,21 +169,26 @@ bench.bar_chart(table, title=f"element-wise chain on a {SIZE}x{SIZE} tensor");
 # %%
 eager_ms = table.row("eager").median_s * 1e3
 compiled_ms = table.row("compiled").median_s * 1e3
+chain_word = table.verdict("compiled")
+chain_reason = {
+    "faster": "the fused loop reads x once and writes once, where eager makes a round trip through "
+              "memory for each operation",
+    "no clear difference": "the saved memory traffic was lost in the timing spread (a busy machine, or "
+                           "a tensor small enough to stay in cache)",
+    "slower": "the generated loop ran the element-wise maths more slowly than eager's kernels here, more "
+              "than the memory it saved"}[chain_word]
 print(f"steady state ({compiled_ms:.3f} ms vs {eager_ms:.3f} ms per call): compiled is {table.describe('compiled')}")
-if not config.is_quick():
-    # At full size the fused loop saves most of the memory traffic; this holds on every
-    # machine we have tried, but quick mode's small tensors are too noisy to assert on.
-    assert speedup > 1.2, "expected fusion to pay off on a large element-wise chain"
+print(f"why, on this machine: {chain_reason}")
 
 
 # %% [markdown]
 # ### Where compiling does not pay
 #
-# Fusion pays when there is memory traffic to save. A single matrix multiply has nothing to fuse:
-# on the CPU, Inductor hands it to the same optimised library routine (oneDNN/MKL) that eager
-# PyTorch calls, so at best the compiled version matches eager, plus a little per-call cost for the
-# guards that check each input still matches what was compiled. The compile is paid for nothing
-# to gain; the cell says how the two compared here:
+# Fusion can only save memory traffic where there is some to save. A single matrix multiply has
+# nothing to fuse: on the CPU, Inductor hands it to the same optimised library routine
+# (oneDNN/MKL) that eager PyTorch calls, and adds a little per-call cost for the guards that check
+# each input still matches what was compiled. The compile buys nothing the library did not
+# already do; the cell says how the two compared here:
 
 # %%
 def project(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
