@@ -514,10 +514,14 @@ print(frozen_table)
 
 # %%
 tuned = frozen_runs["max-autotune + freezing"]
-if not config.is_quick():
-    # From an empty cache, autotuning builds and times every candidate: always slower to compile.
-    assert tuned["first_s"] > mode_runs["default"]["first_s"]
 frozen_default = frozen_runs["default + freezing"]
+# One first call each, no spread: longer or shorter only beyond a 10% band.
+compile_word = bench.band_verdict(tuned["first_s"], frozen_default["first_s"], band=0.1)
+print(f"first call, max-autotune + freezing against default + freezing: {compile_word} (10% band): " + {
+    "higher": f"it built and timed candidates for {tuned['autotuned']} matmul(s) before running",
+    "no clear difference": "the candidates' build and timing were small here (or came from the on-disk "
+                           "autotuning cache of an earlier run)",
+    "lower": "the candidates' results came from the on-disk cache, and the rest of the compile varied"}[compile_word])
 print(f"default + freezing: {frozen_table.speedup('default + freezing'):.2f}x eager, "
       f"first call {frozen_default['first_s']:.2f} s")
 print(f"max-autotune + freezing: {frozen_table.speedup('max-autotune + freezing'):.2f}x eager, first call "
@@ -534,7 +538,8 @@ print(f"-> {verdict_line}. " + ("The four plain modes generated the same kernels
 # %% [markdown]
 # What to take from this on a CPU: use the default mode. `reduce-overhead` quietly does what
 # `default` does; `max-autotune` only tries Inductor's own matrix-multiply code with freezing on,
-# makes the compile longer (in full mode, from an empty cache, the cell above measured by how much), and whether the
+# adds building and timing the candidates to the compile (the cell above printed what that did to the
+# first call here), and whether the
 # tuned choice wins depends on your matrix sizes and on how noisy the machine was while it timed
 # the candidates (the report above shows the timings it based its choice on). This MLP spends most
 # of its time in matrix multiplies, which eager PyTorch already hands to the same libraries; that
@@ -814,19 +819,18 @@ bench.record("compile.speedup.fusion", fusion["speedup"], "x", model="element-wi
 bench.record("compile.speedup.tiny", tiny["speedup"], "x", model="tiny MLP, batch 1")
 bench.record("compile.first_call_s.fusion", fusion["first_s"], "s", model="element-wise chain", size=N,
              cache="on-disk cache as found" if config.is_quick() else "empty Inductor cache, warm process")
-if not config.is_quick():
-    # Fusion on a 4 MB tensor saves most of the memory traffic: large and robust at full size.
-    assert fusion["speedup"] > 1.5, "expected fusion to pay off on a large element-wise chain"
-print(f"recorded: fusion {fusion['speedup']:.2f}x, tiny {tiny['speedup']:.2f}x, "
+print(f"recorded: fusion {fusion['speedup']:.2f}x ({fusion['table'].verdict('compiled')}), "
+      f"tiny {tiny['speedup']:.2f}x ({tiny['table'].verdict('compiled')}), "
       f"first call of the fusion model {fusion['first_s']:.2f} s")
 
 # %% [markdown]
-# The rule of thumb for a CPU: compiling pays where time goes into **memory traffic between
-# simple operations** (element-wise chains, normalisations, activations, the glue of a model),
-# because fusion removes that traffic. It gains much less where time goes into **matrix multiplies
-# and convolutions**, which eager PyTorch already runs in tuned libraries: only the glue around them
-# gets faster. And it can lose where each call does so little work that **fixed per-call costs**
-# dominate. A GPU shifts the balance (each kernel launch costs more there, which is what CUDA
+# The rule of thumb for a CPU follows from where the time goes. Fusion removes **memory traffic
+# between simple operations** (element-wise chains, normalisations, activations, the glue of a
+# model), so that is where compiling has the most to save. Where time goes into **matrix multiplies
+# and convolutions**, which eager PyTorch already runs in tuned libraries, only the glue around them
+# can get faster. And where each call does so little work that **fixed per-call costs** dominate,
+# the compiled call's own checks can cost as much as they save. The verdicts above say how each case
+# came out on this machine. A GPU shifts the balance (each kernel launch costs more there, which is what CUDA
 # graphs remove), but the same three questions tell you what to expect. The first-call column is the price: it is paid again in every new
 # process unless the cache keeps it (section 7).
 #
@@ -1043,7 +1047,9 @@ cold_dir = CACHE_ROOT / "cold"
 shutil.rmtree(cold_dir, ignore_errors=True)       # make sure cold really is cold
 (CACHE_ROOT / "artifacts.bin").unlink(missing_ok=True)
 cache_runs = {"cold": first_call_in_new_process(cold_dir, "save")}
+libraries = {"cold": len(list(cold_dir.rglob("*.so")))}    # shared libraries the cold run built
 cache_runs["warm"] = first_call_in_new_process(cold_dir)   # same directory, new process
+libraries["warm"] = len(list(cold_dir.rglob("*.so"))) - libraries["cold"]
 
 ARTIFACT_RUN = compat.has("cache_artifacts") and (CACHE_ROOT / "artifacts.bin").exists() and not config.is_quick()
 if ARTIFACT_RUN:
@@ -1060,14 +1066,21 @@ for name, r in cache_runs.items():
 # %%
 cold, warm = cache_runs["cold"], cache_runs["warm"]
 assert cold["graph_misses"] >= 1 and warm["graph_hits"] >= 1 and warm["graph_misses"] == 0
+assert libraries["cold"] >= 1 and libraries["warm"] == 0, libraries  # the warm run built no new library
 warm_speedup = cold["first_s"] / warm["first_s"]
 sources = list(cold_dir.rglob("*.cpp"))
 kernels = [p for p in sources if "cpp_prefix.h" in p.read_text(errors="ignore")]
 print(f"The cold run compiled {len(sources)} C++ files: {len(kernels)} generated kernel(s) and "
       f"{len(sources) - len(kernels)} CPU-feature probe(s); building them took {cold['cpp_build_s']:.1f} s "
       f"of its {cold['first_s']:.1f} s first call.")
-print(f"The warm run found the graph in the cache and the libraries already built: first call "
-      f"{warm['first_s']:.2f} s, {warm_speedup:.1f}x faster than cold.")
+# One run each, no spread: the warm start counts as shorter only beyond a 10% band.
+warm_word = bench.band_verdict(warm["first_s"], cold["first_s"], band=0.1)
+print(f"The warm run found the graph in the cache ({warm['graph_hits']} hit, 0 misses) and built no new library "
+      f"({libraries['cold']} built by the cold run): first call {warm['first_s']:.2f} s against {cold['first_s']:.2f} s "
+      f"cold, {warm_word} (10% band; cold/warm {warm_speedup:.1f}x): " + {
+          "lower": "it skipped the lowering, code generation and C++ build",
+          "no clear difference": "what it skipped was small next to the rest of the first call on this machine",
+          "higher": "something else slowed this run down more than the cache saved"}[warm_word])
 if cold["artifact_kinds"]:
     size_kb = (CACHE_ROOT / "artifacts.bin").stat().st_size / 1e3
     print(f"The cold run saved {size_kb:.0f} kB of cache artifacts, of these kinds: {', '.join(cold['artifact_kinds'])}.")
@@ -1078,8 +1091,6 @@ if ARTIFACT_RUN:
           f"{cold['first_s']:.2f} s cold. On a CPU the artifacts do not carry the built libraries, so they "
           "save the tracing and code generation, not the compiler run.")
 bench.record("compile.cache.warm_speedup", warm_speedup, "x", cold_s=cold["first_s"], warm_s=warm["first_s"])
-if not config.is_quick():
-    assert warm["first_s"] < cold["first_s"], "a warm cache should make the first call faster"
 
 fig, ax = plt.subplots(figsize=(6, 0.8 + 0.5 * len(cache_runs)))
 ax.barh(list(cache_runs), [r["first_s"] for r in cache_runs.values()], color="tab:blue", label="first call")
@@ -1188,13 +1199,14 @@ exercises.check("01.cache_env", cache_env)
 #   combined with `mode`; `disable=True` is a clean off-switch.
 # - Modes are bundles of settings. On a CPU, `reduce-overhead` behaves like `default` (CUDA graphs
 #   are GPU-only) and `max-autotune` only tries Inductor's own matrix-multiply code with freezing
-#   on, at a high compile cost; on a GPU, CUDA graphs cut launch overhead but reuse their output memory.
+#   on, which adds building and timing candidates to the compile; on a GPU, CUDA graphs cut launch
+#   overhead but reuse their output memory.
 # - Bisect a problem with `eager` → `aot_eager` → `aot_eager_decomp_partition` → `inductor`, or let
 #   `CompilerBisector` do it.
-# - On a CPU compiling pays where fusion removes memory traffic, gains little where matrix
+# - On a CPU compiling has the most to save where fusion removes memory traffic, little where matrix
 #   multiplies and convolutions dominate (they run in the same libraries either way: only the glue
-#   around them is fused), and can lose on tiny calls. Measure the steady state and the first call
-#   separately, in the same run.
+#   around them is fused), and on tiny calls its own per-call checks weigh as much as the work. Measure
+#   the steady state and the first call separately, in the same run, and read the verdict for your machine.
 # - The first call is paid again in every new process unless the on-disk cache is warm; keep
 #   `TORCHINDUCTOR_CACHE_DIR`. The headline results recorded here: `compile.speedup.fusion`,
 #   `compile.speedup.tiny`, `compile.first_call_s.fusion`, `compile.train.epoch_speedup`,
