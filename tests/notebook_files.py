@@ -6,10 +6,12 @@ same source from the stored ``.ipynb`` so they check what the learner runs, not 
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import re
 import sys
+import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -49,3 +51,12 @@ def import_written(notebook: str, folder: str, name: str, into: Path) -> ModuleT
     sys.modules[name] = module
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
+
+
+@functools.cache
+def written_module(notebook: str, folder: str, name: str) -> ModuleType:
+    """Return module ``name`` as ``notebook`` writes it, imported once per test process from a folder
+    of its own under ``build/`` (so that a program started from the file finds it there)."""
+    root = config.build_dir() / "written"
+    root.mkdir(parents=True, exist_ok=True)
+    return import_written(notebook, folder, name, Path(tempfile.mkdtemp(prefix=Path(notebook).stem + "-", dir=root)))

@@ -35,6 +35,7 @@ from course_utils.serving.server import engine
 from course_utils.serving.server.percentile import nearest_rank
 from course_utils.serving.server.runner import free_port
 from course_utils.serving.server.sse import END, ERROR, TOKEN, format_event, token_event
+from notebook_files import import_written, written_module
 
 ROOT = config.REPO_ROOT
 PACKAGE = ROOT / "course_utils"
@@ -179,7 +180,9 @@ HOMES: dict[str, tuple[Callable[[ast.Module], bool], tuple[Path, ...], dict[str,
     "C++ compiler choice": (names_a_compiler, (PACKAGE, ROOT / "tools", NOTEBOOKS), {"course_utils/toolchain.py": "the home"}),
     "free port": (finds_a_free_port, (PACKAGE, ROOT / "tools", ROOT / "tests", NOTEBOOKS),
                   {"course_utils/serving/server/runner.py": "the home"}),
-    "repository root": (finds_the_repo_root, (PACKAGE, NOTEBOOKS), {"course_utils/config.py": "the home (REPO_ROOT)"}),
+    "repository root": (finds_the_repo_root, (PACKAGE, NOTEBOOKS), {
+        "course_utils/config.py": "the home (REPO_ROOT)",
+        "notebooks/src/10_serving.py": "its litserve_app.py starts itself: __file__ is that script, not the root"}),
     "child PYTHONPATH": (reads_pythonpath, (PACKAGE, ROOT / "tools", NOTEBOOKS), {"course_utils/config.py": "the home"}),
     "checkpoint format": (spells_the_checkpoint_format, (PACKAGE, ROOT / "tools", NOTEBOOKS),
                           {"course_utils/models/checkpoint.py": "the home (FORMAT)"}),
@@ -285,7 +288,6 @@ def scripted_server() -> Iterator[Callable[[str], str]]:
 
 def test_the_demo_and_the_load_generator_read_streams_with_the_course_parser(scripted_server, tmp_path):
     pytest.importorskip("gradio")
-    from notebook_files import import_written
     from course_utils.serving.server.loadgen import run_load
 
     stream_generate = import_written("10_serving.ipynb", "APPS", "demo_page", tmp_path).stream_generate
@@ -311,7 +313,8 @@ def test_the_servers_write_with_the_shared_formatter():
     from course_utils.serving.server import app
 
     assert app.token_event is token_event and app.format_event is format_event
-    litserve_app = pytest.importorskip("course_utils.serving.extras.litserve_app", reason="litserve is not installed")
+    pytest.importorskip("litserve", reason="litserve is not installed")
+    litserve_app = written_module("10_serving.ipynb", "APPS", "litserve_app")
     assert litserve_app.token_event is token_event and litserve_app.format_event is format_event
     assert TOKEN == "token"
 
@@ -435,7 +438,8 @@ def test_every_child_process_gets_the_shared_pythonpath(monkeypatch):
         assert proc.env["PYTHONPATH"] == config.child_pythonpath()
     finally:
         proc.close()
-    litserve_app = pytest.importorskip("course_utils.serving.extras.litserve_app", reason="litserve is not installed")
+    pytest.importorskip("litserve", reason="litserve is not installed")
+    litserve_app = written_module("10_serving.ipynb", "APPS", "litserve_app")
     proc = litserve_app.litserve_process()
     try:
         assert proc.env["PYTHONPATH"] == config.child_pythonpath() and Path(proc.cwd) == ROOT
@@ -487,7 +491,8 @@ def test_bare_decoding_is_timed_by_bench_first_call(monkeypatch):
 # ---- 8. request limits and sampling: the LitServe app uses the engine's ----------------------------
 
 def test_litserve_uses_the_engines_limits_check_and_sampling_seed():
-    litserve_app = pytest.importorskip("course_utils.serving.extras.litserve_app", reason="litserve is not installed")
+    pytest.importorskip("litserve", reason="litserve is not installed")
+    litserve_app = written_module("10_serving.ipynb", "APPS", "litserve_app")
     assert litserve_app.check_limits is engine.check_limits
     assert litserve_app.row_generator is engine.sampling_generator
     first, again = engine.sampling_generator(0.7, 42), engine.sampling_generator(0.7, 42)

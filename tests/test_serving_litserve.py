@@ -1,4 +1,5 @@
-"""The LitServe comparison app: real HTTP over loopback, streams parsed by the course's load generator."""
+"""Notebook 10's LitServe app (its ``litserve_app.py`` cell): real HTTP over loopback, streams parsed by the
+course's load generator."""
 
 from __future__ import annotations
 
@@ -12,11 +13,15 @@ pytest.importorskip("litserve")
 
 from course_utils.models.gpt import generate_cached  # noqa: E402
 from course_utils.serving.server.app import generate_request_model  # noqa: E402
-from course_utils.serving.extras.litserve_app import (  # noqa: E402
-    ROUTE, build_server, decode_rows, litserve_process, load_model, parse_args, request_model,
-    row_generator)
 from course_utils.serving.server.loadgen import SSEParser, run_load  # noqa: E402
 from course_utils.serving.server.settings import ServeSettings  # noqa: E402
+from notebook_files import written_module  # noqa: E402
+
+LITSERVE = written_module("10_serving.ipynb", "APPS", "litserve_app")
+
+ROUTE, build_server, decode_rows, litserve_process, load_model, parse_args, request_model, row_generator = (
+    getattr(LITSERVE, name) for name in ("ROUTE", "build_server", "decode_rows", "litserve_process", "load_model",
+                                         "parse_args", "request_model", "row_generator"))
 
 PROMPTS = ["The ", "A class ", "def main(", "import os\n"]
 NEW_TOKENS = 12

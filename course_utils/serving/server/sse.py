@@ -1,6 +1,6 @@
 """Server-sent events, the course's one home for the stream format: writing it and reading it.
 
-Every server of the course (``app``, ``litserve_app``) writes its token stream with
+Every server of the course (``app``, notebook 10's LitServe app) writes its token stream with
 ``format_event`` / ``token_event``, and every client (``loadgen``, notebook 10's demo page) reads it with
 ``SSEParser``. The format, a small subset of the WHATWG ``text/event-stream`` one:
 
