@@ -911,9 +911,11 @@ if requires_cuda("the batched decoding step on a GPU"):
 # `X-Served-By` header naming the replica. So the course's load generator drives Ray's proxy
 # unchanged, and counts which replicas answered.
 #
-# Ray here is a local, one-machine instance: no dashboard, usage statistics off, every process on
-# 127.0.0.1, its session files under `/tmp/ray`. At start it warns that token authentication is on:
-# processes that join it need the token it wrote to `~/.ray/auth_token`.
+# Ray here is a local, one-machine instance of your own: no dashboard, usage statistics off, every
+# process on 127.0.0.1, its session files in a folder of yours, `ray-<your user id>` under the
+# temporary folder (usually `/tmp`), not Ray's default `/tmp/ray`, which every user of the machine
+# shares. At start it warns that token authentication is on: processes that join it need the token
+# it wrote to `~/.ray/auth_token`.
 #
 # What two cores can and cannot show. Each replica reserves one of Ray's CPUs, so two replicas take
 # both cores, and the proxy, the controller and the load generator run on the same two cores
@@ -1128,11 +1130,6 @@ def accept_drafts(draft: list[int], predicted: list[int]) -> list[int]:
 
 
 exercises.check("13.accept_drafts", accept_drafts)
-
-# %% [markdown]
-# Stuck? `print(exercises.solution_source("13.locate"))` (or `"13.blocks_needed"`, `"13.accept_drafts"`)
-# shows a reference solution: try for yourself first.
-# Every check is saved: `print(exercises.progress_report())` lists what you have passed so far.
 
 # %% [markdown]
 # ## Summary

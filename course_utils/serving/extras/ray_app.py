@@ -10,8 +10,18 @@ replicas that served it (``run_load(..., count_header=SERVED_BY)``).
 ``ray_serving(num_replicas=2)`` is a context manager that starts a local Ray (``start_ray``:
 ``num_cpus``, no dashboard, usage statistics off, the namespace ``NAMESPACE``), deploys the
 replicas behind a proxy on a free loopback port, and on exit shuts Serve and Ray down, also when
-the body raised. Ray keeps its session files under its default temporary folder (``/tmp/ray`` on
-Linux); nothing leaves the machine: the proxy binds 127.0.0.1 and ``RAY_USAGE_STATS_ENABLED=0``.
+the body raised. Nothing leaves the machine: the proxy binds 127.0.0.1 and ``RAY_USAGE_STATS_ENABLED=0``.
+
+On a shared host (a classroom server, a JupyterHub) two learners never meet inside Ray:
+
+- ``start_ray`` always starts a Ray of its own (``address="local"``): a plain ``ray.init()`` joins a
+  cluster the host already runs (``RAY_ADDRESS``, or the last one started on the machine);
+- its session files go to a folder of this user (``ray_temp_dir()``: ``/tmp/ray-<uid>``, mode 700),
+  not Ray's default ``/tmp/ray``, which every user of the machine shares;
+- the proxy binds port 0 itself (so no other process can take the port between the choice and
+  the bind), and ``ray_serving`` finds the port it got (``proxy_port``) by asking the proxy's own
+  listening sockets for ``/health`` with a token that only this run's replicas send back
+  (``instance``). A port given explicitly is checked the same way: another server on it is an error.
 
 While it runs, ``RayServing.kill_replica()`` kills one replica actor (as a crash would, via
 ``ray.kill``); the Serve controller notices and starts a replacement, which
@@ -22,6 +32,8 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
+import tempfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -29,6 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from ..server.instance import INSTANCE_HEADER, new_token
 from ..server.settings import ServeSettings
 
 #: Response header naming the replica that answered.
@@ -67,10 +80,12 @@ class ServedBy:
 
 
 class TinyGPTReplica:
-    """One replica: the course's server app (``create_app(settings)``), tagged with its replica id."""
+    """One replica: the course's server app (``create_app(settings)``), tagged with its replica id;
+    its ``/health`` sends back ``instance`` (one token for all replicas of a deployment)."""
 
-    def __init__(self, settings: ServeSettings) -> None:
+    def __init__(self, settings: ServeSettings, instance: str | None = None) -> None:
         self.settings = settings
+        self.instance = instance
 
     def __serve_build_asgi_app__(self) -> Any:
         """Return the ASGI app this replica serves (Serve calls it once, at replica start)."""
@@ -79,7 +94,7 @@ class TinyGPTReplica:
         from ..server.app import create_app
 
         replica = serve.get_replica_context().replica_id.unique_id
-        app = create_app(self.settings)
+        app = create_app(self.settings, instance=self.instance)
         app.add_middleware(ServedBy, name=replica)
         return app
 
@@ -91,12 +106,13 @@ def replica_settings(**changes: Any) -> ServeSettings:
 
 
 def build_app(num_replicas: int = 2, settings: ServeSettings | None = None,
-              cpus_per_replica: float = 1.0) -> Any:
+              cpus_per_replica: float = 1.0, instance: str | None = None) -> Any:
     """Return the Serve application (a bound deployment) of ``num_replicas`` TinyGPT replicas.
 
     Each replica reserves ``cpus_per_replica`` of Ray's CPUs (so Ray places them where cores are
     free) and accepts up to its batch capacity of concurrent requests (Serve's default,
-    ``max_ongoing_requests=5``, would starve the engine's iteration batching).
+    ``max_ongoing_requests=5``, would starve the engine's iteration batching). ``instance`` is the
+    token their ``/health`` sends back (a random one per replica when None).
     """
     from ray import serve
 
@@ -108,7 +124,7 @@ def build_app(num_replicas: int = 2, settings: ServeSettings | None = None,
         ray_actor_options={"num_cpus": cpus_per_replica},
         max_ongoing_requests=max(1, settings.batch_capacity),
         health_check_period_s=2.0, health_check_timeout_s=30.0)
-    return deployment.bind(settings)
+    return deployment.bind(settings, instance)
 
 
 def import_ray() -> Any:
@@ -127,11 +143,45 @@ def import_ray() -> Any:
     return ray
 
 
-def start_ray(num_cpus: int | None = None, namespace: str = NAMESPACE) -> Any:
-    """Start a local Ray instance with the course's settings; return ``ray.init``'s context.
+#: The longest temporary folder Ray is given: its socket paths add about 62 characters
+#: (``/session_<date>_<time>_<pid>/sockets/plasma_store``), and a Unix socket path has at most
+#: 107 (103 on macOS).
+MAX_RAY_TEMP_CHARS = 40
 
-    ``num_cpus`` defaults to the machine's cores. No dashboard, usage statistics off, Ray's
-    own logs kept out of the notebook (``log_to_driver=False``; they stay in ``/tmp/ray``).
+
+def ray_temp_dir(base: str | os.PathLike[str] | None = None) -> str:
+    """Return this user's folder for Ray's session files, ``<temp>/ray-<uid>`` (created, mode 700).
+
+    ``base`` defaults to the temporary folder (``tempfile.gettempdir()``); where that path is too
+    long for Ray's socket paths (macOS's per-user ``/var/folders/...``), ``/tmp``. A folder of that
+    name that is not a plain folder owned by this user (left by someone else on a shared host) is
+    refused with a ``RuntimeError`` that says what to do, never written into.
+    """
+    user = os.getuid() if hasattr(os, "getuid") else os.environ.get("USERNAME", "user")
+    root = str(base) if base is not None else tempfile.gettempdir()
+    path = os.path.join(root, f"ray-{user}")
+    if len(path) > MAX_RAY_TEMP_CHARS and base is None and os.path.isdir("/tmp"):
+        path = f"/tmp/ray-{user}"
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or (hasattr(os, "getuid") and info.st_uid != os.getuid()):
+        raise RuntimeError(f"{path} is not a folder of this user (another user may have made it): remove it, "
+                           f"or point TMPDIR at a folder of your own, then start Ray again")
+    if hasattr(os, "getuid") and stat.S_IMODE(info.st_mode) & 0o077:
+        os.chmod(path, 0o700)  # other users can neither read the session files nor add to them
+    return path
+
+
+def start_ray(num_cpus: int | None = None, namespace: str = NAMESPACE) -> Any:
+    """Start a local Ray instance of this process's own with the course's settings; return ``ray.init``'s context.
+
+    ``address="local"``: a new instance even where the machine already runs a Ray cluster (a plain
+    ``ray.init()`` would join it). ``num_cpus`` defaults to the machine's cores. No dashboard, usage
+    statistics off, session files in this user's ``ray_temp_dir()``, Ray's own logs kept out of the
+    notebook (``log_to_driver=False``; they stay in that folder).
     """
     ray = import_ray()
     from ray._private import ray_constants
@@ -142,8 +192,9 @@ def start_ray(num_cpus: int | None = None, namespace: str = NAMESPACE) -> Any:
     # it is set for the processes Ray starts (environment) and for this one (module constant).
     ray_constants.ENABLE_RAY_CLUSTER = False
     logging.getLogger("ray.serve").setLevel(logging.WARNING)  # Serve's start-up lines on the driver
-    return ray.init(num_cpus=num_cpus or os.cpu_count() or 2, include_dashboard=False,
-                    namespace=namespace, log_to_driver=False, logging_level="WARNING")
+    return ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 2, include_dashboard=False,
+                    namespace=namespace, log_to_driver=False, logging_level="WARNING",
+                    _temp_dir=ray_temp_dir())
 
 
 def replica_actor_names(app_name: str = APP_NAME, deployment: str = DEPLOYMENT_NAME) -> list[str]:
@@ -237,20 +288,72 @@ def shutdown() -> None:
         ray.shutdown()
 
 
+def _proxy_pid() -> int:
+    """Return the process id of Serve's HTTP proxy actor (one machine: one proxy)."""
+    import ray
+
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+             if a.get("namespace") == "serve" and a["name"].startswith("SERVE_PROXY_ACTOR")]
+    if not names:
+        raise RuntimeError("Serve started no HTTP proxy")
+    proxy = ray.get_actor(names[0], namespace="serve")
+    return int(ray.get(proxy.__ray_call__.remote(lambda _proxy: os.getpid()), timeout=30))
+
+
+def answers_as_ours(url: str, instance: str, timeout_s: float = 2.0) -> bool:
+    """Return True when ``url``/health answers 200 with ``instance`` in its ``X-Course-Instance`` header."""
+    import httpx
+
+    try:
+        response = httpx.get(f"{url}/health", timeout=timeout_s, trust_env=False)
+    except httpx.HTTPError:
+        return False
+    return response.status_code == 200 and response.headers.get(INSTANCE_HEADER) == instance
+
+
+def proxy_port(instance: str, route_prefix: str = "/", timeout_s: float = 30.0) -> int:
+    """Return the port of Serve's HTTP proxy: the one among the proxy process's loopback listening
+    sockets whose ``<route_prefix>/health`` answers with ``instance`` (the replicas' token).
+
+    Serve's proxy binds the port it is given; given 0, it gets a free one from the system but
+    reports it nowhere, so it is found here (psutil) and checked to be this run's own app.
+    """
+    import psutil
+
+    pid = _proxy_pid()
+    prefix = route_prefix.rstrip("/")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ports = sorted({conn.laddr.port for conn in psutil.Process(pid).net_connections(kind="tcp")
+                        if conn.status == psutil.CONN_LISTEN and conn.laddr.ip == "127.0.0.1"})
+        for port in ports:
+            if answers_as_ours(f"http://127.0.0.1:{port}{prefix}", instance):
+                return port
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"none of the proxy's listening ports ({ports}) answers {prefix}/health "
+                               f"with this run's token")
+        time.sleep(0.5)
+
+
+def _port_taken(port: int) -> str:
+    return (f"port {port} on 127.0.0.1 does not reach this run's Ray proxy (another program, perhaps another "
+            f"user's server, holds it): leave port unset (or 0) for any free port, or choose another")
+
+
 @contextmanager
 def ray_serving(num_replicas: int = 2, settings: ServeSettings | None = None, *,
                 num_cpus: int | None = None, cpus_per_replica: float = 1.0, port: int | None = None,
                 route_prefix: str = "/", timeout_s: float = 180.0) -> Iterator[RayServing]:
     """Start local Ray, deploy ``num_replicas`` TinyGPT replicas behind Ray's HTTP proxy on
-    127.0.0.1 (``port``: a free one by default); yield a ``RayServing``; shut everything down on exit.
+    127.0.0.1 (``port``: any free one by default); yield a ``RayServing``; shut everything down on exit.
 
     ``num_cpus`` (default: the machine's cores) must be at least ``num_replicas * cpus_per_replica``,
-    or Ray cannot place the replicas; that is checked before anything starts.
+    or Ray cannot place the replicas; that is checked before anything starts. The replicas' ``/health``
+    sends back a token of this call's; the URL yielded is one where it does (``proxy_port``), and a
+    ``port`` given that another server holds raises a ``RuntimeError`` saying so.
     """
     import_ray()
     from ray import serve
-
-    from ..server.runner import free_port
 
     num_cpus = num_cpus or os.cpu_count() or 2
     if num_replicas * cpus_per_replica > num_cpus:
@@ -258,15 +361,27 @@ def ray_serving(num_replicas: int = 2, settings: ServeSettings | None = None, *,
                          f"num_cpus={num_cpus}; lower cpus_per_replica")
     if not route_prefix.startswith("/"):
         raise ValueError(f"route_prefix must start with '/', got {route_prefix!r}")
+    if port is not None and not 0 <= port <= 65535:
+        raise ValueError(f"port must be 0 (any free port) or from 1 to 65535, got {port}")
     start = time.perf_counter()
-    port = port or free_port()
+    instance = new_token()
     start_ray(num_cpus)
     try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port},
-                    logging_config={"enable_access_log": False, "log_level": "WARNING"})
-        serve.run(build_app(num_replicas, settings, cpus_per_replica), name=APP_NAME,
+        try:
+            serve.start(http_options={"host": "127.0.0.1", "port": port or 0},
+                        logging_config={"enable_access_log": False, "log_level": "WARNING"})
+        except Exception as err:  # the proxy's "Failed to bind", wrapped in Ray's task error
+            if "Failed to bind" not in str(err):
+                raise
+            raise RuntimeError(_port_taken(port or 0)) from None
+        serve.run(build_app(num_replicas, settings, cpus_per_replica, instance), name=APP_NAME,
                   route_prefix=route_prefix)
         wait_for_replicas(num_replicas, timeout_s)
+        if port:
+            if not answers_as_ours(f"http://127.0.0.1:{port}" + route_prefix.rstrip("/"), instance, 10.0):
+                raise RuntimeError(_port_taken(port))
+        else:
+            port = proxy_port(instance, route_prefix)
         url = f"http://127.0.0.1:{port}" + route_prefix.rstrip("/")
         yield RayServing(url=url, num_replicas=num_replicas, startup_s=time.perf_counter() - start)
     finally:

@@ -15,7 +15,9 @@ API (all JSON unless said otherwise):
   503 + ``Retry-After`` when ``embed_queue_texts`` texts already wait, or when the embedding
   worker is stopping or died (the detail says why); 504 after ``queue_timeout_s``.
 - ``GET /health`` → ``{"status": "ok", ...}``; 503 with ``"stopping"`` during shutdown, or with
-  ``"error"`` and a ``"reason"`` when a worker thread died and the server cannot serve.
+  ``"error"`` and a ``"reason"`` when a worker thread died and the server cannot serve. The answer
+  carries this server's token in the ``X-Course-Instance`` header (see ``instance``), so the process
+  that started it can tell its own server from another one on the same port.
 - ``GET /metrics`` → Prometheus text format.
 - ``/v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completions``: the OpenAI-compatible
   API on the same engine, for any OpenAI client (see ``openai_api``; its errors use the OpenAI
@@ -47,6 +49,7 @@ from .embed import MODEL_NAME, EmbedError, EmbedUnavailable, EmbedWorker
 from .engine import MAX_TEMPERATURE, MIN_TEMPERATURE, GenerationEngine, GenRequest, QueueFull, ShuttingDown
 from ..extras.engine_process import EngineProcess, merged_metrics
 from .guards import BodyLimit, ClientShare, HostCheck
+from .instance import INSTANCE_HEADER, instance_token
 from .metrics import ServingMetrics
 from ..extras.openai_api import openai_router
 from .settings import MAX_SEED, MAX_TEXTS_PER_REQUEST, RETRY_AFTER_S, ServeSettings
@@ -125,10 +128,13 @@ def _unavailable(detail: str) -> JSONResponse:
 
 
 def create_app(settings: ServeSettings | None = None, *, model: TinyGPT | None = None,
-               tokenizer: CharTokenizer | None = None, mini: object | None = None) -> FastAPI:
+               tokenizer: CharTokenizer | None = None, mini: object | None = None,
+               instance: str | None = None) -> FastAPI:
     """Return the server application. ``model``/``tokenizer`` default to the shipped checkpoint
-    (``settings.model`` overrides the path); ``mini`` to ``load_minilm()`` when ``settings.embed``."""
+    (``settings.model`` overrides the path); ``mini`` to ``load_minilm()`` when ``settings.embed``;
+    ``instance`` (the token ``/health`` sends back) to ``$COURSE_SERVER_INSTANCE``, else a random one."""
     settings = settings or ServeSettings()
+    instance = instance or instance_token()
     if model is None or tokenizer is None:
         from ...models.checkpoint import load_tiny_gpt
 
@@ -274,7 +280,8 @@ def create_app(settings: ServeSettings | None = None, *, model: TinyGPT | None =
                 "max_new_tokens_limit": settings.max_new_tokens_limit}
         if problem:
             body["reason"] = problem
-        return JSONResponse(body, status_code=200 if status == "ok" else 503)
+        return JSONResponse(body, status_code=200 if status == "ok" else 503,
+                            headers={INSTANCE_HEADER: instance})
 
     @app.get("/metrics")
     async def prometheus() -> Response:

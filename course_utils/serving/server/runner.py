@@ -23,6 +23,7 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
+from .instance import PortError, listen_socket, report_port
 from .settings import ServeSettings
 
 
@@ -86,21 +87,37 @@ def exposure_warning(settings: ServeSettings) -> str | None:
 
 
 def serve(settings: ServeSettings) -> int:
-    """Serve in the foreground until SIGINT/SIGTERM; return an exit status."""
+    """Serve in the foreground until SIGINT/SIGTERM; return an exit status.
+
+    The port is bound here, before the model loads (``instance.listen_socket``; port 0: any free
+    one): a taken port ends the command at once with a one-line error and status 1. The URL printed
+    names the port actually bound, which also goes to the file a parent process named
+    (``instance.report_port``).
+    """
     from .app import create_app
 
     warning = exposure_warning(settings)
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    app = create_app(settings)
-    server = CourseServer(app, settings)
-    print(f"serving tiny GPT on http://{settings.host}:{settings.port} (batching={settings.batching}, "
-          f"max_batch_size={settings.batch_capacity}, max_wait_ms={settings.max_wait_ms}, "
-          f"embed={settings.embed})", flush=True)
     try:
-        server.run()
-    except KeyboardInterrupt:
-        pass
+        sock = listen_socket(settings.host, settings.port)
+    except PortError as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return 1
+    with sock:
+        port = sock.getsockname()[1]
+        settings = settings.replace(port=port)
+        app = create_app(settings)
+        server = CourseServer(app, settings)
+        host = f"[{settings.host}]" if ":" in settings.host else settings.host
+        print(f"serving tiny GPT on http://{host}:{port} (batching={settings.batching}, "
+              f"max_batch_size={settings.batch_capacity}, max_wait_ms={settings.max_wait_ms}, "
+              f"embed={settings.embed})", flush=True)
+        report_port(port)
+        try:
+            server.run(sockets=[sock])
+        except KeyboardInterrupt:
+            pass
     return 0 if server.started else 1
 
 
@@ -153,7 +170,12 @@ class ThreadedServer:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """Return a TCP port that was free a moment ago on ``host``."""
+    """Return a TCP port that was free a moment ago on ``host``.
+
+    Another process (another user's, on a shared host) can take it before you bind it: a server
+    the course starts binds port 0 itself instead (``instance.listen_socket``). This is for tests
+    that need an address nobody is likely to listen on.
+    """
     with socket.socket() as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
