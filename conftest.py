@@ -42,6 +42,21 @@ def _thread_policy() -> None:
 _thread_policy()
 
 
+def _progress_in_a_temporary_file() -> None:
+    """Send the exercise checks' progress lines (``COURSE_PROGRESS``) of this run, and of every notebook
+    kernel it starts, to a temporary file removed at exit: never to the learner's own record."""
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="course-progress-")
+    atexit.register(shutil.rmtree, folder, True)
+    os.environ["COURSE_PROGRESS"] = os.path.join(folder, "progress.jsonl")
+
+
+_progress_in_a_temporary_file()
+
+
 def _compile_cache() -> None:
     """Give this process and every kernel it starts the course's compile cache (a folder in the
     user's cache that survives a reboot, ``course_utils.config.inductor_cache_dir``), the one the

@@ -9,7 +9,8 @@ also the wrong answers the test suite feeds to the checker, so every hint is tes
 
 What the learner's code raises becomes a hint too (``run``). Anything else a checker raises is a
 bug in the course: ``check(..., strict=True)`` (the test suite) lets it propagate, while a learner
-gets a one-line message instead of a traceback.
+gets a one-line message instead of a traceback. Every verdict is also appended to the learner's
+progress record (``progress.py``; ``python -m course_utils progress`` shows it).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import progress
 
 
 class Wrong(Exception):
@@ -118,23 +121,34 @@ def quiet() -> Iterator[None]:
 
 
 def check(name: str, answer: Any, *, strict: bool = False) -> Feedback:
-    """Return feedback on ``answer`` to exercise ``name``; only with ``strict`` may a bug in a checker raise."""
+    """Return feedback on ``answer`` to exercise ``name``; only with ``strict`` may a bug in a checker raise.
+
+    The verdict on a registered exercise is appended to the learner's progress record
+    (``progress.record``); a record that cannot be written costs a warning line, never the verdict.
+    """
     try:
         ex = get(name)
-    except KeyError as err:
+    except KeyError as err:  # a misspelt name is not an attempt: nothing is recorded
         return Feedback(str(name), False, str(err.args[0]))
+    feedback = _verdict(ex, answer, strict=strict)
+    progress.record(feedback.exercise, feedback.correct, feedback.message)
+    return feedback
+
+
+def _verdict(ex: Exercise, answer: Any, *, strict: bool) -> Feedback:
+    """Return the checker's feedback on ``answer``; a checker bug raises only with ``strict``."""
     try:
         with quiet():
             message = ex.checker(answer)
     except Wrong as hint:
-        return Feedback(name, False, str(hint))
+        return Feedback(ex.name, False, str(hint))
     except Exception as err:  # the checker's own code failed, not the learner's
         if strict:
             raise
-        return Feedback(name, False, f"sorry, the checker itself failed ({summary(err)}): a bug in the "
-                                     "course, not a verdict on your answer. Compare with "
-                                     f"exercises.solution_source({name!r}).")
-    return Feedback(name, True, message)
+        return Feedback(ex.name, False, f"sorry, the checker itself failed ({summary(err)}): a bug in the "
+                                        "course, not a verdict on your answer. Compare with "
+                                        f"exercises.solution_source({ex.name!r}).")
+    return Feedback(ex.name, True, message)
 
 
 def solution(name: str) -> Any:

@@ -11,6 +11,8 @@ Commands:
   stamp               write measured minutes and "last passed" into README's notebook table
   cpu [--probe]       the CPU class and instruction sets the course's results depend on
   cpu --profile avx2 -- CMD   run CMD as if the CPU had AVX2 only (torch, oneDNN, FBGEMM, Inductor)
+  progress [--file F ...]     exercises passed: your record, or one row per learner for several files
+  answers [NOTEBOOK] [EXERCISE]   list the exercises, or print their reference solutions
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ def _parser() -> argparse.ArgumentParser:
     for name, text in (("workshop-check", "can this machine run the workshop?"),
                        ("report", "build the results report"),
                        ("stamp", "stamp README's notebook table from a run summary"),
-                       ("cpu", "CPU class, or run a command under a CPU profile")):
+                       ("cpu", "CPU class, or run a command under a CPU profile"),
+                       ("progress", "which exercises are passed (one learner, or a class's files)"),
+                       ("answers", "list the exercises or print their reference solutions")):
         sub.add_parser(name, help=text, add_help=False)
     return parser
 
@@ -46,7 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command and return its exit status."""
     args, rest = _parser().parse_known_args(argv)
     delegated = {"workshop-check": "course_utils.kit.workshop", "report": "course_utils.kit.report",
-                 "stamp": "course_utils.kit.stamp", "cpu": "course_utils.kit.cpu_profiles"}
+                 "stamp": "course_utils.kit.stamp", "cpu": "course_utils.kit.cpu_profiles",
+                 "progress": "course_utils.kit.progress_report", "answers": "course_utils.kit.answers"}
     if args.command in delegated:
         import importlib
 

@@ -54,6 +54,7 @@ def _environment(quick: bool, blocked: bool, results: Path | None) -> Iterator[N
     changes = {"COURSE_QUICK": "1" if quick else "0", "MPLBACKEND": "Agg",
                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     changes.update({k: os.environ.get(k, v) for k, v in KERNEL_ENV.items()})  # thread policy
+    changes["COURSE_PROGRESS"] = os.devnull  # the shipped stubs' "Not yet" is nobody's progress
     # the course's persistent compile cache, or the learner's own (or a cold run's empty one)
     changes.update(config.compile_cache_env())
     if results is not None:

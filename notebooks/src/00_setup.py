@@ -260,6 +260,7 @@ exercises.check("00.break_even", break_even)
 # Once your `break_even` passes, the next cell applies it to what you measured above.
 # Stuck? `print(exercises.solution_source("00.break_even"))` reveals a reference solution:
 # try for yourself first.
+# Every check is saved: `print(exercises.progress_report())` lists what you have passed so far.
 
 # %%
 if exercises.check("00.break_even", break_even):

@@ -1180,6 +1180,7 @@ if feedback:
 #
 # Stuck? `print(exercises.solution_source("01.cache_env"))` (or any other exercise's name) shows a
 # reference solution: try for yourself first.
+# Every check is saved: `print(exercises.progress_report())` lists what you have passed so far.
 
 # %%
 def cache_env(cache_dir) -> dict:

@@ -1147,6 +1147,7 @@ exercises.check("02.recompile", my_letters)
 # %% [markdown]
 # Stuck? `print(exercises.solution_source("02.fullgraph"))` shows a reference solution (the same
 # works for the other two); try on your own first.
+# Every check is saved: `print(exercises.progress_report())` lists what you have passed so far.
 #
 # ## Summary
 #

@@ -848,6 +848,7 @@ my_answer = None  # Your answer here: an int
 exercises.check("03.fused_kernels", my_answer)
 
 # %% [markdown]
+# Every check is saved: `print(exercises.progress_report())` lists what you have passed so far.
 # Stuck? `print(exercises.solution_source("03.count_ops"))` reveals a reference solution;
 # try for yourself first. The next cell compiles the function of Exercise 2 and counts, so it also
 # confirms the checker's answer on your PyTorch version:

@@ -996,6 +996,7 @@ exercises.check("04.halvings", halvings)
 # %% [markdown]
 # Stuck? `print(exercises.solution_source("04.cond_export"))` (or `"04.fix_shapes"`,
 # `"04.halvings"`) shows a reference solution. Try for yourself first.
+# Every check is saved: `print(exercises.progress_report())` lists what you have passed so far.
 #
 # ## Summary
 #

@@ -945,6 +945,7 @@ exercises.check("05.jac_mode", pick_jacobian)
 #
 # Stuck on any of them? `print(exercises.solution_source("05.ensemble"))` (or the other names)
 # reveals a reference solution: try for yourself first.
+# Every check is saved: `print(exercises.progress_report())` lists what you have passed so far.
 
 # %%
 def ensemble_logits(models: list[nn.Module], x: torch.Tensor) -> torch.Tensor:

@@ -1176,6 +1176,7 @@ exercises.check("06.read_cpp_output", summarise_run)
 # %% [markdown]
 # Stuck? `print(exercises.solution_source("06.cond_export"))` shows a reference solution
 # (likewise for `"06.dynamic_batch"` and `"06.read_cpp_output"`); try for yourself first.
+# Every check is saved: `print(exercises.progress_report())` lists what you have passed so far.
 #
 # ## Summary
 #

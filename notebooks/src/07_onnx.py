@@ -764,6 +764,7 @@ exercises.check("07.dynamic_shapes", dynamic_spec)
 # **Exercise 3.** `session.run` needs a dict of inputs. Write `to_feeds(ids, mask)` returning
 # what the exported encoder expects (names and dtypes: see `sess.get_inputs()` above).
 # Stuck? `print(exercises.solution_source("07.ort_feeds"))` shows a reference solution: try first.
+# Every check is saved: `print(exercises.progress_report())` lists what you have passed so far.
 
 # %%
 def to_feeds(ids: torch.Tensor, mask: torch.Tensor) -> dict:

@@ -1073,6 +1073,7 @@ def int8_linear(x: torch.Tensor, w_q: torch.Tensor, w_scale: torch.Tensor) -> to
 exercises.check("08.int8_linear", int8_linear)
 
 # %% [markdown]
+# Every check is saved: `print(exercises.progress_report())` lists what you have passed so far.
 # Stuck? `print(exercises.solution_source("08.int8_linear"))` shows a reference solution; try
 # first. Once it passes, the cell below checks your kernel against torchao's dynamic int8 layer on
 # the MLP's first layer.

@@ -628,6 +628,7 @@ exercises.check("09.top_self_op", top_self_op)
 # compiled code. Once it passes, the next cell applies it to the two traces written above.
 # Stuck? `print(exercises.solution_source("09.count_aten_events"))` shows a reference solution:
 # try for yourself first.
+# Every check is saved: `print(exercises.progress_report())` lists what you have passed so far.
 
 # %%
 def count_aten_events(trace: dict) -> int:

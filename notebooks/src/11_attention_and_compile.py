@@ -828,6 +828,7 @@ exercises.check("11.sliding_window", make_sliding_window)
 # **Exercise 3.** Write `block_sparsity(mask, block)`: the fraction of the (block × block) tiles of a
 # square boolean mask (sides divisible by `block`) that contain no True entry, which is what a block
 # mask lets the kernel skip. Stuck? `print(exercises.solution_source("11.block_sparsity"))`.
+# Every check is saved: `print(exercises.progress_report())` lists what you have passed so far.
 
 # %%
 def block_sparsity(mask: torch.Tensor, block: int) -> float:

@@ -1069,6 +1069,7 @@ exercises.check("12.all_reduce", after_all_reduce)
 # accumulates gradients over `accumulation` micro-steps before each optimizer step. Write
 # `global_batch(per_rank, world, accumulation=1)`: over how many samples does one optimizer step
 # average? Stuck? `print(exercises.solution_source("12.global_batch"))`.
+# Every check is saved: `print(exercises.progress_report())` lists what you have passed so far.
 
 # %%
 def global_batch(per_rank: int, world: int, accumulation: int = 1) -> int:

@@ -1132,6 +1132,11 @@ def accept_drafts(draft: list[int], predicted: list[int]) -> list[int]:
 exercises.check("13.accept_drafts", accept_drafts)
 
 # %% [markdown]
+# Stuck? `print(exercises.solution_source("13.locate"))` (or `"13.blocks_needed"`, `"13.accept_drafts"`)
+# shows a reference solution: try for yourself first.
+# Every check is saved: `print(exercises.progress_report())` lists what you have passed so far.
+
+# %% [markdown]
 # ## Summary
 #
 # - The KV cache stores `2 × n_head × head_dim` numbers per token per layer, so a decoding step
