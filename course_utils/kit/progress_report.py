@@ -1,7 +1,8 @@
 """``python -m course_utils progress [--file F ...]``: which exercises has a learner (or a class) passed?
 
-Without ``--file`` it reads this learner's own record (``COURSE_PROGRESS``, else the data folder's
-``pytorch2-course/progress.jsonl``; see ``course_utils.exercises.progress``) and prints a row per
+Without ``--file`` it reads this learner's own record (``COURSE_PROGRESS``, else
+``~/.local/share/pytorch2-course/progress.jsonl`` or its ``$XDG_DATA_HOME`` equivalent; see
+``course_utils.exercises.progress``) and prints a row per
 exercise: notebook, exercise, best result (passed / not yet), attempts, last attempt; then how many
 of the course's exercises are passed. With one ``--file`` it prints that file's table; with several
 (an instructor who collected the class's files) one row per learner with the exercises passed per
@@ -23,7 +24,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Show which exercises are passed: one learner's table, or one row per learner for several files.")
     parser.add_argument("--file", action="append", type=Path, metavar="F", default=None,
                         help="a progress file (repeat for several learners); default: COURSE_PROGRESS, else "
-                             "<data folder>/pytorch2-course/progress.jsonl")
+                             "$XDG_DATA_HOME (or ~/.local/share)/pytorch2-course/progress.jsonl")
     return parser
 
 
