@@ -1021,8 +1021,9 @@ for temperature in (hot, cold):
 print("both compiled versions match eager for both temperatures (rtol=atol=1e-5)")
 
 # %% [markdown]
-# Each graph was compiled on its own, so the broken version also pays more compile time (unless
-# Inductor's on-disk cache already holds its kernels from an earlier run). Now the steady state, at
+# Each graph was compiled on its own: the broken version compiles four graphs where the fixed one
+# compiles one (the first-call times above show what that cost here, unless Inductor's on-disk cache
+# already held the kernels from an earlier run). Now the steady state, at
 # two sizes: a large tensor, where the work is in the loops over memory, and a tiny one (8 numbers),
 # where the work is almost all per-call overhead. The first tiny call recompiles each piece for the
 # new shape (guards at work); the warm-up inside `bench.compare` absorbs that.
@@ -1060,11 +1061,12 @@ print(f"\nwhy, on the {SIZE}x{SIZE} tensor: copying it once takes {copy_ms:.2f} 
          "no clear difference": "Here the saved trips were lost in the timing spread.",
          "slower": "Here the one fused loop did that arithmetic more slowly than the four separate loops, so how "
                    "each loop was compiled mattered more than the memory it saved."}[large_word])
-if not config.is_quick():
-    # Four graphs with Python and a .item() between them against one graph: on 8 numbers the
-    # per-call overhead dominates, a large and robust effect.
-    assert speedup_tiny > 1.5, "expected the fixed block to be much cheaper per call"
-
+tiny_word = tiny.verdict("compiled, fixed", "compiled, 3 breaks")
+print("why, on 8 numbers: the fixed block makes one call into one graph where the broken one enters four graphs, "
+      "checks four sets of guards and runs Python and an .item() between them; " + {
+          "faster": "here those per-call costs showed clearly.",
+          "no clear difference": "here the difference was lost in the timing spread (a busy machine?).",
+          "slower": "here something else on the machine outweighed them; rerun the cell when it is quiet."}[tiny_word])
 
 # %% [markdown]
 # Where the time goes in the broken version, on every call:
