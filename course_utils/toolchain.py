@@ -21,6 +21,31 @@ from pathlib import Path
 DEFAULT_COMPILERS = ("clang++", "g++", "c++") if sys.platform == "darwin" else ("g++", "c++", "clang++")
 #: Programs that run a compiler given as their first argument (``CXX="ccache g++"``).
 LAUNCHERS = frozenset({"ccache", "sccache", "distcc", "icecc", "buildcache"})
+#: The C++ standard the course's C++ is compiled as: torch 2.14's Inductor passes ``-std=c++20`` for
+#: its CPU code, and its headers need C++20 (``cpp/*/CMakeLists.txt`` set ``CMAKE_CXX_STANDARD 20``).
+CXX_STANDARD = "c++20"
+#: Small programs that use features a compiler gets with each standard (``check_cxx_standard``).
+STANDARD_PROBES = {
+    "c++17": (
+        "#include <optional>\n#include <string_view>\n#include <tuple>\n"
+        "template <typename T> constexpr int width() { if constexpr (sizeof(T) > 4) return 8; else return 4; }\n"
+        "int course_probe() {\n"
+        "  auto [a, b] = std::tuple<int, int>{1, 2};\n"
+        '  std::optional<std::string_view> name{"probe"};\n'
+        "  return a + b + width<long long>() + static_cast<int>(name->size());\n"
+        "}\n"
+    ),
+    "c++20": (
+        "#include <concepts>\n#include <optional>\n#include <string_view>\n"
+        "template <std::integral T> constexpr T twice(T x) { return x * 2; }\n"
+        "struct Point { int x; int y; };\n"
+        "int course_probe() {\n"
+        "  constexpr Point p{.x = 1, .y = 2};\n"
+        '  std::optional<std::string_view> name{"probe"};\n'
+        "  return twice(p.x + p.y) + static_cast<int>(name->size());\n"
+        "}\n"
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -107,6 +132,25 @@ def cxx_command(environ: Mapping[str, str] | None = None) -> list[str]:
     raise CompilerNotFound(f"no C++ compiler on PATH (looked for $CXX, {', '.join(names)})")
 
 
+def _compile(words: Sequence[str], source: str, flags: Sequence[str], output: str,
+             timeout_s: float) -> str | None:
+    """Return why compiling ``source`` (C++ text) with the compiler command ``words`` and ``flags``
+    into a file named ``output`` failed, or None when it built (in a temporary folder)."""
+    cxx = shlex.join(words)
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "probe.cpp"
+        src.write_text(source)
+        try:
+            out = subprocess.run([*words, *flags, str(src), "-o", str(Path(tmp) / output)],
+                                 capture_output=True, text=True, timeout=timeout_s, check=False)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return f"{cxx} could not be run: {err}"
+    if out.returncode != 0:
+        first = (out.stderr or out.stdout).strip().splitlines()[:1]
+        return f"{cxx} failed on a trivial file: {' '.join(first)}"
+    return None
+
+
 def check_toolchain(timeout_s: float = 60.0) -> Toolchain:
     """Return whether a C++ compiler is present and builds a trivial shared library.
 
@@ -118,17 +162,28 @@ def check_toolchain(timeout_s: float = 60.0) -> Toolchain:
     except CompilerNotFound as err:
         return Toolchain(None, False, str(err))
     cxx = shlex.join(words)
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "probe.cpp"
-        src.write_text('extern "C" int course_probe(int x) { return x + 1; }\n')
-        try:
-            out = subprocess.run(
-                [*words, "-shared", "-fPIC", "-O1", str(src), "-o", str(Path(tmp) / "probe.so")],
-                capture_output=True, text=True, timeout=timeout_s, check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as err:
-            return Toolchain(cxx, False, f"{cxx} could not be run: {err}")
-    if out.returncode != 0:
-        first = (out.stderr or out.stdout).strip().splitlines()[:1]
-        return Toolchain(cxx, False, f"{cxx} failed on a trivial file: {' '.join(first)}")
+    problem = _compile(words, 'extern "C" int course_probe(int x) { return x + 1; }\n',
+                       ["-shared", "-fPIC", "-O1"], "probe.so", timeout_s)
+    if problem is not None:
+        return Toolchain(cxx, False, problem)
     return Toolchain(cxx, True, f"{cxx} builds shared libraries")
+
+
+def check_cxx_standard(standard: str = CXX_STANDARD, timeout_s: float = 60.0) -> Toolchain:
+    """Return whether ``cxx_command()``'s compiler compiles a small program that uses ``standard``'s
+    features with ``-std=<standard>`` (``"c++17"`` or ``"c++20"``, the keys of ``STANDARD_PROBES``).
+
+    A compiler too old for the standard rejects the flag or the features (GCC before 10 has no
+    ``-std=c++20``; its library has no ``<concepts>``). Raises ValueError for another standard.
+    """
+    if standard not in STANDARD_PROBES:
+        raise ValueError(f"no probe for C++ standard {standard!r}; choose one of {', '.join(STANDARD_PROBES)}")
+    try:
+        words = cxx_command()
+    except CompilerNotFound as err:
+        return Toolchain(None, False, str(err))
+    cxx = shlex.join(words)
+    problem = _compile(words, STANDARD_PROBES[standard], [f"-std={standard}", "-c"], "probe.o", timeout_s)
+    if problem is not None:
+        return Toolchain(cxx, False, problem.replace("a trivial file", f"a small {standard.upper()} file"))
+    return Toolchain(cxx, True, f"{cxx} compiles {standard.upper()} (-std={standard})")

@@ -42,3 +42,21 @@ def test_cxx_command_splits_cxx_and_looks_programs_up_on_the_given_path(tmp_path
         toolchain.cxx_command({"CXX": "g++", "PATH": str(tmp_path)})  # no silent fallback: Inductor would fail too
     assert toolchain.split_launcher(["/opt/bin/sccache", "distcc", "clang++", "-m64"]) == (
         ["/opt/bin/sccache", "distcc"], "clang++", ["-m64"])
+
+
+def test_the_course_standard_is_the_one_its_cpp_and_inductor_ask_for():
+    """``toolchain.CXX_STANDARD`` (the doctor's probe) is what cpp/*/CMakeLists.txt set, and no older than
+    the ``-std=`` that the installed torch's Inductor passes for its CPU code."""
+    import re
+
+    from torch._inductor import cpp_builder
+
+    from course_utils.config import REPO_ROOT
+
+    number = int(toolchain.CXX_STANDARD.removeprefix("c++"))
+    lists = sorted((REPO_ROOT / "cpp").glob("*/CMakeLists.txt"))
+    assert lists
+    for path in lists:
+        assert re.findall(r"set\(CMAKE_CXX_STANDARD (\d+)\)", path.read_text()) == [str(number)], path
+    (flag,) = cpp_builder._get_cpp_std_cflag()  # private; the test moves with it if torch renames it
+    assert number >= int(re.search(r"c\+\+(\d+)", flag).group(1)), flag

@@ -3,6 +3,8 @@
 
 - ``cli``: the command line behind ``python -m course_utils <command>``.
 - ``doctor``: can this machine run the course, and if not, what do I fix?
+- ``host_checks``: the doctor's checks of the machine around Python (CMake, the C++ standard, the
+  course kernel, loopback, free disk space); ``check``: one check's outcome (ok, WARN or FAIL, and its fix).
 - ``env``: what machine, versions and C++ compiler am I on?
 - ``offline``: block the network from Python (loopback excepted) in tests and notebook kernels.
 - ``netns``: run a command in an empty Linux network namespace (the network really removed).

@@ -22,12 +22,28 @@ import sys
 from collections.abc import Sequence
 
 
+def _doctor_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Return ``parser`` with the doctor's options added (the full parser's and ``_doctor``'s own)."""
+    parser.add_argument("--fast", action="store_true", help="skip the real torch.compile probe")
+    return parser
+
+
+def _doctor(argv: Sequence[str]) -> int:
+    """Run the doctor on its own parser: the full one imports the server's settings, and the doctor
+    must answer on any Python, with nothing installed (see ``course_utils.kit.doctor``)."""
+    parser = _doctor_arguments(argparse.ArgumentParser(prog="python -m course_utils doctor",
+                                                       description="check this machine can run the course"))
+    args = parser.parse_args(argv)
+    from . import doctor
+
+    return doctor.main(["--fast"] if args.fast else [])
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m course_utils",
                                      description="Helpers for the PyTorch 2 course.")
     sub = parser.add_subparsers(dest="command", required=True)
-    doctor = sub.add_parser("doctor", help="check this machine can run the course")
-    doctor.add_argument("--fast", action="store_true", help="skip the real torch.compile probe")
+    _doctor_arguments(sub.add_parser("doctor", help="check this machine can run the course"))
     sub.add_parser("env", help="print the environment report")
     data = sub.add_parser("data", help="check or rebuild the shipped data files")
     data.add_argument("action", choices=["verify", "rebuild"])
@@ -48,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command and return its exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["doctor"]:
+        return _doctor(argv[1:])
     args, rest = _parser().parse_known_args(argv)
     delegated = {"workshop-check": "course_utils.kit.workshop", "report": "course_utils.kit.report",
                  "stamp": "course_utils.kit.stamp", "cpu": "course_utils.kit.cpu_profiles",
@@ -59,10 +78,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return module.main(rest)
     if rest:
         _parser().error(f"unrecognized arguments: {' '.join(rest)}")
-    if args.command == "doctor":
-        from . import doctor
-
-        return doctor.main(["--fast"] if args.fast else [])
     if args.command == "env":
         from .env import format_report
 
