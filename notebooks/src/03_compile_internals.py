@@ -654,28 +654,34 @@ bench.record("internals.kernels.eager", eager_count, "kernels", example="norm_ge
 bench.record("internals.kernels.fused", fused_count, "kernels", example="norm_gelu_residual", rows=ROWS, dim=DIM);
 
 # %% [markdown]
-# Fewer bytes moved should mean less time, since every operation here does little arithmetic per
-# byte. Measure it (compiled code was built above, so only the steady state is timed):
+# Every operation here does little arithmetic per byte, so memory traffic is what the fused kernel
+# saves; whether that shows as time depends on the machine's memory bandwidth, its caches and its
+# load. Measure it (compiled code was built above, so only the steady state is timed); the cell
+# prints the verdict for this machine:
 
 # %%
 table = bench.compare({"eager": norm_gelu_residual, "compiled": compiled_block}, x, weight, bias)
 print(table)
 speedup = table.speedup("compiled")
 torch.testing.assert_close(compiled_block(x, weight, bias), expected, rtol=1e-5, atol=1e-5)
-print(f"\nfused: {speedup:.2f}x the speed of eager, for {eager_ops.bytes / fused_bytes:.1f}x less memory traffic "
-      f"on paper")
-if not config.is_quick():
-    # 16 MiB tensors: eager's four passes over memory against one fused pass. The size of the gain
-    # varies with the machine (and with anything else running); its direction does not.
-    assert speedup > 1.0, "expected the fused kernel to be faster than eager at full size"
+traffic_ratio = eager_ops.bytes / fused_bytes
+print(f"\nfused: {speedup:.2f}x the speed of eager, for {traffic_ratio:.1f}x less memory traffic on paper "
+      f"(the speed-up is {'below' if speedup < traffic_ratio else 'not below'} the traffic ratio)")
+fused_word = table.verdict("compiled")
+print(f"verdict on this machine: compiled is {table.describe('compiled')}: " + {
+    "faster": "one pass over memory instead of eager's several showed in the time",
+    "no clear difference": "the saved traffic was lost in the timing spread (small tensors that stay in cache, "
+                           "or a busy machine)",
+    "slower": "the generated kernel's own passes over each row and the guard checks cost more than the "
+              "traffic it saved here"}[fused_word])
 bench.bar_chart(table, title=f"LayerNorm + GELU + residual, {ROWS}x{DIM}");
 
 
 # %% [markdown]
-# Expect the speed-up to stay below the traffic ratio: eager's
-# `native_layer_norm` is itself a hand-fused kernel, the fused kernel still passes over each row
-# more than once for the statistics (rows this size stay in cache, so that costs little), and a
-# compiled call adds guard checks. On small tensors (quick mode) fixed per-call costs dominate and
+# Whatever the verdict, the speed-up has reasons to stay below the traffic ratio (the cell compares
+# the two): eager's `native_layer_norm` is itself a hand-fused kernel, the fused kernel still
+# passes over each row more than once for the statistics (rows this size stay in cache, so that
+# costs little), and a compiled call adds guard checks. On small tensors (quick mode) fixed per-call costs dominate and
 # the ratio says little.
 #
 # ## Where fusion stops: matrix multiplies
