@@ -51,8 +51,15 @@ help:
 	@echo "make gpu-check GPU cells + the course in quick mode on a CUDA machine, with a log"
 	@echo "make clean     remove .venv, caches and build outputs"
 
+# Before making .venv: is there a Python called $(PYTHON), at the course's floor, with the venv and
+# ensurepip modules? tools/check_python.py says what to do (routes without admin rights first) when
+# not. A failed `venv` leaves no half-made .venv behind for the next `make` to trust.
 $(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make setup: no Python called '$(PYTHON)' on PATH." \
+	    "Name a Python 3.11 or newer: make setup PYTHON=/path/to/python3.11. Without admin rights:" \
+	    "'uv python install 3.11', Miniforge with environment.yml, or pyenv (README, Two commands)." >&2; exit 1; }
+	@$(PYTHON) tools/check_python.py
+	$(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); exit 1; }
 
 $(STAMP): pyproject.toml constraints.txt | $(BIN)/python
 ifneq ($(WHEELHOUSE),)
