@@ -923,24 +923,36 @@ if start is not None:
 # The first-call times show where the compile cost goes: `cond`'s first call compiles both
 # branches up front, while the Python-if version compiles only the branch it took and pays for one
 # more graph the first time the other branch runs (section 1; here, inside the correctness checks).
-# A second run of the notebook reuses Inductor's on-disk cache, so its first calls are shorter.
+# A second run of the notebook finds the generated code in Inductor's on-disk cache, so its first
+# calls skip the code generation and the C++ build.
 #
 # ### Where `cond` does not help
 #
-# Outside a compiler, `cond` is only overhead: its first eager call traces both branches, and every
-# later call still goes through that traced code's guards before running the branch. If you never
-# compile or export a function, a Python `if` is simpler; the cell below measures what the traced
-# code costs on top:
+# Outside a compiler, `cond` adds work and saves none: its first eager call traces both branches
+# into a graph (Dynamo counts it), and every later call still goes through that traced code's
+# guards before running the branch. If you never compile or export a function, a Python `if` is
+# simpler; the cell below counts the traced graphs and measures what the traced code costs on top:
 
 # %%
+from torch._dynamo.utils import counters
+
 torch._dynamo.reset()
+graphs_before = counters["stats"]["unique_graphs"]
 first_eager_cond_s = bench.first_call(clip_then_score_cond, x_loud)
+graphs_first = counters["stats"]["unique_graphs"] - graphs_before
 eager_table = bench.compare({"eager, Python if": clip_then_score, "eager cond": clip_then_score_cond}, x_loud)
-print(f"first eager call of the cond version: {first_eager_cond_s * 1e3:.0f} ms (tracing both branches)")
+torch.testing.assert_close(clip_then_score_cond(x_quiet), clip_then_score(x_quiet))  # the other branch, same graph
+graphs_later = counters["stats"]["unique_graphs"] - graphs_before - graphs_first
+print(f"first eager call of the cond version: {first_eager_cond_s * 1e3:.0f} ms, graphs traced: {graphs_first}; "
+      f"graphs traced by every later call (both branches): {graphs_later}")
+assert (graphs_first, graphs_later) == (1, 0), "eager cond traces once, then reuses the traced graph"
 print(eager_table)
-print(f"eager cond is {eager_table.describe('eager cond')}")
-if not config.is_quick():
-    assert eager_table.speedup("eager cond") < 1, "expected eager cond to cost more than a plain if"
+cond_word = eager_table.verdict("eager cond")
+print(f"eager cond is {eager_table.describe('eager cond')}: " + {
+    "slower": "the guards and the traced code's dispatch cost more than a Python if",
+    "no clear difference": "on this machine the traced code's extra cost was lost in the timing spread",
+    "faster": "on this machine the spread favoured it, although it does the same work plus the guards; "
+              "rerun the cell when the machine is quiet"}[cond_word])
 
 
 # %% [markdown]
