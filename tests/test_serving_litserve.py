@@ -297,3 +297,16 @@ def test_a_request_head_over_the_limit_gets_431(server):
             reply += chunk
     assert reply.startswith(b"HTTP/1.1 431"), reply[:200]
     assert str(limit).encode() in reply
+
+
+def test_a_taken_port_is_one_clear_line_and_the_running_app_keeps_serving(server):
+    """The app binds its port before loading the model: someone else's server there is an error, never a shared port."""
+    import subprocess
+
+    port = int(server.url.rsplit(":", 1)[1])
+    cmd = LITSERVE.command(port)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=server.env)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert f"port {port} on 127.0.0.1 is in use" in done.stderr and "--port 0" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert httpx.get(server.url + "/health", timeout=10, trust_env=False).status_code == 200

@@ -900,6 +900,7 @@ from course_utils.serving.core import sampling_generator as row_generator
 from course_utils.serving.server.app import generate_request_model, validation_error
 from course_utils.serving.server.engine import check_limits
 from course_utils.serving.server.guards import BodyLimit, HostCheck
+from course_utils.serving.server.instance import InstanceHeader, PortError, instance_token, listen_socket, report_port
 from course_utils.serving.server.runner import http_protocol
 from course_utils.serving.server.settings import ServeSettings, default_threads
 from course_utils.serving.server.sse import END, format_event, token_event
@@ -1047,8 +1048,9 @@ def build_server(max_batch_size: int = MAX_BATCH_SIZE, batch_timeout: float = BA
     api.declare_request_type(request_model(settings, tok))
     # Our BodyLimit, not LitServe's ``max_payload_size``: that one only counts while the route
     # reads (no Content-Length check first) and answers in its own words. HostCheck is added
-    # last, so it runs first, as on our server.
-    guards = [(BodyLimit, {"max_bytes": settings.max_body_bytes}), (HostCheck, {"allowed": settings.allow_hosts})]
+    # last, so it runs first, as on our server. InstanceHeader tells our parent process it reached this server.
+    guards = [(BodyLimit, {"max_bytes": settings.max_body_bytes}), (HostCheck, {"allowed": settings.allow_hosts}),
+              (InstanceHeader, {"token": instance_token()})]
     server = ls.LitServer(api, accelerator="cpu", devices=1, workers_per_device=1, timeout=60,
                           middlewares=guards)
     server.app.add_exception_handler(RequestValidationError, validation_error)
@@ -1069,15 +1071,13 @@ def command(port: int, max_batch_size: int = MAX_BATCH_SIZE, batch_timeout: floa
 
 def litserve_process(max_batch_size: int = MAX_BATCH_SIZE, batch_timeout: float = BATCH_TIMEOUT_S, model: str | None = None,
                      threads: int | None = None, startup_timeout_s: float = 90.0) -> Any:
-    """Return a ``ServerProcess`` (use it with ``with``) running this app on a free loopback port."""
+    """Return a ``ServerProcess`` (use it with ``with``) running this app on a loopback port it binds itself."""
     from course_utils.serving.server.process import ServerProcess
-    from course_utils.serving.server.runner import free_port
 
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     env = {"PYTHONPATH": config.child_pythonpath(), "PYTHONUNBUFFERED": "1"}
-    return ServerProcess(command(port, max_batch_size, batch_timeout, model, threads), f"{url}/health",
-                         startup_timeout_s=startup_timeout_s, env=env, url=url, cwd=config.REPO_ROOT)
+    # Port 0: the app binds a free port itself and reports it (no race with other programs for it).
+    return ServerProcess(command(0, max_batch_size, batch_timeout, model, threads),
+                         startup_timeout_s=startup_timeout_s, env=env, cwd=config.REPO_ROOT)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, ServeSettings]:
@@ -1110,9 +1110,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         os.environ["COURSE_SERVE_MODEL"] = args.model
     if args.threads:
         os.environ["COURSE_SERVE_THREADS"] = str(args.threads)
+    try:  # bind first: a taken port is one clear line, before the model loads
+        sock = listen_socket(args.host, args.port)
+    except PortError as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+    port = sock.getsockname()[1]
     server = build_server(args.max_batch_size, args.batch_timeout, settings)
-    # uvicorn's limits as on our server (LitServe hands these keywords to uvicorn.Config).
-    server.run(host=args.host, port=args.port, num_api_servers=1, log_level="warning",
+    report_port(port)
+    # uvicorn's limits as on our server (LitServe hands these keywords to uvicorn.Config); LitServe
+    # refuses port 0, so it gets the socket we bound (fd) and its real port.
+    server.run(host=args.host, port=port, fd=sock.fileno(), num_api_servers=1, log_level="warning",
                generate_client_file=False, limit_concurrency=settings.limit_concurrency,
                timeout_keep_alive=settings.keep_alive_s, h11_max_incomplete_event_size=settings.max_header_bytes,
                http=http_protocol(settings))  # request-head time and size limits (408, 431)
