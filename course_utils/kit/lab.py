@@ -62,6 +62,16 @@ KERNEL_NAME = "pytorch2-course"
 KERNEL_DISPLAY_NAME = "PyTorch 2 course (.venv)"
 
 
+def display_name(prefix: Path | str | None = None) -> str:
+    """Return the kernel's name in JupyterLab for environment ``prefix`` (default: this one):
+    ``KERNEL_DISPLAY_NAME``, or "PyTorch 2 course (conda: NAME)" in a conda environment (README's
+    conda route)."""
+    prefix = Path(sys.prefix if prefix is None else prefix)
+    if (prefix / "conda-meta").is_dir():
+        return f"PyTorch 2 course (conda: {prefix.name})"
+    return KERNEL_DISPLAY_NAME
+
+
 def kernel_env() -> dict[str, str]:
     """Return the course kernel's environment variables: the thread policy and the compile cache."""
     from .. import config
@@ -76,7 +86,7 @@ def install_kernel(prefix: str | None = None) -> Path:
     from ipykernel.kernelspec import install
 
     return Path(install(user=prefix is None, prefix=prefix, kernel_name=KERNEL_NAME,
-                        display_name=KERNEL_DISPLAY_NAME, env=kernel_env()))
+                        display_name=display_name(), env=kernel_env()))
 
 
 if __name__ == "__main__":
