@@ -21,6 +21,13 @@ from starlette.routing import Route
 from course_utils.serving.server.loadgen import run_load
 from course_utils.serving.server.runner import free_port
 from course_utils.serving.server.sse import END, format_event, token_event
+from notebook_files import written_module
+
+
+def ray_app():
+    """Notebook 13's ray_app.py (its %%writefile cell), imported once."""
+    pytest.importorskip("ray.serve")
+    return written_module("13_serving_engine.ipynb", "APPS", "ray_app")
 
 NEW_TOKENS = 6
 
@@ -111,7 +118,7 @@ def test_retry_arguments_are_checked():
 
 
 def test_ray_serving_refuses_replicas_that_do_not_fit():
-    from course_utils.serving.extras.ray_app import ray_serving
+    ray_serving = ray_app().ray_serving
 
     with pytest.raises(ValueError, match="do not fit"):
         with ray_serving(num_replicas=3, num_cpus=2):
@@ -132,7 +139,7 @@ def ray_daemons() -> list[psutil.Process]:
 @pytest.fixture(scope="module")
 def serving():
     pytest.importorskip("ray.serve")
-    from course_utils.serving.extras.ray_app import ray_serving
+    ray_serving = ray_app().ray_serving
 
     with ray_serving(num_replicas=2, num_cpus=2) as srv:
         daemons = ray_daemons()
@@ -144,7 +151,7 @@ def serving():
 
 def test_app_builder_reads_a_config_files_args():
     pytest.importorskip("ray.serve")
-    from course_utils.serving.extras.ray_app import app_builder
+    app_builder = ray_app().app_builder
 
     app = app_builder({"num_replicas": 3, "cpus_per_replica": 2, "threads": 2, "allow_hosts": ["a.example"]})
     deployment = app._bound_deployment
@@ -159,7 +166,7 @@ def test_both_replicas_serve_the_course_protocol(serving):
     import httpx
 
     from course_utils.models import load_tiny_gpt
-    from course_utils.serving.extras.ray_app import SERVED_BY
+    SERVED_BY = ray_app().SERVED_BY
 
     health = httpx.get(serving.url + "/health", timeout=30, trust_env=False)
     assert health.status_code == 200 and health.json()["status"] == "ok"
@@ -177,7 +184,7 @@ def test_both_replicas_serve_the_course_protocol(serving):
 
 
 def test_a_killed_replica_is_replaced_and_retries_lose_nothing(serving):
-    from course_utils.serving.extras.ray_app import SERVED_BY, replica_actor_names
+    SERVED_BY, replica_actor_names = ray_app().SERVED_BY, ray_app().replica_actor_names
 
     before = replica_actor_names()
     assert len(before) == 2

@@ -24,6 +24,7 @@ from course_utils.kit import offline
 from course_utils.serving.server.instance import (
     INSTANCE_HEADER, PortError, listen_socket, read_reported_port, report_port)
 from course_utils.serving.server.process import ServerProcess, ServerStartError, serve_in_subprocess
+from notebook_files import written_module
 
 SETTINGS = {"embed": False}  # the defaults, less the embedding model (as notebook 10 serves TinyGPT)
 
@@ -139,7 +140,8 @@ def test_two_learners_jobs_at_once_each_get_their_own_result(tmp_path):
 # ---- Ray: an instance and a folder of this user's own -------------------------------------------
 
 def test_ray_gets_a_private_folder_and_refuses_one_it_does_not_own(tmp_path, monkeypatch):
-    ray_app = pytest.importorskip("course_utils.serving.extras.ray_app")
+    pytest.importorskip("ray.serve")
+    ray_app = written_module("13_serving_engine.ipynb", "APPS", "ray_app")
     user = os.getuid() if hasattr(os, "getuid") else os.environ.get("USERNAME", "user")
     folder = Path(ray_app.ray_temp_dir(tmp_path))
     assert folder == tmp_path / f"ray-{user}" and folder.is_dir()
@@ -160,7 +162,8 @@ def test_ray_gets_a_private_folder_and_refuses_one_it_does_not_own(tmp_path, mon
 
 
 def test_ray_always_starts_its_own_instance_in_that_folder(monkeypatch):
-    ray_app = pytest.importorskip("course_utils.serving.extras.ray_app")
+    pytest.importorskip("ray.serve")
+    ray_app = written_module("13_serving_engine.ipynb", "APPS", "ray_app")
     calls = []
 
     class FakeRay:

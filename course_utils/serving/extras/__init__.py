@@ -1,9 +1,8 @@
 """What notebooks 10 and 13 show once, beside the course's server (notebook 10 writes its demo page
-and its LitServe app in cells of their own).
+and its LitServe app, notebook 13 its Ray Serve app, in cells of their own).
 
 - ``openai_api``: the OpenAI-compatible routes (``/v1/...``) on the same engine.
 - ``engine_process``: the engine in a process of its own, over a pipe.
-- ``ray_app``: the same model served by Ray Serve replicas.
 - ``breakdown``: where a server's time goes under load. ``bare``: the model's tokens/s with no server.
 - ``tokentimes``: when each streamed token arrived (TTFT, inter-token gaps, their percentiles).
 """

@@ -1,45 +1,27 @@
 """The OpenAI-compatible ``/v1`` API: returns an ``APIRouter`` that ``create_app`` mounts beside ``/generate``.
 
-Any client that speaks the OpenAI API (the official ``openai`` package, and the many tools built
-on it) can use the course's server: ``OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="unused")``.
-The routes run on the same ``GenerationEngine`` as ``/generate`` (same queue, same batches):
+Any client of the OpenAI API (the official ``openai`` package and the tools built on it) can use
+the course's server: ``OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="unused")``. The
+routes run on the same ``GenerationEngine`` as ``/generate`` (same queue, same batches):
+``GET /v1/models`` (one model, ``"tiny-gpt"``), ``POST /v1/completions`` (a text prompt) and
+``POST /v1/chat/completions`` (``messages``; the tiny GPT is a character-level text model, not a
+chat model, so a chat becomes one ``Role: content`` transcript ending in ``"Assistant:"``, see
+``chat_prompt``, and the answer is the model's continuation of it). Both take ``max_tokens``
+(chat: ``max_completion_tokens``), ``temperature`` (default 1, as in the API; 0 is greedy),
+``seed``, ``stop`` (up to ``MAX_STOP`` strings, cut before the first one, see ``StopScanner``),
+``stream`` and ``stream_options.include_usage``.
 
-- ``GET /v1/models`` and ``GET /v1/models/{id}``: the one model, ``"tiny-gpt"``.
-- ``POST /v1/completions``: ``prompt`` (a string, or a list holding one string), ``max_tokens``
-  (default ``min(64, max_new_tokens_limit)``, at most ``max_new_tokens_limit``),
-  ``temperature`` (default 1 as in the OpenAI API; 0 is greedy, otherwise between the engine's
-  ``MIN_TEMPERATURE`` and ``MAX_TEMPERATURE``), ``seed`` (0 .. 2**63-1; same seed, same text),
-  ``stop`` (a string or up to 4, each at most ``max_stop_chars`` long; the text ends before the
-  first one and the stop string is not returned), ``stream``, ``stream_options.include_usage``.
-- ``POST /v1/chat/completions``: ``messages`` (roles system/developer/user/assistant, content a
-  string or a list of text parts) and the same parameters (``max_completion_tokens`` or its older
-  name ``max_tokens``). The tiny GPT is a plain character-level text model trained on Python's
-  documentation, not a chat model: the messages become one prompt through ``chat_prompt`` (a plain
-  transcript, one ``Role: content`` line per message, then ``"Assistant:"``) and the answer is
-  the model's continuation of that transcript, not a real reply.
+A token is one character here, so ``usage`` counts characters. A stream is ``data: {chunk}``
+events, then ``data: [DONE]``; a failure after it started ends it with ``data: {"error": ...}``
+and no ``[DONE]``. A client that disconnects frees its batch row, streamed or not.
 
-A token is one character here, so ``usage`` counts characters: ``prompt_tokens`` those of the
-prompt, ``completion_tokens`` those the model generated up to the end of the answer (including a
-stop string it wrote). ``finish_reason`` is ``"length"`` or ``"stop"``. With ``"stream": true``
-the answer is ``text/event-stream``: ``data: {chunk}`` events (a chat stream's first chunk carries
-``delta.role``, its last one the ``finish_reason``; with ``include_usage`` one more chunk with
-empty ``choices`` and the ``usage``), then ``data: [DONE]``. A failure after the stream started
-ends it with ``data: {"error": {...}}`` (the official client raises ``APIError``) and no
-``[DONE]``. A client that disconnects frees its batch row, as on ``/generate``, streamed or not:
-a non-streamed answer is cancelled (counted ``"cancelled"``) as soon as its client hangs up
-(``server.disconnect``), not computed to the end for nobody.
-
-Requests follow the API's field names; what this server cannot do is refused, never silently
-ignored: ``n`` other than 1, ``best_of`` > 1, ``echo``, ``logprobs``, ``suffix``, ``top_p`` < 1,
-penalties other than 0, a ``logit_bias``, tools, a JSON ``response_format``, token-id prompts.
-Harmless bookkeeping fields (``user``, ``metadata``, ``store``, ``service_tier``,
-``parallel_tool_calls``) are accepted and ignored. Unknown fields are rejected, as the OpenAI API
-does ("Unrecognized request argument supplied"), so a typo is not mistaken for a setting.
-
-Every error is ``{"error": {"message", "type", "param", "code"}}``: 400 ``invalid_request_error``
-for bad input (including malformed JSON and schema violations, which ``/generate`` answers with
-its own 422), 404 for an unknown model, 503 + ``Retry-After`` when the queue is full or the server
-is stopping, 504 when no batch slot freed up within ``queue_timeout_s``, 500 when generating failed.
+What this server cannot do is refused with a 400 naming the parameter (the ``ONLY`` table), never
+silently ignored; bookkeeping fields (``user``, ``metadata``, ``store``, ``service_tier``) are
+accepted and ignored; unknown fields are rejected, as the OpenAI API does, so a typo is not
+mistaken for a setting. Every error has the API's shape, ``{"error": {"message", "type", "param",
+"code"}}``: 400 for bad input (malformed JSON included), 404 for an unknown model, 503 with
+``Retry-After`` when the queue is full or the server stops, 504 when no batch slot freed up in
+time, 500 when generating failed.
 """
 
 from __future__ import annotations

@@ -102,12 +102,12 @@ def read_reported_port(path: str | os.PathLike[str]) -> int | None:
     return port if 0 < port < 65536 else None
 
 
-class InstanceHeader:
-    """ASGI middleware: adds ``INSTANCE_HEADER: <token>`` to every HTTP response of ``app``."""
+class ResponseHeader:
+    """ASGI middleware: adds the header ``name: value`` to every HTTP response of ``app``."""
 
-    def __init__(self, app: Any, token: str) -> None:
+    def __init__(self, app: Any, name: str, value: str) -> None:
         self.app = app
-        self.header = (INSTANCE_HEADER.encode(), token.encode())
+        self.header = (name.encode(), value.encode())
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -120,3 +120,10 @@ class InstanceHeader:
             await send(message)
 
         await self.app(scope, receive, send_with_header)
+
+
+class InstanceHeader(ResponseHeader):
+    """ASGI middleware: adds ``INSTANCE_HEADER: <token>`` to every HTTP response of ``app``."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        super().__init__(app, INSTANCE_HEADER, token)
