@@ -563,8 +563,10 @@ fig.tight_layout();
 # %%
 square = [r for r in jac_rows if r["predicted"] is None]
 for r in square:
+    gap = max(r['rev_ms'], r['fwd_ms']) / min(r['rev_ms'], r['fwd_ms'])
     print(f"square {r['n_in']}x{r['n_out']}: jacrev {r['rev_ms']:.3f} ms, jacfwd {r['fwd_ms']:.3f} ms; "
-          f"{r['faster']} is faster by {max(r['rev_ms'], r['fwd_ms']) / min(r['rev_ms'], r['fwd_ms']):.2f}x")
+          + (f"no clear winner ({gap:.2f}x apart, inside the timing spread)" if r["faster"] == "tie"
+             else f"{r['faster']} is faster by {gap:.2f}x"))
 
 
 def wrong_over_right(r: dict) -> float:
@@ -750,13 +752,42 @@ assert not torch.equal(ens_params[w0][0], ensemble[0].net[0].weight)
 print("the stacked tensors are copies: changing a model afterwards does not change them "
       "(train the stacked tensors, e.g. torch.optim.SGD(ens_params.values(), lr=...))")
 
-
 # %% [markdown]
 # How much does it save? A deep ensemble used for uncertainty often scores small batches with a
-# handful to a few dozen members, so we time a batch of 32 digits through ensembles of
-# growing size. The loop pays every member's per-operation overhead; `vmap` pays it once.
+# handful to a few dozen members, so we time a batch of 32 digits through ensembles of growing
+# size, starting from a single member. The loop dispatches every operation of every member, each
+# with its own Python and dispatcher overhead and a small kernel; `vmap` dispatches one batched
+# operation per step for all members (a batched matrix multiply over the stacked weights), so its
+# count of operations does not grow with the ensemble. The cell counts both (a `TorchDispatchMode`
+# sees every operator that runs a kernel, as in notebook 03). Fewer operations is not automatically
+# less time: a batched product over stacked weights can run slower on a CPU than the separate small
+# products it replaces, depending on the matrix library, the instruction set and what else is
+# running, and with a single member there is nothing to batch at all. The cell prints a verdict for
+# each size.
 
 # %%
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+class CountKernels(TorchDispatchMode):
+    """Count the ATen operators that run a kernel (views launch none)."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not func.is_view:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def kernels_of(fn, *args) -> int:
+    with CountKernels() as counter:
+        fn(*args)
+    return counter.count
+
+
 def vmapped_ensemble(members: list[nn.Module]):
     """Return (fn, params, buffers) with fn(params, buffers, x) running every member on x."""
     params, buffers = stack_module_state(members)
@@ -766,30 +797,57 @@ def vmapped_ensemble(members: list[nn.Module]):
 
 
 ENS_BATCH, ENS_HEADLINE = 32, 16
-ENS_COUNTS = config.pick(quick=[4, 16], full=[2, 4, 8, 16, 32])
+ENS_COUNTS = config.pick(quick=[1, 4, 16], full=[1, 2, 4, 8, 16, 32])
 x_ens = x_digits[:ENS_BATCH]
-ens_rows = []
+ens_rows, ens_tables = [], {}
 with torch.no_grad():
     for n in tqdm(ENS_COUNTS, desc="ensemble sizes"):
         members = [MLP(64, 128, 10, depth=2) for _ in range(n)]
         fn, p, b = vmapped_ensemble(members)
-        torch.testing.assert_close(fn(p, b, x_ens), torch.stack([m(x_ens) for m in members]), rtol=1e-5, atol=1e-5)
-        t = bench.compare({"loop": lambda x: torch.stack([m(x) for m in members]),
-                           "vmap": lambda x: fn(p, b, x)}, x_ens)
-        ens_rows.append((n, t.row("loop").median_s * 1e3, t.row("vmap").median_s * 1e3, t.speedup("vmap")))
-        if n == ENS_HEADLINE:
-            ens_table = t
+        run_loop, run_vmap = (lambda x: torch.stack([m(x) for m in members])), (lambda x: fn(p, b, x))
+        torch.testing.assert_close(run_vmap(x_ens), run_loop(x_ens), rtol=1e-5, atol=1e-5)
+        ops = {"loop": kernels_of(run_loop, x_ens), "vmap": kernels_of(run_vmap, x_ens)}
+        t = ens_tables[n] = bench.compare({"loop": run_loop, "vmap": run_vmap}, x_ens)
+        ens_rows.append(dict(n=n, loop_ops=ops["loop"], vmap_ops=ops["vmap"], loop_ms=t.row("loop").median_s * 1e3,
+                             vmap_ms=t.row("vmap").median_s * 1e3, speedup=t.speedup("vmap"),
+                             verdict=t.verdict("vmap", "loop")))
 
-print(f"{'models':>7} {'loop ms':>9} {'vmap ms':>9} {'loop/vmap':>10}")
-for n, loop_ms, vmap_ms, s in ens_rows:
-    print(f"{n:>7} {loop_ms:>9.3f} {vmap_ms:>9.3f} {s:>9.2f}x")
-ens_speedup = dict((n, s) for n, _, _, s in ens_rows)[ENS_HEADLINE]
+print(f"{'models':>7} {'loop ops':>9} {'vmap ops':>9} {'loop ms':>9} {'vmap ms':>9} {'loop/vmap':>10}  vmap is")
+for r in ens_rows:
+    print(f"{r['n']:>7} {r['loop_ops']:>9} {r['vmap_ops']:>9} {r['loop_ms']:>9.3f} {r['vmap_ms']:>9.3f} "
+          f"{r['speedup']:>9.2f}x  {r['verdict']}")
+# The mechanism, on every machine: the loop's operations grow with the members, vmap's do not.
+per_member = ens_rows[0]["loop_ops"] - 1  # one member's operations; the loop adds one stack
+assert all(r["loop_ops"] == r["n"] * per_member + 1 for r in ens_rows), ens_rows
+assert len({r["vmap_ops"] for r in ens_rows}) == 1, "vmap runs the same batched operations for any ensemble size"
+ens_table = ens_tables[ENS_HEADLINE]
+ens_speedup = ens_table.speedup("vmap")
 bench.record("func.ensemble.speedup", ens_speedup, "x", models=ENS_HEADLINE, batch=ENS_BATCH,
              model="MLP(64, 128, 10, depth=2)")
-print(f"\n{ENS_HEADLINE} MLPs on a batch of {ENS_BATCH}: vmap is {ens_table.describe('vmap', 'loop')}")
+
+
+def ensemble_reason(r: dict) -> str:
+    """Why vmap came out as it did for one ensemble size, from the counted operations."""
+    lead = "one member, so nothing to batch; " if r["n"] == 1 else ""
+    counts = f"{lead}{r['loop_ops']} operations in the loop, {r['vmap_ops']} under vmap"
+    return counts + {
+        "faster": ": the overhead vmap removed outweighed the cost of its batched kernels",
+        "no clear difference": ": the difference stayed inside the timing spread (the overhead saved and the "
+                               "cost of the batched kernels roughly cancel, or the machine was busy)",
+        "slower": ": the batched kernels (products over stacked weights) cost more here than the overhead "
+                  "they saved (the matrix library, the instruction set and the load decide)"}[r["verdict"]]
+
+
+print()
+for r in ens_rows:
+    print(f"{r['n']:>2} model(s): vmap is {ens_tables[r['n']].describe('vmap', 'loop')}. Why: {ensemble_reason(r)}")
+noisy = [n for n, t in ens_tables.items() if t.spread_note()]
+if noisy:
+    print(f"note: the timing spread (IQR) was over 20% of the median at {', '.join(map(str, noisy))} model(s): this "
+          "machine was busy while measuring, so treat those verdicts with care and rerun the cell")
 
 fig, ax = plt.subplots(figsize=(6.5, 3.2))
-ax.plot([r[0] for r in ens_rows], [r[3] for r in ens_rows], "o-")
+ax.plot([r["n"] for r in ens_rows], [r["speedup"] for r in ens_rows], "o-")
 ax.axhline(1, color="grey", lw=0.8)
 ax.set_xscale("log", base=2)
 ax.set_xticks(ENS_COUNTS, labels=[str(n) for n in ENS_COUNTS])
@@ -799,12 +857,13 @@ ax.set_title(f"ensemble of MLPs, batch {ENS_BATCH}: vmap against a loop")
 fig.tight_layout();
 
 # %% [markdown]
-# Any gain comes from replacing many small operations with a few batched ones (a batched
-# matrix multiply over the models): the more members share each batched operation, the more
-# per-operation overhead there is to remove, and the table above shows how that played out on this
-# machine. When each model is big enough to keep the CPU busy on its own, there is less overhead to
-# remove, and the batched version also has to gather the stacked weights. The same comparison with
-# much wider members:
+# What `vmap` changes is the number of operations (counted above): the more members share each
+# batched operation, the more per-operation overhead the loop pays that `vmap` does not. What it
+# costs is the batched kernels themselves. When each model is wide enough to keep the CPU busy on
+# its own, overhead is a smaller share of the loop's time, so there is less for `vmap` to remove,
+# and what is left is how a batched product over stacked weights compares with separate products
+# on this CPU. The same comparison with much wider members (same operation counts, more arithmetic
+# per operation), with its own verdict:
 
 # %%
 WIDE = config.pick(quick=512, full=1024)  # hidden width, instead of 128
@@ -820,12 +879,13 @@ wide_speedup = wide_table.speedup("vmap")
 # Two separate tables: call it a change only when the ratios differ by more than 10%.
 width_word = bench.band_verdict(wide_speedup, ens_speedup, band=0.1)
 print(f"\n{ENS_HEADLINE} members, width 128: vmap {ens_speedup:.2f}x the loop; width {WIDE}: {wide_speedup:.2f}x "
-      f"(vmap is {wide_table.describe('vmap', 'loop over models')}). " + (
-          "The gain shrank as the models grew: the loop's overhead became a smaller part of the time."
+      f"(at width {WIDE}, vmap is {wide_table.describe('vmap', 'loop over models')}). " + (
+          "On this machine the ratio fell as the models grew: the loop's overhead became a smaller part of the time."
           if width_word == "lower" else
-          "On this machine the gain grew at this width: the batched kernels used the CPU better than the loop."
+          "On this machine the ratio rose at this width: the batched kernels used the CPU better than the "
+          "loop's separate ones once each product had more work."
           if width_word == "higher" else
-          "On this machine the width made no clear difference to the gain (within 10%)."))
+          "On this machine the width made no clear difference to the ratio (within 10%)."))
 
 # %% [markdown]
 # ## Composing with `torch.compile`
@@ -967,13 +1027,14 @@ exercises.check("05.ensemble", ensemble_logits)
 #   to `functional_call` on a model built **once**.
 # - `jacfwd` for tall Jacobians, `jacrev` for wide ones: the table above checks that the rule never
 #   picked the clearly slower mode (`func.jac.best_mode_correct`; near-square shapes can tie), and
-#   at lopsided shapes the wrong mode costs many times more.
+#   the cell prints how much more the rejected mode cost at the most lopsided shapes.
 # - Per-sample gradients with `vmap(grad(...))` replace a Python loop's per-sample operations with
 #   one batched set (`func.per_sample_grad.speedup`), and an ensemble of small models runs as one
-#   vmapped model (`func.ensemble.speedup`). Both gains come from removing per-operation overhead,
-#   so they shrink where little overhead is left: a batch of one, an ensemble of two, or models big
-#   enough to keep the CPU busy. The tables above show how the factors moved with the batch and
-#   the number of members on your machine.
+#   vmapped model (`func.ensemble.speedup`): the loop's operation count grows with the samples or
+#   members, vmap's does not (counted for the ensemble). Whether that shows as time depends on how
+#   much overhead there was to remove (none with a batch of one or a single member, less with
+#   models big enough to keep the CPU busy) and on how the batched kernels compare with the small
+#   ones on your CPU and under its load: the verdict lines above say what happened on yours.
 #
 # **Next:** notebook 06 turns a model into a standalone program with `torch.export`.
 #
