@@ -1,5 +1,5 @@
-"""What notebooks 10 and 13 show once, beside the course's server (notebook 10 writes its demo page
-and its LitServe app, notebook 13 its Ray Serve app, in cells of their own).
+"""What notebooks 10 and 13 show once beside the course's server (their Gradio page, LitServe and Ray
+Serve apps are programs they write in cells of their own).
 
 - ``openai_api``: the OpenAI-compatible routes (``/v1/...``) on the same engine.
 - ``engine_process``: the engine in a process of its own, over a pipe.

@@ -1,14 +1,12 @@
 """Where a server's time goes under load: its threads' CPU seconds, its engine's phases, core pinning.
 
 ``Snapshot.take(url, pid)`` reads a running course server's ``/metrics`` (the worker's seconds per
-phase, decoding steps, rows per step, prefills) and, on Linux, the CPU seconds of each of the
-server process's threads from ``/proc``; ``snapshot_b.since(snapshot_a)`` gives what happened in
-between as a ``Breakdown``, and ``Breakdown.wall_seconds(bare_tokens_per_s)`` splits its wall time
-into the bare model's floor and each loss beyond it. ``pin_process`` puts every thread of a
-process on the given cores (``os.sched_setaffinity``, Linux), so a load generator and a server can
-each have their own (``pinned`` does it for a ``with`` block); ``engine_child`` finds a server's
-engine process to pin apart; ``measure(url, pid, work)`` is the before/after around one load run.
-Where the OS offers neither, the functions say so (empty dicts, ``False``) instead of failing.
+phase, steps, rows per step, prefills) and its threads' CPU seconds (psutil); ``later.since(earlier)``
+is a ``Breakdown`` of what happened in between, whose ``wall_seconds(bare_tokens_per_s)`` splits the
+wall time into the bare model's floor and each loss beyond it; ``measure(url, pid, work)`` takes the
+two snapshots around one load run. ``pin_process`` and ``pinned`` put processes on cores of their
+own (Linux), ``engine_child`` finds a server's engine process; where the OS cannot, they say so
+(``False``, ``None``, empty dicts) instead of failing.
 """
 
 from __future__ import annotations
@@ -18,10 +16,10 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TypeVar
 
 import httpx
+import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 T = TypeVar("T")
@@ -40,68 +38,50 @@ WALL_PARTS = (
 
 
 def process_tree(pid: int) -> list[int]:
-    """Return ``pid`` and its descendants (Linux ``/proc``; just ``[pid]`` elsewhere)."""
-    out, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        out.append(current)
-        try:
-            for task in Path(f"/proc/{current}/task").iterdir():
-                todo += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return out
+    """Return ``pid`` and its descendants (``[]`` when the process is gone)."""
+    try:
+        return [pid] + [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
 
 
 def thread_cpu_seconds(pid: int, children: bool = True) -> dict[int, float]:
     """Return {thread id: CPU seconds (user + system)} of process ``pid`` and, with ``children``,
-    of every process it started (a server's engine process); {} where there is no ``/proc``
-    (not Linux) or the process is gone."""
-    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    of every process it started (a server's engine process); {} when the process is gone."""
     out: dict[int, float] = {}
-    tasks = []
     for proc in process_tree(pid) if children else [pid]:
         try:
-            tasks += list(Path(f"/proc/{proc}/task").iterdir())
-        except OSError:
-            continue
-    for task in tasks:
-        try:
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # the thread ended meanwhile
-        out[int(task.name)] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+            out.update({t.id: t.user_time + t.system_time for t in psutil.Process(proc).threads()})
+        except psutil.Error:
+            continue  # it ended meanwhile
     return out
 
 
 def pin_process(pid: int, cores: set[int], children: bool = True) -> bool:
     """Put every thread of process ``pid`` (and, with ``children``, of the processes it started)
-    on ``cores``; return False where the OS cannot (no ``sched_setaffinity``, no ``/proc``, or a
-    core that does not exist)."""
+    on ``cores``; return False where the OS cannot (no ``sched_setaffinity``: macOS, Windows; or
+    a core that does not exist)."""
     if not hasattr(os, "sched_setaffinity") or not cores:
         return False
     try:
-        tids = [int(t.name) for proc in (process_tree(pid) if children else [pid])
-                for t in Path(f"/proc/{proc}/task").iterdir()]
-        if not tids:
-            return False
+        tids = [t.id for proc in (process_tree(pid) if children else [pid]) for t in psutil.Process(proc).threads()]
         for tid in tids:
             os.sched_setaffinity(tid, cores)
-    except (OSError, ValueError):
+    except (OSError, ValueError, psutil.Error):
         return False
-    return True
+    return bool(tids)
 
 
 def engine_child(server_pid: int) -> int | None:
     """Return the pid of a course server's engine process (``engine_process=True``): its descendant
     that ``multiprocessing`` spawned and that is not the resource tracker; None when it has none
-    (an engine thread) or the OS has no ``/proc``."""
+    (an engine thread)."""
     for pid in process_tree(server_pid)[1:]:
         try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
+            cmd = " ".join(psutil.Process(pid).cmdline())
+        except psutil.Error:
             continue
-        if b"spawn_main" in cmd and b"resource_tracker" not in cmd:
+        if "spawn_main" in cmd and "resource_tracker" not in cmd:
             return pid
     return None
 

@@ -1,36 +1,28 @@
 """The generation engine in its own process, so the model never waits for the HTTP side's GIL.
 
-``GenerationEngine`` runs its worker as a thread of the server process. Torch releases the GIL
-inside each operator, but the Python between a decoding step's operators needs it, and so does
-the event loop that parses requests and writes tokens: on a small machine the worker spends a
-large part of each step waiting for the loop (``serving.extras.breakdown`` measures it). Production
-engines split the two (vLLM runs its engine core in a separate process from its API server);
-``ServeSettings(engine_process=True)`` (``serve --engine-process``) does the same here.
-
-``EngineProcess`` has the interface the routes use (``warm_up``, ``start``, ``submit`` returning a
-request with ``events`` and ``cancel()``, ``begin_shutdown``, ``stop``, ``failure``, ``rows`` and
-``queue`` for ``/health``). It starts a child process (``spawn``) that runs an ordinary
-``GenerationEngine``; the two talk over one ``multiprocessing`` pipe:
+In the server process, the worker thread needs the GIL for the Python between a step's operators,
+and so does the event loop that parses requests and writes tokens; on a small machine the worker
+waits for the loop a large part of each step (``extras.breakdown`` measures it). Production engines
+split the two (vLLM runs its engine core apart from its API server); ``ServeSettings(engine_process=True)``
+(``serve --engine-process``) does it here: ``EngineProcess`` has the interface the routes use
+(``warm_up``, ``start``, ``submit`` returning a request with ``events`` and ``cancel()``,
+``begin_shutdown``, ``stop``, ``failure``, ``rows``, ``queue``) and runs an ordinary
+``GenerationEngine`` in a ``spawn``ed child, over one ``multiprocessing`` pipe:
 
 - parent → child: ``("submit", rid, ids, max_new_tokens, temperature, seed)``, ``("cancel", rid, outcome)``,
   ``("metrics", ticket)``, ``("shutdown", detail)``, ``("stop",)``;
 - child → parent: ``("ready", warm_up_s)``, ``("events", [(rid, event), ...], active, queued,
-  failure)`` once per flush of the worker (``stream_interval_ms``; also with no events when a
-  cancelled request changed the rows or the queue), ``("metrics", ticket, text)``,
-  ``("stopped",)``; or ``("failed", message)`` when the child could not start.
+  failure)`` once per flush of the worker, ``("metrics", ticket, text)``, ``("stopped",)``; or
+  ``("failed", message)`` when the child could not start.
 
-Events are the engine's own (``("token", id)``, ``("end", info)``, ``("error", info)``); a full
-queue or a stopping engine answers a submit with an ``error`` event of status 503, which the
-routes already turn into 503 + ``Retry-After``. If the child dies, every open request gets a 503
-error event, ``failure`` says why (``/health`` reports it, and the log has it as critical) and later
-requests get 503: the engine is not restarted (a child that died once, for instance of memory, would
-likely die again with the same requests; an operator restarts the server, the failure in plain view).
+Events are the engine's own; a full queue or a stopping engine answers a submit with a 503
+``error`` event. If the child dies, every open request gets a 503 error event, ``failure`` says why
+(``/health`` reports it; logged as critical) and later requests get 503: the engine is not restarted
+(a child that died once, say of memory, would likely die again on the same requests).
 
-The event loop never blocks on the pipe: ``submit``, ``cancel`` and the rest queue their message
-for a sender thread. A child that stops reading (stopped with SIGSTOP, hung) then costs only queued
-messages: past ``OUTBOX_LIMIT`` of them ``submit`` raises ``QueueFull`` (503), and once a write
-has been blocked for ``STALL_S``, ``failure`` (so ``/health``) says so until the child reads again.
-A cancelled request leaves the table of open requests at once (its route waits for nothing more).
+The event loop never blocks on the pipe: messages go through a sender thread. A child that stops
+reading (stopped, hung) costs only queued messages: past ``OUTBOX_LIMIT`` ``submit`` raises
+``QueueFull`` (503), and once a write has been blocked for ``STALL_S``, ``failure`` says so.
 The engine's metrics live in the child; ``metrics_text()`` fetches them for ``/metrics``.
 """
 

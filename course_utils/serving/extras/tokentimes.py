@@ -1,9 +1,8 @@
-"""When did each streamed token arrive? Per-request token timestamps, time to first token and
-inter-token gaps, summarised with the course's one percentile rule (``serving.percentile``).
+"""When did each streamed token arrive? Time to first token and inter-token gaps per request,
+summarised with the course's one percentile rule (``serving.server.percentile``).
 
-A serving loop calls ``TokenClock.arrive(rid)`` when a request arrives and ``token(rid)`` each time
-that request gets a token; ``ttft_s``, ``gaps_s`` and ``summary_ms`` read the figures back. The clock
-is ``time.perf_counter`` unless a test passes its own.
+A serving loop calls ``TokenClock.arrive(rid)`` when a request arrives and ``token(rid)`` for each
+of its tokens; ``ttft_s``, ``gaps_s`` and ``summary_ms`` read the figures (clock: ``time.perf_counter``).
 """
 
 from __future__ import annotations
