@@ -102,7 +102,7 @@ doctor: setup
 # Stored outputs come from a real full-mode run, never from hand edits.
 execute: kernel
 	@test -n "$(NB)" || { echo "usage: make execute NB=notebooks/00_setup.ipynb"; exit 2; }
-	$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+	COURSE_PROGRESS=/dev/null $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
 	    --ExecutePreprocessor.kernel_name=$(KERNEL_NAME) --ExecutePreprocessor.timeout=3600 $(NB)
 	$(BIN)/python tools/nbclean.py $(NB)
 	$(BIN)/python -m course_utils.kit.sources write $(NB)

@@ -158,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("== doctor", flush=True)
     checks = doctor.run_checks()
     for check in checks:
-        print(f"{'ok  ' if check.ok else 'FAIL'}  {check.name}: {check.detail}", flush=True)
+        print(check.line(), flush=True)  # ok, WARN (passes, costs something) or FAIL
     failures = [f"{c.name}: {c.fix}" for c in checks if not c.ok]
     print(f"== notebooks (quick mode; {network})", flush=True)
     paths = args.notebooks or course_notebooks()
