@@ -101,6 +101,15 @@ def test_default_threads_follow_torch(tmp_path):
     assert session.get_session_options().intra_op_num_threads == torch.get_num_threads()
 
 
+def test_idle_threads_sleep_unless_spinning_is_asked_for(tmp_path):
+    path = tmp_path / "id.onnx"
+    _identity_model(path)
+    default = onnx_tools.ort_session(path).get_session_options()
+    spinning = onnx_tools.ort_session(path, spinning=True).get_session_options()
+    assert default.get_session_config_entry(onnx_tools.SPINNING_KEY) == "0"
+    assert spinning.get_session_config_entry(onnx_tools.SPINNING_KEY) == "1"
+
+
 def test_missing_file_names_the_fix(tmp_path):
     with pytest.raises(onnx_tools.OnnxModelError, match="export_minilm"):
         onnx_tools.ort_session(tmp_path / "nope.onnx")
@@ -113,7 +122,8 @@ def test_corrupt_file_is_refused_clearly(tmp_path):
         onnx_tools.ort_session(path)
 
 
-@pytest.mark.parametrize("kwargs", [{"opt_level": "max"}, {"threads": 0}, {"threads": 1.5}])
+@pytest.mark.parametrize("kwargs", [{"opt_level": "max"}, {"threads": 0}, {"threads": 1.5},
+                                    {"spinning": "no"}])
 def test_bad_options_are_refused(tmp_path, kwargs):
     path = tmp_path / "id.onnx"
     _identity_model(path)

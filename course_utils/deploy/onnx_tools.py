@@ -6,8 +6,8 @@ The plumbing behind notebook 07's ONNX Runtime cells (the export itself is taugh
   to ``build/onnx/minilm.onnx``; later calls reuse the file while it is up to date.
   ``save_program`` stores a program you exported yourself the same way.
 - ``ort_session``: an ``onnxruntime.InferenceSession`` on the CPU with a chosen
-  number of intra-op threads and graph optimisation level, with clear errors for a
-  missing or corrupt file.
+  number of intra-op threads and graph optimisation level, whose idle threads sleep
+  instead of spinning (unless asked), with clear errors for a missing or corrupt file.
 - ``OrtEncoder``: wraps a session as a callable ``(ids, mask) -> torch.Tensor``,
   so ``mini.encode(texts, model=OrtEncoder(session))`` embeds text through ONNX Runtime.
 
@@ -38,6 +38,9 @@ INPUT_NAMES = ("input_ids", "attention_mask")
 OUTPUT_NAME = "embedding"
 #: Graph optimisation levels accepted by ``ort_session``.
 OPT_LEVELS = ("disable", "basic", "extended", "all")
+#: The session setting that lets ONNX Runtime's intra-op threads spin while they wait for work.
+#: ``OMP_WAIT_POLICY=PASSIVE`` (``course_utils.threads``) does not reach ONNX Runtime's own pool.
+SPINNING_KEY = "session.intra_op.allow_spinning"
 
 
 class OnnxModelError(RuntimeError):
@@ -156,13 +159,16 @@ def save_program(program: Any, path: str | Path | None = None, *, opset: int | N
 
 
 def ort_session(path: str | Path, *, threads: int | None = None,
-                opt_level: str = "all") -> onnxruntime.InferenceSession:
+                opt_level: str = "all", spinning: bool = False) -> onnxruntime.InferenceSession:
     """Return an ONNX Runtime CPU session on ``path``.
 
     ``threads`` sets the intra-op thread pool (default: ``torch.get_num_threads()``,
     so ONNX Runtime and eager PyTorch use the same cores); ``opt_level`` is one of
-    ``"disable"``, ``"basic"``, ``"extended"``, ``"all"``. Raises ``OnnxModelError``
-    when the file is missing or ONNX Runtime cannot load it.
+    ``"disable"``, ``"basic"``, ``"extended"``, ``"all"``. ``spinning=False`` (the
+    default) makes the pool's idle threads sleep (``SPINNING_KEY`` = "0"): ONNX
+    Runtime's own default is to spin, which fights any other busy program for the cores,
+    the reason the course sets ``OMP_WAIT_POLICY=PASSIVE`` for torch. Raises
+    ``OnnxModelError`` when the file is missing or ONNX Runtime cannot load it.
     """
     import onnxruntime as ort
 
@@ -171,6 +177,8 @@ def ort_session(path: str | Path, *, threads: int | None = None,
     threads = torch.get_num_threads() if threads is None else threads
     if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
         raise ValueError(f"threads must be a positive int, got {threads!r}")
+    if not isinstance(spinning, bool):
+        raise ValueError(f"spinning must be True or False, got {spinning!r}")
     path = Path(path)
     if not path.is_file():
         raise OnnxModelError(f"{path} does not exist; create it with "
@@ -178,6 +186,7 @@ def ort_session(path: str | Path, *, threads: int | None = None,
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
+    opts.add_session_config_entry(SPINNING_KEY, "1" if spinning else "0")
     opts.graph_optimization_level = {
         "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
         "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,

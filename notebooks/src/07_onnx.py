@@ -188,8 +188,11 @@ assert op_counts["LayerNormalization"] == 2 * 6 + 1  # two per layer, one after 
 # a list of **execution providers** in order of preference (the CPU provider always exists; GPU
 # builds add CUDA or TensorRT), and `SessionOptions`: the size of the intra-op thread pool (the
 # threads that split one operator's work, the same role as `torch.set_num_threads`) and the graph
-# optimisation level. `session.run(output_names, feeds)` takes NumPy arrays keyed by input name and
-# returns NumPy arrays.
+# optimisation level. Every session in this notebook also sets `session.intra_op.allow_spinning` to
+# `"0"`, because ONNX Runtime's pool is its own (the `OMP_WAIT_POLICY=PASSIVE` the course sets for
+# torch, see `course_utils/threads.py`, does not reach it) and by default its idle threads spin,
+# which on a busy machine fights the other programs for the cores (measured below).
+# `session.run(output_names, feeds)` takes NumPy arrays keyed by input name and returns NumPy arrays.
 
 # %%
 path = ONNX_DIR / "minilm_nb07.onnx"
@@ -199,6 +202,7 @@ print("providers in this onnxruntime build:", ort.get_available_providers())
 
 options = ort.SessionOptions()
 options.intra_op_num_threads = THREADS  # the same number of threads as torch
+options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # idle threads sleep
 options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
 sess = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
 print("this session runs on:", sess.get_providers())
@@ -318,8 +322,8 @@ assert all(info.max_abs_diff < 1e-4 for info in infos)
 # `export_minilm()` writes `build/onnx/minilm.onnx` (inputs `input_ids`, `attention_mask`; output
 # `embedding`) and reuses it while the weights and the torch version are unchanged (we already
 # paid for one export, so `save_program` stores ours there and `export_minilm` then returns at once);
-# `ort_session(path, threads=, opt_level=)` opens a CPU session with the same number of threads as
-# torch by default; `OrtEncoder(session)` is a callable `(ids, mask) -> tensor`, so
+# `ort_session(path, threads=, opt_level=, spinning=)` opens a CPU session with the same number of
+# threads as torch by default, idle threads sleeping unless `spinning=True`; `OrtEncoder(session)` is a callable `(ids, mask) -> tensor`, so
 # `mini.encode(texts, model=OrtEncoder(session))` embeds text through ONNX Runtime. Read
 # `course_utils/deploy/onnx_tools.py`: it is short.
 
@@ -388,6 +392,33 @@ print(f"CPU class {cpu.cpu_class()}: the two runtimes ship different matrix-mult
 # How much ONNX Runtime gains depends on the CPU class and on the load, so it is a verdict here;
 # the report checks the recorded speed-ups against their expected ranges.
 
+# %% [markdown]
+# ### Idle threads: sleeping or spinning
+#
+# A thread of ONNX Runtime's pool that runs out of work can *spin* (keep polling, so it starts the
+# next piece of work without a wake-up delay) or sleep. The sessions above sleep; ONNX Runtime's
+# default is to spin. Spinning saves microseconds when the cores are otherwise idle, and costs the
+# other programs a core when they are not. The same model at batch 1, both ways, side by side:
+
+# %%
+from course_utils import threads
+
+one_ids, one_mask = mini.tokenize(batches[1])
+spinning_encoder = onnx_tools.OrtEncoder(onnx_tools.ort_session(helper_path, threads=THREADS, spinning=True))
+spin_table = bench.compare({"ORT, idle threads sleep": ort_encoder, "ORT, idle threads spin": spinning_encoder},
+                           one_ids, one_mask, warmup=config.pick(1, 3))
+others = threads.other_load()  # other programs' CPU use, sampled right after the timing
+print(spin_table)
+spin_word = spin_table.verdict("ORT, idle threads spin", "ORT, idle threads sleep")
+if THREADS == 1:
+    why = "with one thread there is no pool to spin, so both sessions run the same way"
+else:
+    why = {"faster": "the cores were free enough here that skipping the wake-ups paid",
+           "no clear difference": "the wake-ups saved and the cores taken roughly cancel on this machine",
+           "slower": "the spinning threads took cores that other work on this machine needed"}[spin_word]
+load = "could not be sampled" if others is None else f"about {others:.1f} of {threads.usable_cores()} cores"
+print(f"batch 1, {THREADS} threads: spinning is {spin_table.describe('ORT, idle threads spin', 'ORT, idle threads sleep')}: "
+      f"{why} (other programs' CPU use just after: {load})")
 
 # %% [markdown]
 # ### Where ONNX Runtime does not pay
@@ -783,12 +814,13 @@ exercises.check("07.ort_feeds", to_feeds)
 # - Inspect before shipping: `onnx.checker.check_model`, the opset, the operator counts, the input
 #   signature (symbolic `batch` and `seq`).
 # - ONNX Runtime: one `InferenceSession` per model, execution providers in order of preference,
-#   `intra_op_num_threads` set like torch's, graph optimisation levels that fuse into ONNX Runtime's
-#   own operators.
+#   `intra_op_num_threads` set like torch's, idle threads that sleep (`session.intra_op.allow_spinning`
+#   `"0"`, ONNX Runtime's equivalent of `OMP_WAIT_POLICY=PASSIVE`), graph optimisation levels that
+#   fuse into ONNX Runtime's own operators.
 # - Parity is measured and asserted: on MiniLM the runtime matches PyTorch within 1e-4 on random and
 #   real inputs, and ranks the retrieval passages as PyTorch does. `verify_onnx_program` automates
 #   the comparison.
-# - The runtime's gain was measured at batch 1 and batch 32 and recorded
+# - The runtime's speed against eager was measured at batch 1 and batch 32 and recorded
 #   (`onnx.minilm.speedup.b1`, `onnx.minilm.speedup.b32`); export and session creation are one-off
 #   costs that a short-lived process may never earn back.
 # - A torchaudio `MelSpectrogram` front end exports to ONNX's `STFT` operator inside the model.
