@@ -425,7 +425,6 @@ assert max(sizes) > 1, "with 8 concurrent clients the worker should have formed 
 if not config.is_quick():
     assert gain > 1.5, "batching 8 concurrent requests should clearly raise throughput"
 
-
 # %% [markdown]
 # Two things changed at once: the throughput, because concurrent requests now share each decoding
 # step, and the health check, because the event loop only shuffles tokens while the model works in
@@ -512,7 +511,6 @@ for p, a in zip(prompts, answers):
     print(repr(p + tok.decode(a)))
 print(f"{core.steps} forward passes for {len(prompts)} prompts of 24 tokens each")
 
-
 # %% [markdown]
 # Notebook 13 writes the same loop by hand and checks it against this core token for token.
 #
@@ -590,7 +588,6 @@ print(f"course target: batched >= 4x unbatched at 32 clients -> {'met' if batche
 if not config.is_quick():
     # The direction is robust; the exact ratio moves with how busy the machine is.
     assert batched_gain >= 2, f"batching should clearly raise throughput at 32 clients, measured {batched_gain:.2f}x"
-
 
 # %% [markdown]
 # The unbatched server can only run the model's single-sequence speed, whatever the number of
@@ -684,7 +681,6 @@ if len(breakdown.thread_cpu_s) >= 2:
 ph = breakdown.phases_s
 assert sum(ph.values()) <= 1.05 * breakdown.wall_s + 0.05, (ph, breakdown.wall_s)
 assert sum(parts.values()) <= 1.05 * breakdown.wall_s + 0.05, parts
-
 
 # %% [markdown]
 # The shares above are this machine's. What each means, and what production engines do about it:
@@ -780,7 +776,6 @@ else:
           + (": the engine now frees rows faster than the HTTP side and the clients, sharing one core, "
              "send the next requests" if rows_word == "lower" else ""))
 
-
 # %% [markdown]
 # ## Compiling the model inside the server
 #
@@ -827,7 +822,6 @@ else:
     print(f"iteration batching at 32 clients, median of 3 runs each: compiled {median['compiled']:,.0f} tokens/s, "
           f"eager {median['eager']:,.0f} tokens/s -> {median['compiled'] / median['eager']:.2f}x: compiling "
           f"{compile_word} here (differences under 15% are within run-to-run variation)")
-
 
 # %% [markdown]
 # Why any gain is limited on a CPU: one decoding step of a model this small is a few
@@ -1129,7 +1123,6 @@ def main(argv: Sequence[str] | None = None) -> None:
 if __name__ == "__main__":
     main()
 
-
 # %%
 import litserve_app  # noqa: E402  (the file the cell above wrote)
 
@@ -1154,7 +1147,6 @@ bench.record("serve.vs_litserve.c32", vs_lit, "x", ours=best_mode, litserve_batc
 lit_word = {"higher": "faster than", "lower": "slower than", "no clear difference": "not clearly different from"}[
     bench.band_verdict(best32.tokens_per_s, lit32.tokens_per_s, band=0.15)]
 print(f"verdict on this machine: our server is {lit_word} LitServe at 32 clients")
-
 
 # %%
 names = ["none", "static", "iteration", "LitServe"]
