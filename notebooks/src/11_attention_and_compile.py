@@ -311,15 +311,45 @@ err = expect_error(lambda: compiled_flex(q_train, kf, vf, block_mask=sw_mask).su
                    match="backward")
 print(type(err).__name__ + ":", str(err).splitlines()[0])
 
-
 # %% [markdown]
 # ## 3 · Autocast to bfloat16 with `torch.compile`
 #
 # bfloat16 keeps float32's exponent range with an 8-bit mantissa: about three significant digits.
-# `torch.autocast("cpu", dtype=torch.bfloat16)` runs matrix products (and attention) in bf16 and
-# keeps reductions such as softmax and layer norm in float32; `torch.compile` traces the autocast
-# region and generates code for the mixed types. The error is easy to measure; whether it is faster
-# depends on the CPU: bf16 arithmetic is native with AVX-512 BF16 or AMX, and converted on older CPUs.
+# `torch.autocast("cpu", dtype=torch.bfloat16)` follows two lists (PyTorch's "Autocast Op
+# Reference" prints them for each device). Ops on the CPU's lower-precision list (matrix products,
+# `linear`, convolutions, `scaled_dot_product_attention`) run in bf16; ops on its float32 list
+# (mostly losses, some pooling, FFTs and linear algebra) run in float32; every other op, softmax and
+# layer norm included, is left alone and runs in the dtype of its input. So a layer norm on the
+# float32 residual stream stays float32, while a softmax over a bf16 product runs in bf16. (The
+# CUDA policy differs: there softmax and layer norm are on the float32 list.) The cell below asks
+# the installed torch:
+
+# %%
+probe_x = torch.randn(4, 16)                        # float32
+probe_w = torch.randn(16, 16)
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    product = probe_x @ probe_w                     # a bf16 result, from float32 inputs
+    probe = {
+        "matmul (float32 in)": product.dtype,
+        "linear (float32 in)": F.linear(probe_x, probe_w).dtype,
+        "softmax (float32 in)": torch.softmax(probe_x, dim=-1).dtype,
+        "layer_norm (float32 in)": F.layer_norm(probe_x, (16,)).dtype,
+        "softmax (the bf16 product in)": torch.softmax(product, dim=-1).dtype,
+        "layer_norm (the bf16 product in)": F.layer_norm(product, (16,)).dtype,
+        "mse_loss (the bf16 product in)": F.mse_loss(product, product).dtype,  # on the float32 list
+    }
+for op, dtype in probe.items():
+    print(f"{op:<34} -> {dtype}")
+assert probe["matmul (float32 in)"] == probe["linear (float32 in)"] == torch.bfloat16
+assert probe["softmax (float32 in)"] == probe["layer_norm (float32 in)"] == torch.float32
+assert probe["softmax (the bf16 product in)"] == probe["layer_norm (the bf16 product in)"] == torch.bfloat16
+assert probe["mse_loss (the bf16 product in)"] == torch.float32
+
+
+# %% [markdown]
+# `torch.compile` traces the autocast region and generates code for the mixed types. The error is
+# easy to measure; whether bf16 is faster depends on the CPU: bf16 arithmetic is native with
+# AVX-512 BF16 or AMX, and converted on older CPUs.
 
 # %%
 class AttentionBlock(nn.Module):
@@ -364,8 +394,9 @@ assert rel < 2e-2, "bf16 keeps about 3 significant digits: the error should be w
 
 # %% [markdown]
 # The error is what bf16's short mantissa predicts, far below what matters for most inference.
-# The speed verdict belongs to your CPU: native bf16 instructions make the products faster; without
-# them, converting to and from bf16 costs more than it saves.
+# The speed verdict belongs to your CPU: with native bf16 instructions the products move half the
+# bytes and run on bf16 units; without them each product converts to and from bf16, which can cost
+# more than it saves.
 #
 # ## 4 · Regional compilation: compile the block, not the model
 #
@@ -484,8 +515,6 @@ for n in DEPTHS:
 for n in DEPTHS:
     assert cold[("regional", n)]["ops_traced"] * (n - 1) < cold[("whole model", n)]["ops_traced"], \
         "regional compile traces one block, not all of them"
-    assert cold[("whole model", n)]["first_s"] > cold[("regional", n)]["first_s"], \
-        "compiling one block must cost less than compiling all of them"
 ratios = {n: cold[("whole model", n)]["first_s"] / cold[("regional", n)]["first_s"] for n in DEPTHS}
 whole, regional = cold[("whole model", N_LAYER)], cold[("regional", N_LAYER)]
 cold_ratio = ratios[N_LAYER]
@@ -493,8 +522,13 @@ bench.record("compile.regional.cold_start_ratio", cold_ratio, "x", n_layer=N_LAY
              whole_s=whole["first_s"], regional_s=regional["first_s"], floor_s=floor_s)
 for n, ratio in ratios.items():
     w, r = cold[("whole model", n)]["first_s"], cold[("regional", n)]["first_s"]
-    print(f"{n:2} blocks: whole model {w:.1f} s, regional {r:.1f} s -> {ratio:.2f}x shorter "
-          f"({'meets' if ratio >= 2 else 'misses'} the 2x target); above the floor: {w - floor_s:.1f} s against "
+    # One cold start each, no spread: shorter or longer only beyond a 10% band.
+    word = {"lower": "shorter", "higher": "longer", "no clear difference": "no clear difference"}[
+        bench.band_verdict(r, w, band=0.1)]
+    traced = (cold[("whole model", n)]["ops_traced"], cold[("regional", n)]["ops_traced"])
+    print(f"{n:2} blocks: whole model {w:.1f} s, regional {r:.1f} s: regional's cold start is {word} (10% band; "
+          f"whole/regional {ratio:.2f}x, {'meets' if ratio >= 2 else 'misses'} the 2x target), for "
+          f"{traced[0]} against {traced[1]} operations traced; above the floor: {w - floor_s:.1f} s against "
           f"{r - floor_s:.1f} s")
 if len(DEPTHS) > 1:
     deeper = bench.band_verdict(ratios[DEPTHS[-1]], ratios[DEPTHS[0]], band=0.1)
@@ -503,8 +537,10 @@ if len(DEPTHS) > 1:
           f"{bench.band_verdict(regional['first_s'], cold[('regional', DEPTHS[0])]['first_s'], band=0.1)}")
 if ("nested region", N_LAYER) in cold:
     nested = cold[("nested region", N_LAYER)]["first_s"]
-    print(f"nested_compile_region, {N_LAYER} blocks: {nested:.1f} s cold, {whole['first_s'] / nested:.2f}x shorter "
-          "than whole-model compile")
+    nested_word = {"lower": "shorter than", "higher": "longer than", "no clear difference": "not clearly different from"}[
+        bench.band_verdict(nested, whole["first_s"], band=0.1)]
+    print(f"nested_compile_region, {N_LAYER} blocks: {nested:.1f} s cold, {nested_word} whole-model compile "
+          f"({whole['first_s'] / nested:.2f}x; 10% band)")
 
 fig, ax = plt.subplots(figsize=(6.5, 1.0 + 0.45 * (len(cold) + 1)))
 labels = ["one-line function (floor)"] + [f"{how}, {n} blocks" for how, n in cold]
@@ -549,10 +585,10 @@ print(f"regional takes {steady_ratio:.2f}x the whole model's time per call: {ban
       f"the target is to stay within 10%. Against eager, regional is {steady.describe('regional', 'eager')}.")
 
 # %% [markdown]
-# Regional compilation pays most on deep models, where whole-model compile has the most to trace
-# (full mode compares two depths above); whole-model compile keeps the chance of fusing across
-# blocks, which the steady-state verdict above weighs on this machine, and the compile cache
-# (notebook 01) hides either cost on the second run.
+# Regional compilation has the most to save on deep models, where whole-model compile has the
+# most to trace (full mode compares two depths above); whole-model compile keeps the chance of
+# fusing across blocks, which the steady-state verdict above weighs on this machine, and the
+# compile cache (notebook 01) hides either cost on the second run.
 #
 # ## 5 · Compiling the optimizer step and the backward pass
 #
@@ -865,6 +901,8 @@ exercises.check("11.block_sparsity", block_sparsity)
 # - [`torch.nn.functional.scaled_dot_product_attention`](https://docs.pytorch.org/docs/stable/generated/torch.nn.functional.scaled_dot_product_attention.html)
 #   and [`torch.nn.attention.sdpa_kernel`](https://docs.pytorch.org/docs/stable/generated/torch.nn.attention.sdpa_kernel.html)
 # - [`torch.nn.attention.flex_attention`](https://docs.pytorch.org/docs/stable/nn.attention.flex_attention.html)
+# - [Autocast op reference](https://docs.pytorch.org/docs/stable/amp.html#autocast-op-reference): which ops
+#   autocast lowers, keeps in float32 or leaves alone, per device
 # - [Reducing compile time with regional compilation](https://docs.pytorch.org/tutorials/recipes/regional_compilation.html)
 # - [Compiled optimizer with an LR scheduler](https://docs.pytorch.org/tutorials/recipes/compiling_optimizer_lr_scheduler.html)
 #   · [Compiled autograd](https://docs.pytorch.org/tutorials/intermediate/compiled_autograd_tutorial.html)
