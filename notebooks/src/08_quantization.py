@@ -359,7 +359,6 @@ if cpu_facts.profile and route["int_mm"] == "oneDNN" and onednn_dot and not cpu_
     print(f"(CPU profile {cpu_facts.profile}: torch picks this route from the real CPU, which has VNNI; on a real "
           "AVX2-only CPU it would be torch's own loop. `make test-haswell` emulates one to show that.)")
 
-
 # %% [markdown]
 # ## PyTorch's eager dynamic quantization: deprecated, still running
 #
@@ -508,7 +507,6 @@ assert any("linear_dynamic" in k for k in ao_ops), "torch.ao runs FBGEMM's fused
 assert any("_int_mm" in k for k in tao_ops), "torchao's dynamic int8 Linear runs torch._int_mm"
 print(f"\nso torchao's speed here follows the bare int8 GEMM measured earlier: {int8_gemm} than fp32 on this CPU")
 
-
 # %% [markdown]
 # The profile explains the table. torch.ao's deprecated layers call FBGEMM's
 # `quantized::linear_dynamic`, one fused call that quantizes the activation and runs FBGEMM's own
@@ -557,6 +555,8 @@ def ort_session(path) -> ort.InferenceSession:
     """Return a CPU session using as many threads as torch does (a fair comparison)."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = torch.get_num_threads()
+    # Idle pool threads sleep instead of spinning, as torch's do here (notebook 07 measures why).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
@@ -827,7 +827,6 @@ saturates_here = "can saturate" in ort_kernels
 print(f"ONNX Runtime on this CPU uses {ort_kernels}: "
       + ("full-range U8S8 pairs CAN saturate here" if saturates_here
          else "full-range weights cannot saturate here"))
-
 
 # %%
 digits_variants = {

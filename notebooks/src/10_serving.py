@@ -422,12 +422,15 @@ print(f"the worker ran {len(sizes)} batches, mean size {sum(sizes) / len(sizes):
 gain = step_results["batching worker"]["req_per_s"] / step_results["def endpoint"]["req_per_s"]
 print(f"batching serves {gain:.1f}x the requests per second of the plain endpoint at {CLIENTS} clients")
 assert max(sizes) > 1, "with 8 concurrent clients the worker should have formed real batches"
-if not config.is_quick():
-    assert gain > 1.5, "batching 8 concurrent requests should clearly raise throughput"
+# One run each, so no spread to judge against: a gap under 15% is called no clear difference.
+word = {"higher": "more", "lower": "fewer", "no clear difference": "no clearly different number of"}[
+    bench.band_verdict(gain, 1.0, band=0.15)]
+print(f"verdict on this machine: batching served {word} requests per second than the plain endpoint "
+      f"(mean batch {sum(sizes) / len(sizes):.1f}: each decoding step served that many requests at once)")
 
 # %% [markdown]
-# Two things changed at once: the throughput, because concurrent requests now share each decoding
-# step, and the health check, because the event loop only shuffles tokens while the model works in
+# Two things changed at once: the throughput (the verdict above), because concurrent requests now
+# share each decoding step, and the health check, because the event loop only shuffles tokens while the model works in
 # its own thread. (Torch releases Python's global interpreter lock inside its operators, so the loop
 # really does run while the model computes; the Python code between steps still takes turns with it.)
 #
@@ -585,16 +588,18 @@ bench.record("serve.p99_ms.c32", best32.latency_ms["p99"], "ms", **ctx)
 bench.record("serve.ttft_p50_ms.c32", best32.ttft_ms["p50"], "ms", **ctx)
 print(f"course target: batched >= 4x unbatched at 32 clients -> {'met' if batched_gain >= 4 else 'NOT met'} "
       "on this machine")
-if not config.is_quick():
-    # The direction is robust; the exact ratio moves with how busy the machine is.
-    assert batched_gain >= 2, f"batching should clearly raise throughput at 32 clients, measured {batched_gain:.2f}x"
+# One load run per mode, no spread of its own: a gap under 15% is called no clear difference.
+word = {"higher": "more", "lower": "fewer", "no clear difference": "no clearly different number of"}[
+    bench.band_verdict(batched_gain, 1.0, band=0.15)]
+print(f"verdict on this machine: batched ({best_mode}) served {word} tokens/s than unbatched at 32 clients")
 
 # %% [markdown]
 # The unbatched server can only run the model's single-sequence speed, whatever the number of
-# clients, so its latency grows with the queue in front of it. Batched, the same model can serve
-# many more tokens per second at 32 clients (in full mode the cell asserts at least twice as many
-# and prints this machine's figure, with both servers' p99 latency), because a request no longer
-# waits for 31 others to finish one by one.
+# clients, so its latency grows with the queue in front of it. Batched, one decoding step serves
+# every running request, so a request no longer waits for 31 others to finish one by one; how much
+# that buys in tokens per second depends on how much cheaper a row of a batch is than a step of
+# its own on this CPU (the cell above prints this machine's ratio and verdict, with both servers'
+# p99 latency).
 #
 # Compare the two batching modes line by line above; which one wins depends on the load. This
 # benchmark is the kindest case for static batching: every request asks for the same number of
