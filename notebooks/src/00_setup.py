@@ -205,9 +205,9 @@ print(f"\nmatmul: compiled is {mm_table.describe('compiled')}")
 
 # %% [markdown]
 # Small tensors are a subtler case. On 8 numbers there is no memory traffic to save, but eager
-# PyTorch pays Python and dispatcher overhead for each of the chain's eight operations, while the
+# PyTorch pays Python and dispatcher overhead for each of the chain's ten operations, while the
 # compiled version makes one call into one generated loop. Whether one call plus the guard checks
-# beats eight dispatches depends on your machine; measure rather than guess:
+# beats ten dispatches depends on your machine; measure rather than guess:
 
 # %%
 tiny = torch.randn(8)
