@@ -13,6 +13,10 @@ checked: one without a usable name is skipped, one whose value is not a finite n
 shown as "invalid value", and a non-string device, unit, mode or CPU class counts as
 missing; each problem is printed as a warning naming the record. Names, units and notes
 are shown literally: escaped in Markdown and HTML, and not parsed as mathtext in the plot.
+
+The page ends with the verdicts (faster, slower, no clear difference, ...) that the executed
+copies of the notebooks printed differently from the stored notebooks, which hold the reference
+machine's run (``course_utils.kit.verdicts``).
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from typing import Any
 from .. import config
 
 REFERENCE_FILE = "reference_results.json"
+#: The folder under the report's output folder where ``--run`` leaves the executed notebooks.
+EXECUTED_DIR = "executed"
 RANGES_FILE = "expected_ranges.json"
 #: Verdicts of rows whose recorded value is not a finite number start with this.
 INVALID = "invalid value"
@@ -288,8 +294,101 @@ def _header(reference: dict[str, Any], rows: Sequence[Row] = ()) -> list[str]:
     return lines
 
 
-def to_markdown(rows: Sequence[Row], reference: dict[str, Any]) -> str:
-    """Return the report as a Markdown page (names, units and notes shown literally)."""
+@dataclass(frozen=True)
+class VerdictSection:
+    """The page's last section: the verdicts your run printed differently from the reference's."""
+
+    intro: str
+    items: tuple[str, ...] = ()
+    outro: str = ""
+
+
+VERDICT_TITLE = "Where your machine's verdicts differ from the reference machine's"
+
+
+def verdict_section(executed: Path, stored: Path | None = None) -> VerdictSection:
+    """Return the section comparing the verdicts of the executed notebooks in ``executed`` (your
+    run) with those of the stored notebooks in ``stored`` (default ``notebooks/``: the reference
+    machine's run), one item per flipped verdict with why it can flip.
+
+    Never raises on a bad copy: one that cannot be read is named in the section instead.
+    """
+    from . import verdicts
+
+    stored = stored or config.REPO_ROOT / "notebooks"
+    mine = sorted(executed.glob("[0-9][0-9]_*.ipynb")) if executed.is_dir() else []
+    if not mine:
+        return VerdictSection(
+            f"No executed notebooks in `{executed}`, so no verdicts of yours to compare: this page was built "
+            "from a results file alone. `make report` (`python -m course_utils report --run`) runs every "
+            f"notebook and keeps the executed copies in the output folder's `{EXECUTED_DIR}/`; for copies "
+            "executed elsewhere, add `--executed FOLDER`.")
+    items, skipped, kinds, others, compared = [], [], [], 0, 0
+    for path in mine:
+        try:
+            ref, yours = verdicts.load(stored / path.name), verdicts.load(path)
+        except verdicts.VerdictInputError as err:
+            skipped.append(f"{path.name} ({err})")
+            continue
+        compared += 1
+        diffs = verdicts.compare(ref, yours)
+        others += sum(d.kind != "flip" for d in diffs)
+        ref_setting = verdicts.parse_setting(verdicts.setting(ref))
+        your_setting = verdicts.parse_setting(verdicts.setting(yours))
+        for d in (d for d in diffs if d.kind == "flip"):
+            found = verdicts.causes(ref_setting, your_setting, d.noisy)
+            kinds += [kind for kind, _ in found if kind not in kinds]
+            items.append(f"{path.stem}, cell {d.cell + 1}: reference {' / '.join(d.a.direction)}, "  # type: ignore[union-attr]
+                         f"yours {' / '.join(d.b.direction)}: \"{verdicts.clip(d.b.line, 140)}\" "  # type: ignore[union-attr]
+                         f"(likely: {'; '.join(label for _, label in found)})")
+    intro = (f"{len(items)} verdict(s) in {compared} notebook(s) from `{executed}` differ from the reference "
+             "machine's run (the stored notebooks)." if items else
+             f"No verdict in {compared} notebook(s) from `{executed}` differs from the reference machine's run.")
+    outro = ("The notebooks print these as verdicts, not asserts, because they depend on the machine: "
+             "read the prose after each with your verdict in mind." if items else "")
+    if kinds:
+        outro += " Why they flip: " + "; ".join(verdicts.CAUSE_WHY[k] for k in kinds) + "."
+    if others:
+        outro += (f" {others} more line(s) were printed by one run only (a cell whose output changed shape): "
+                  f"`python -m course_utils.kit.verdicts {stored} {executed}` lists them, with the prose after each.")
+    if skipped:
+        outro += " Not compared: " + "; ".join(skipped) + "."
+    return VerdictSection(intro, tuple(items), outro.strip())
+
+
+def _spans(text: str, code: Callable[[str], str], plain: Callable[[str], str]) -> str:
+    """Render ``text`` whose `backticked` parts are code: ``code`` renders those, ``plain`` the rest."""
+    parts = text.split("`")
+    return "".join(code(p) if i % 2 else plain(p) for i, p in enumerate(parts))
+
+
+def _section_markdown(section: VerdictSection | None) -> list[str]:
+    if section is None:
+        return []
+    def render(text: str) -> str:
+        return _spans(text, md_code, md_text)
+    return (["", f"## {VERDICT_TITLE}", "", render(section.intro)]
+            + ([""] + [f"- {md_text(item)}" for item in section.items] if section.items else [])
+            + (["", render(section.outro)] if section.outro else []))
+
+
+def _section_html(section: VerdictSection | None) -> list[str]:
+    if section is None:
+        return []
+    esc = html.escape
+    def render(text: str) -> str:
+        return _spans(text, lambda c: f"<code>{esc(c)}</code>", esc)
+    out = [f"<h2>{esc(VERDICT_TITLE)}</h2>", f"<p>{render(section.intro)}</p>"]
+    if section.items:
+        out.append("<ul>" + "".join(f"<li>{esc(item)}</li>" for item in section.items) + "</ul>")
+    if section.outro:
+        out.append(f"<p>{render(section.outro)}</p>")
+    return out
+
+
+def to_markdown(rows: Sequence[Row], reference: dict[str, Any], section: VerdictSection | None = None) -> str:
+    """Return the report as a Markdown page (names, units and notes shown literally), ending with
+    the verdict ``section`` when one is given."""
     measured = sum(r.value is not None for r in rows)
     inside = sum(r.verdict.startswith("in the expected") for r in rows)
     header = [md_text(line) for line in _header(reference, rows)]
@@ -304,6 +403,7 @@ def to_markdown(rows: Sequence[Row], reference: dict[str, Any]) -> str:
                      f"{_range(r.expected)} | {md_text(r.verdict)} |")
     lines += ["", "Figures depend on the machine: a busy laptop, another CPU or a GPU moves them. "
               "'Expected' is the range the course considers healthy for that kind of machine."]
+    lines += _section_markdown(section)
     return "\n".join(lines) + "\n"
 
 
@@ -358,8 +458,9 @@ def _draw_ratios(ax: Any, both: Sequence[tuple[Row, float]]) -> None:
     ax.invert_yaxis()
 
 
-def to_html(rows: Sequence[Row], reference: dict[str, Any]) -> str:
-    """Return the report as one self-contained HTML page (the plot is embedded)."""
+def to_html(rows: Sequence[Row], reference: dict[str, Any], section: VerdictSection | None = None) -> str:
+    """Return the report as one self-contained HTML page (the plot is embedded), ending with the
+    verdict ``section`` when one is given."""
     esc = html.escape
     body = ["<h1>PyTorch 2 course: your results</h1>"] + [f"<p>{esc(line)}</p>" for line in _header(reference, rows)]
     png = plot_png(rows)
@@ -375,6 +476,7 @@ def to_html(rows: Sequence[Row], reference: dict[str, Any]) -> str:
                     f"<td>{esc(r.mode or '—')}</td><td>{esc(_fmt(r.reference))}</td>"
                     f"<td>{esc(_range(r.expected))}</td><td>{esc(r.verdict)}</td></tr>")
     body.append("</table>")
+    body += _section_html(section)
     style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto}"
              "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px}"
              "tr.ok td:last-child{color:#176117}tr.off td:last-child{color:#a15c00}")
@@ -383,14 +485,21 @@ def to_html(rows: Sequence[Row], reference: dict[str, Any]) -> str:
 
 
 def build(records: Sequence[dict[str, Any]], out_dir: Path,
-          reference: dict[str, Any] | None = None) -> tuple[Path, Path]:
-    """Write report.md and report.html into ``out_dir``; return their paths."""
+          reference: dict[str, Any] | None = None, executed: Path | None = None,
+          stored: Path | None = None) -> tuple[Path, Path]:
+    """Write report.md and report.html into ``out_dir``; return their paths.
+
+    The verdict section compares the executed notebooks in ``executed`` (default
+    ``out_dir/executed``, where ``--run`` leaves them) with the stored ones in ``stored``
+    (default ``notebooks/``).
+    """
     reference = reference or load_reference()
     rows = build_rows(records, reference)
+    section = verdict_section(executed or out_dir / EXECUTED_DIR, stored)
     out_dir.mkdir(parents=True, exist_ok=True)
     md, page = out_dir / "report.md", out_dir / "report.html"
-    md.write_text(to_markdown(rows, reference), encoding="utf-8")
-    page.write_text(to_html(rows, reference), encoding="utf-8")
+    md.write_text(to_markdown(rows, reference, section), encoding="utf-8")
+    page.write_text(to_html(rows, reference, section), encoding="utf-8")
     return md, page
 
 
@@ -410,6 +519,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="with --run: start every cache empty, as a first run does (default out: "
                              "build/report-cold)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default build/report)")
+    parser.add_argument("--executed", type=Path, default=None,
+                        help="executed notebooks whose verdicts to compare with the reference run's "
+                             f"(default: the output folder's {EXECUTED_DIR}/, where --run leaves them)")
     args = parser.parse_args(argv)
     # Absolute paths: the notebooks' kernels run in another working directory.
     out = (args.out or config.build_dir() / ("report-cold" if args.cold else "report")).resolve()
@@ -418,7 +530,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results.unlink(missing_ok=True)
         # offline: the kernels run with the course's network guard, as in the tests and workshop-check
         runs = run_course(course_notebooks(), quick=False, offline=True, results=results,
-                          out_dir=out / "executed", cold=args.cold)
+                          out_dir=out / EXECUTED_DIR, cold=args.cold)
         summary = write_summary(runs, out / "summary.json", cold=args.cold)
         if not all(r.ok for r in runs):
             print("some notebooks failed; the report shows what was recorded before the failure")
@@ -431,6 +543,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"no results in {results}: run notebooks with COURSE_RESULTS={results}, "
               "or `make report` to run the whole course")
         return 1
-    md, page = build(records, out)
+    md, page = build(records, out, executed=args.executed.resolve() if args.executed else None)
     print(f"wrote {md} and {page}")
     return 0
