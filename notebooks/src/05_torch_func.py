@@ -353,9 +353,10 @@ print(f"loss {loss.item():.4f}; grad w.r.t. {len(grads)} parameter tensors equal
 # 1. **Everything that is not a parameter comes from the fresh model.** Buffers such as
 #    BatchNorm's running statistics are the freshly initialised ones, and a new module starts in
 #    training mode whatever mode your model is in. The loss and gradients are silently wrong.
-# 2. **Every call initialises weights it throws away.** That costs time, and it draws from the
-#    global random number generator, so everything random afterwards (dropout, shuffling, the
-#    next batch) changes just because you computed a loss.
+# 2. **Every call initialises weights it throws away.** That is extra work on every call (the cell
+#    below times what it comes to here), and it draws from the global random number generator,
+#    so everything random afterwards (dropout, shuffling, the next batch) changes just because
+#    you computed a loss.
 # 3. Parameters passed without `.detach()` (as in `dict(model.named_parameters())`) are
 #    also tracked by ordinary autograd, so the gradients `grad` returns carry an autograd graph
 #    you never asked for.
@@ -592,10 +593,11 @@ print(f"at the two most lopsided shapes the rejected mode takes {lopsided:.1f}x 
 # %% [markdown]
 # Near the square case the two modes cost about the same number of passes, and other things
 # decide: forward mode carries a tangent alongside every operation, and a given operator may have
-# a faster batched rule in one mode than in the other. Far from square the pass count dominates,
-# as the rule says. If an operator has no forward-mode rule, `jacfwd` raises an error and
-# `jacrev` is the fallback; if the Jacobian is too big to build in one batched call, both
-# `jacrev` and `vmap` take a `chunk_size` to trade speed for memory.
+# a faster batched rule in one mode than in the other. Far from square the pass count should
+# dominate, as the rule says; the table above shows by how much it did here. If an operator has
+# no forward-mode rule, `jacfwd` raises an error and `jacrev` is the fallback; if the Jacobian is
+# too big to build in one batched call, both `jacrev` and `vmap` take a `chunk_size` to trade
+# speed for memory.
 #
 # ## Per-sample gradients: `vmap(grad(...))` against a loop
 #
