@@ -3,8 +3,8 @@
 #
 # `torch.compile` is one line, but that line has six arguments, four modes and a stack of
 # backends behind it, and whether it makes *your* model faster depends on where your model spends
-# its time. On a CPU the answer ranges from "several times faster" to "a bit slower after a long
-# wait". This notebook goes through the whole surface of `torch.compile`, measures each piece on
+# its time and on your CPU; whichever way it goes, the answer comes after a wait for the compile.
+# This notebook goes through the whole surface of `torch.compile`, measures each piece on
 # the computer in front of you, and ends with the question that matters in practice: will
 # compiling pay for this model, for this training run, and for the next time the program starts?
 
@@ -477,7 +477,8 @@ bench.bar_chart(mode_table, title="MLP inference on this CPU, by mode");
 # (`torch._inductor.config.freezing = True`, for inference only: the weights are baked into the
 # compiled code, and later changes to them are ignored). With freezing on, `max-autotune` times its
 # templates against the oneDNN/MKL library call for every matrix multiply and keeps the faster one.
-# Compile time goes up; measure whether run time goes down.
+# That adds building and timing the candidates to the compile; the cells below measure what it
+# did to the first call and whether run time went down.
 #
 # Dynamo does not look at Inductor's settings when it decides whether it can reuse a compiled
 # graph, so this experiment starts from `torch._dynamo.reset()` and keeps everything, timing
@@ -536,13 +537,14 @@ print(f"-> {verdict_line}. " + ("The four plain modes generated the same kernels
                                 if same_kernels else "The plain modes did not all generate the same kernels."))
 
 # %% [markdown]
-# What to take from this on a CPU: use the default mode. `reduce-overhead` quietly does what
+# What to take from this on a CPU: start with the default mode. `reduce-overhead` quietly does what
 # `default` does; `max-autotune` only tries Inductor's own matrix-multiply code with freezing on,
 # adds building and timing the candidates to the compile (the cell above printed what that did to the
 # first call here), and whether the
 # tuned choice wins depends on your matrix sizes and on how noisy the machine was while it timed
 # the candidates (the report above shows the timings it based its choice on). This MLP spends most
-# of its time in matrix multiplies, which eager PyTorch already hands to the same libraries; that
+# of its time in matrix multiplies, which eager PyTorch already hands to the same libraries; unless
+# autotuning picks Inductor's own template for them (the count above says how many it did here), that
 # limits what any mode can gain (section 5 measures where compiling does gain).
 #
 # On a GPU the picture changes. The next cell (GPU only) compiles a small model with
@@ -826,10 +828,11 @@ print(f"recorded: fusion {fusion['speedup']:.2f}x ({fusion['table'].verdict('com
 # %% [markdown]
 # The rule of thumb for a CPU follows from where the time goes. Fusion removes **memory traffic
 # between simple operations** (element-wise chains, normalisations, activations, the glue of a
-# model), so that is where compiling has the most to save. Where time goes into **matrix multiplies
+# model), so that is where compiling has the most memory traffic to save; whether that shows as time
+# also depends on how fast the generated loop does the arithmetic next to eager's kernels. Where time goes into **matrix multiplies
 # and convolutions**, which eager PyTorch already runs in tuned libraries, only the glue around them
 # can get faster. And where each call does so little work that **fixed per-call costs** dominate,
-# the compiled call's own checks can cost as much as they save. The verdicts above say how each case
+# the compiled call's own checks can cost as much as they save, or more. The verdicts above say how each case
 # came out on this machine. A GPU shifts the balance (each kernel launch costs more there, which is what CUDA
 # graphs remove), but the same three questions tell you what to expect. The first-call column is the price: it is paid again in every new
 # process unless the cache keeps it (section 7).
@@ -1118,8 +1121,8 @@ fig.tight_layout();
 # | checkpoint does not load: `Missing key(s)`, keys start with `_orig_mod.` | saved the `torch.compile` wrapper's `state_dict` | save the original module's `state_dict`, or compile in place with `model.compile()` (section 1) |
 # | a recompile in the middle of the first epoch | the last batch is smaller | `drop_last=True`, or pad the last batch (section 6; demonstrated below) |
 # | compiled results differ from eager | random numbers, or floating-point order | bisect with the backends; `fallback_random` for random ops; compare with a tolerance (section 4) |
-# | `reduce-overhead` or `max-autotune` brings nothing on a CPU | CUDA graphs are GPU-only; CPU autotuning needs freezing | use the default mode on a CPU (section 3) |
-# | "compiling made it slower" | timed the first call, or the model is matmul- or overhead-bound | time the steady state separately; check where the time goes (section 5) |
+# | `reduce-overhead` or `max-autotune` brings nothing on a CPU | CUDA graphs are GPU-only; CPU autotuning needs freezing | use the default mode on a CPU; for inference, `max-autotune` with freezing on may pick Inductor's own matrix-multiply code: measure it (section 3) |
+# | "compiling made it slower" | timed the first call, the model is matmul- or overhead-bound, or the generated loops ran slower than eager's kernels on this CPU | time the steady state separately; check where the time goes (section 5) |
 # | `RuntimeError: Either mode or options...` | both given | put the mode's settings into `options` (section 2) |
 # | every run starts slowly | cold compile cache | keep `TORCHINDUCTOR_CACHE_DIR` between runs (section 7) |
 #
