@@ -100,7 +100,8 @@ assert explanation.graph_count == 2 and explanation.graph_break_count == 1
 # %% [markdown]
 # The `print` split the function in two: graph 1 holds the ReLU, the `print` ran as plain
 # Python, and graph 2 takes `y` as an input and does the matrix product. Each graph is compiled
-# and optimised on its own, which is where the cost comes from (measured at the end):
+# and optimised on its own, and that has three costs (the end of the notebook measures what they
+# add up to):
 #
 # - **no fusion across the break**: a value that crosses it is written to memory in full and read
 #   back, instead of staying in registers inside one fused loop;
@@ -1024,7 +1025,8 @@ print("both compiled versions match eager for both temperatures (rtol=atol=1e-5)
 # Each graph was compiled on its own: the broken version compiles four graphs where the fixed one
 # compiles one (the first-call times above show what that cost here, unless Inductor's on-disk cache
 # already held the kernels from an earlier run). Now the steady state, at
-# two sizes: a large tensor, where the work is in the loops over memory, and a tiny one (8 numbers),
+# two sizes: a large tensor, where the work is in the generated loops (their arithmetic and their
+# passes over memory), and a tiny one (8 numbers),
 # where the work is almost all per-call overhead. The first tiny call recompiles each piece for the
 # new shape (guards at work); the warm-up inside `bench.compare` absorbs that.
 
@@ -1075,7 +1077,9 @@ print("why, on 8 numbers: the fixed block makes one call into one graph where th
 #   writes the result once. `broken_block` runs four graphs, each with its own loop; each writes its
 #   output tensor to memory in full and the next one reads it back. On a large tensor that is three extra round trips through memory. How
 #   much they cost depends on how the element-wise maths (five transcendental functions here)
-#   compares with your memory bandwidth, which is why the large-tensor ratio varies between machines.
+#   compares with your memory bandwidth; and the one fused loop is different code from the four
+#   separate loops, so it may do that maths faster or more slowly than they do. That is why the
+#   large-tensor ratio varies between machines, in either direction.
 # - **Python between the graphs**: leaving compiled code, running the logging call and the
 #   `.item()`, evaluating the `if` in Python, entering the next graph.
 # - **guards**: four graphs, four sets of guards to check.
@@ -1086,7 +1090,7 @@ print("why, on 8 numbers: the fixed block makes one call into one graph where th
 # cleanest measure of what the breaks themselves cost per call (it is the headline result). On the
 # large tensor those fixed costs are small next to the arithmetic, and the lost fusion competes
 # with everything else the machine is doing: the verdict line says whether the difference stood
-# out from the timing spread on yours.
+# out from the timing spread on yours, and which way it went.
 #
 # The guarded cell repeats the measurement on a GPU, where each `.item()` drains the GPU's queue.
 
