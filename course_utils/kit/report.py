@@ -336,7 +336,7 @@ def verdict_section(executed: Path, stored: Path | None = None) -> VerdictSectio
         ref_setting = verdicts.parse_setting(verdicts.setting(ref))
         your_setting = verdicts.parse_setting(verdicts.setting(yours))
         for d in (d for d in diffs if d.kind == "flip"):
-            found = verdicts.causes(ref_setting, your_setting, d.noisy)
+            found = verdicts.causes(ref_setting, your_setting, d.noisy, ("the reference", "yours"))
             kinds += [kind for kind, _ in found if kind not in kinds]
             items.append(f"{path.stem}, cell {d.cell + 1}: reference {' / '.join(d.a.direction)}, "  # type: ignore[union-attr]
                          f"yours {' / '.join(d.b.direction)}: \"{verdicts.clip(d.b.line, 140)}\" "  # type: ignore[union-attr]

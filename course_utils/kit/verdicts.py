@@ -358,10 +358,12 @@ CAUSE_WHY = {
 }
 
 
-def causes(a: Setting, b: Setting, noisy: tuple[bool, bool] = (False, False)) -> list[tuple[str, str]]:
+def causes(a: Setting, b: Setting, noisy: tuple[bool, bool] = (False, False),
+           names: tuple[str, str] = ("run A", "run B")) -> list[tuple[str, str]]:
     """Return (kind, short label) for each reason a verdict can differ between a run on ``a`` and
-    one on ``b`` that their environment lines and the cell's spread warnings show, most telling
-    first; ``CAUSE_WHY[kind]`` says how it flips a verdict. "noise" when they show none."""
+    one on ``b`` that their environment lines and the cell's spread warnings (``noisy``) show, most
+    telling first; ``CAUSE_WHY[kind]`` says how it flips a verdict, ``names`` name the two runs in
+    the labels. "noise" when they show none."""
     out = []
     if a.cpu_class and b.cpu_class and a.cpu_class != b.cpu_class:
         out.append(("cpu", f"a different CPU class ({a.cpu_class} against {b.cpu_class})"))
@@ -370,9 +372,9 @@ def causes(a: Setting, b: Setting, noisy: tuple[bool, bool] = (False, False)) ->
     if None not in (a.threads, b.threads) and (a.threads, a.cores) != (b.threads, b.cores):
         out.append(("threads", f"other thread counts ({a.threads} torch threads on {a.cores} cores against "
                                f"{b.threads} on {b.cores})"))
-    busy = [label for label, flag in (("A", a.busy or noisy[0]), ("B", b.busy or noisy[1])) if flag]
+    busy = [name for name, flag in zip(names, (a.busy or noisy[0], b.busy or noisy[1])) if flag]
     if busy:
-        out.append(("busy", "a busy machine (" + ("both runs" if len(busy) == 2 else f"run {busy[0]}") + ")"))
+        out.append(("busy", "a busy machine (" + ("both runs" if len(busy) == 2 else busy[0]) + ")"))
     return out or [("noise", "run-to-run variation")]
 
 
