@@ -656,8 +656,9 @@ bench.record("internals.kernels.fused", fused_count, "kernels", example="norm_ge
 # %% [markdown]
 # Every operation here does little arithmetic per byte, so memory traffic is what the fused kernel
 # saves; whether that shows as time depends on the machine's memory bandwidth, its caches and its
-# load. Measure it (compiled code was built above, so only the steady state is timed); the cell
-# prints the verdict for this machine:
+# load, and on how fast the generated loop does the arithmetic next to eager's hand-written kernels.
+# Measure it (compiled code was built above, so only the steady state is timed); the cell prints the
+# verdict for this machine:
 
 # %%
 table = bench.compare({"eager": norm_gelu_residual, "compiled": compiled_block}, x, weight, bias)
@@ -680,8 +681,8 @@ bench.bar_chart(table, title=f"LayerNorm + GELU + residual, {ROWS}x{DIM}");
 # %% [markdown]
 # Whatever the verdict, the speed-up has reasons to stay below the traffic ratio (the cell compares
 # the two): eager's `native_layer_norm` is itself a hand-fused kernel, the fused kernel still
-# passes over each row more than once for the statistics (rows this size stay in cache, so that
-# costs little), and a compiled call adds guard checks. On small tensors (quick mode) fixed per-call costs dominate and
+# passes over each row more than once for the statistics (rows this size stay in cache, so
+# those passes add little memory traffic), and a compiled call adds guard checks. On small tensors (quick mode) fixed per-call costs dominate and
 # the ratio says little.
 #
 # ## Where fusion stops: matrix multiplies
@@ -721,7 +722,8 @@ print(f"\ncompiled at {mm_table.speedup('compiled'):.2f}x eager: the matrix mult
 # %% [markdown]
 # Inductor even recognised `x @ w + b` and called the library's `addmm`, which adds the bias
 # inside the matrix multiply, exactly as eager `nn.Linear` does. Compiling a model whose time goes
-# into matrix multiplies therefore gains little on a CPU; notebook 01 compares whole models.
+# into matrix multiplies therefore leaves that time in the same library routine on a CPU (the table
+# above shows what the fused tail changed here); notebook 01 compares whole models.
 #
 # ## Training: the backward pass is fused too
 #
