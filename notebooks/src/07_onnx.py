@@ -6,9 +6,9 @@
 # run an **ONNX** file: a portable description of the computation (operators, weights, input and
 # output signatures) that a separate runtime executes. This notebook exports the course's real
 # pretrained sentence encoder (all-MiniLM-L6-v2) to ONNX, runs it in **ONNX Runtime**, proves the
-# two agree to a stated tolerance, measures where the runtime is faster and where it does not pay,
-# and works through the failures you will actually meet: an operator the exporter cannot translate,
-# and a name clash that produces a file the runtime refuses.
+# two agree to a stated tolerance, measures how its speed compares with eager PyTorch
+# and where it does not pay, and works through the failures you will actually meet: an operator the
+# exporter cannot translate, and a name clash that produces a file the runtime refuses.
 
 # %% [markdown]
 # ## What you will learn
@@ -425,7 +425,7 @@ print(f"batch 1, {THREADS} threads: spinning is {spin_table.describe('ORT, idle 
 #
 # **One-off costs.** The file has to be exported (seconds, once per model version) and every
 # process has to open a session (parse the file, optimise the graph, allocate). For a script that
-# embeds a handful of sentences and exits, that costs more than it saves. The break-even point,
+# embeds a handful of sentences and exits, that can cost more than it saves. The break-even point,
 # with the numbers measured above:
 
 # %%
