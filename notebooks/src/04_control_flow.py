@@ -905,7 +905,7 @@ if start is not None:
 #   version runs two compiled graphs, checks two sets of guards and returns to Python in between,
 #   but launches only two kernels. The `cond` version makes one call into one graph, but runs four
 #   kernels and, like the `if`, reads the predicate back (`.item()`, shown above) to pick a branch. Which total is
-#   smaller depends on the machine, and the gap is small enough to drown in noise on a busy one:
+#   smaller depends on the machine, and on a busy one the gap can drown in noise:
 #   compare it with the IQR column before you believe it. `where` has neither cost: one kernel, no
 #   decision.
 # - **Long vectors: memory traffic.** Inductor compiles each branch of a `cond` as its own
@@ -917,7 +917,7 @@ if start is not None:
 #   `fullgraph=True`, for code that must not return to Python); where it comes out ahead, one graph
 #   beat two, and where it comes out behind, it is the fusion it blocks.
 # - **When `where` does not pay.** `where` evaluates both branches on every call. With two cheap
-#   branches that costs nothing; with an expensive branch that is rarely taken (the router's deep
+#   branches that costs little; with an expensive branch that is rarely taken (the router's deep
 #   block), computing it every time costs far more than a branch, and `cond` is the right tool.
 #
 # The first-call times show where the compile cost goes: `cond`'s first call compiles both
@@ -1028,7 +1028,8 @@ exercises.check("04.halvings", halvings)
 # - An exported `cond` is a `torch.ops.higher_order.cond` node with two sub-graphs, survives
 #   `torch.export.save`/`load`, and becomes an ONNX `If`.
 # - `cond` is about capture, not speed: it avoids the break's overhead but blocks fusion across its
-#   boundary. When both branches are cheap, a branchless `torch.where` is usually the fastest.
+#   boundary. When both branches are cheap, a branchless `torch.where` has neither cost (one kernel, no
+#   decision); section 5's verdicts say how it compared on your machine.
 #
 # **Next:** notebook 05 turns to `torch.func`: `vmap`, `grad` and friends.
 #
