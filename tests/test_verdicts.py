@@ -273,3 +273,13 @@ def test_report_page_ends_with_the_section(tmp_path, flipped):
     assert f"## {report.VERDICT_TITLE}" in text
     assert "- 00\\_setup, cell 18: reference no clear difference, yours faster" in text
     assert f"<h2>{report.VERDICT_TITLE.replace(chr(39), '&#x27;')}</h2>" in page.read_text(encoding="utf-8")
+
+
+def test_report_command_compares_copies_named_by_executed(tmp_path, flipped, monkeypatch):
+    monkeypatch.delenv("COURSE_RESULTS", raising=False)
+    results = tmp_path / "results.jsonl"
+    results.write_text(json.dumps({"name": "a.speedup", "value": 2.0, "unit": "x"}) + "\n", encoding="utf-8")
+    assert report.main(["--results", str(results), "--out", str(tmp_path / "out"),
+                        "--executed", str(flipped.parent)]) == 0
+    text = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+    assert "- 00\\_setup, cell 18: reference no clear difference, yours faster" in text

@@ -103,17 +103,14 @@ class Difference:
     kind: str
     """"flip", "only in A", "only in B" or "not run in B"."""
     notebook: str
+    cell: int
+    """The cell's 0-based index in A (in B for a cell that only B has)."""
     a: Verdict | None
     b: Verdict | None
     markdown: tuple[str, ...] = ()
     """The Markdown cells that follow the verdict's cell, up to the next code cell (from A)."""
     noisy: tuple[bool, bool] = (False, False)
     """Whether the cell warned about a large timing spread in A, in B (a busy machine)."""
-
-    @property
-    def cell(self) -> int:
-        """The 0-based cell index in A (in B for a verdict only in B)."""
-        return (self.a or self.b).cell  # type: ignore[union-attr]
 
 
 @dataclass
@@ -245,8 +242,7 @@ def pair_cells(a: Notebook, b: Notebook) -> list[tuple[int, int]]:
     ka, kb = keyed(a), keyed(b)
     pairs = [(ia, kb[k]) for k, ia in ka.items() if k in kb]
     used_a, used_b = {p[0] for p in pairs}, {p[1] for p in pairs}
-    position_b = {i: n for n, i in enumerate(b.code)}
-    by_position = {n: i for i, n in position_b.items()}
+    by_position = dict(enumerate(b.code))
     for n, ia in enumerate(a.code):
         ib = by_position.get(n)
         if ia not in used_a and ib is not None and ib not in used_b:
@@ -272,27 +268,29 @@ def compare(a: Notebook, b: Notebook) -> list[Difference]:
     diffs: list[Difference] = []
     pairs = pair_cells(a, b)
     paired_a, paired_b = {p[0] for p in pairs}, {p[1] for p in pairs}
-    groups = [(ia, ib) for ia, ib in pairs]
+    groups: list[tuple[int | None, int | None]] = list(pairs)
     groups += [(ia, None) for ia in a.code if ia not in paired_a]
     groups += [(None, ib) for ib in b.code if ib not in paired_b]
     for ia, ib in groups:
-        va = cell_verdicts(a.cells[ia], ia) if ia is not None else []
-        vb = cell_verdicts(b.cells[ib], ib) if ib is not None else []
-        md = following_markdown(a, ia) if ia is not None else following_markdown(b, ib)  # type: ignore[arg-type]
-        noisy = (warned_spread(a.cells[ia] if ia is not None else None),
-                 warned_spread(b.cells[ib] if ib is not None else None))
-        if va and ib is not None and not b.cells[ib].get("outputs"):
-            diffs.append(Difference("not run in B", a.name, va[0], None, md, noisy))
+        cell_a = a.cells[ia] if ia is not None else None
+        cell_b = b.cells[ib] if ib is not None else None
+        va = cell_verdicts(cell_a, ia) if cell_a is not None else []  # type: ignore[arg-type]
+        vb = cell_verdicts(cell_b, ib) if cell_b is not None else []  # type: ignore[arg-type]
+        where: int = ia if ia is not None else ib  # type: ignore[assignment]
+        md = following_markdown(a if ia is not None else b, where)
+        noisy = (warned_spread(cell_a), warned_spread(cell_b))
+        if va and cell_b is not None and not cell_b.get("outputs"):
+            diffs.append(Difference("not run in B", a.name, where, va[0], None, md, noisy))
             continue
-        in_b = {(v.template, v.occurrence): v for v in vb}
         in_a = {(v.template, v.occurrence): v for v in va}
-        for v in va:
-            other = in_b.get((v.template, v.occurrence))
+        in_b = {(v.template, v.occurrence): v for v in vb}
+        for key, v in in_a.items():
+            other = in_b.get(key)
             if other is None:
-                diffs.append(Difference("only in A", a.name, v, None, md, noisy))
+                diffs.append(Difference("only in A", a.name, where, v, None, md, noisy))
             elif other.direction != v.direction:
-                diffs.append(Difference("flip", a.name, v, other, md, noisy))
-        diffs += [Difference("only in B", a.name, None, v, md, noisy) for k, v in in_b.items() if k not in in_a]
+                diffs.append(Difference("flip", a.name, where, v, other, md, noisy))
+        diffs += [Difference("only in B", a.name, where, None, v, md, noisy) for k, v in in_b.items() if k not in in_a]
     return sorted(diffs, key=lambda d: (d.cell, d.kind == "only in B"))
 
 
