@@ -151,6 +151,16 @@ def test_a_flip_whose_reason_changes_with_it_is_still_a_flip(tmp_path):
     assert (d.kind, d.cell, d.a.direction, d.b.direction) == ("flip", CHAIN_CELL, ("faster",), ("slower",))
 
 
+def test_the_same_direction_in_other_words_is_reworded(tmp_path):
+    """A list of the variants found faster that names another variant: no direction changed in the line."""
+    nb = replace_line(read(AVX2_NB), MATMUL_CELL, MATMUL_TIE,
+                      "matmul: compiled is not clearly different from a cold cache (0.98x, inside the timing spread)")
+    (d,) = verdicts.compare(verdicts.load(REFERENCE_NB), verdicts.load(write(nb, tmp_path / "w.ipynb")))
+    assert (d.kind, d.cell, d.b.direction) == ("reworded", MATMUL_CELL, ("no clear difference",))
+    text = "\n".join(verdicts.format_difference(d))
+    assert "REWORDED  00_setup_reference.ipynb, cell 18: the same direction (no clear difference) in other words" in text
+
+
 def test_a_line_of_another_shape_is_only_in_a_and_only_in_b(tmp_path):
     nb = replace_line(read(AVX2_NB), MATMUL_CELL, MATMUL_TIE, "for a matmul compiling made no clear difference")
     diffs = verdicts.compare(verdicts.load(REFERENCE_NB), verdicts.load(write(nb, tmp_path / "s.ipynb")))
@@ -204,7 +214,7 @@ def test_cli_prints_the_flip_and_the_markdown_after_it(flipped):
     assert f"  A: {MATMUL_TIE.replace('0.98x', '0.97x')}" in out and "  B: matmul: compiled is 1.21x faster than eager" in out
     assert "  markdown: Small tensors are a subtler case." in out
     assert "why it can differ: a different CPU class (x86-avx512-vnni against x86-avx2)" in out
-    assert "1 flip, 0 only in A, 0 only in B, 0 not run in B" in out
+    assert "1 flip, 0 reworded, 0 only in A, 0 only in B, 0 not run in B" in out
 
 
 def test_cli_pairs_two_folders_by_file_name(tmp_path, flipped):

@@ -349,7 +349,8 @@ def verdict_section(executed: Path, stored: Path | None = None) -> VerdictSectio
     if kinds:
         outro += " Why they flip: " + "; ".join(verdicts.CAUSE_WHY[k] for k in kinds) + "."
     if others:
-        outro += (f" {others} more line(s) were printed by one run only (a cell whose output changed shape): "
+        outro += (f" {others} more line(s) differ in wording only, or were printed by one run only (a cell whose "
+                  "output changed shape): "
                   f"`python -m course_utils.kit.verdicts {stored} {executed}` lists them, with the prose after each.")
     if skipped:
         outro += " Not compared: " + "; ".join(skipped) + "."

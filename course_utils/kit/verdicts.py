@@ -25,7 +25,9 @@ How a verdict is found and matched across the two copies:
   differs between the copies is paired by its position among the code cells instead), its
   template and its occurrence number among the cell's lines of that template.
 
-Two verdicts with the same identity and different directions are a *flip*; a verdict whose
+Two verdicts with the same identity and different directions are a *flip*; with the same
+direction but other words (beyond numbers), *reworded*: a list of the variants found faster that
+names other variants, or "the lower p99 here is static's" against "...iteration's". A verdict whose
 identity is in one copy only is reported as *only in A* or *only in B* (the cell printed a
 differently shaped line, such as "compiling pays for itself after 4 epochs" against
 "compiled epochs were not clearly faster here"), and a cell that has outputs in A but none in
@@ -101,7 +103,7 @@ class Difference:
     """A verdict that differs between copy A and copy B of one notebook."""
 
     kind: str
-    """"flip", "only in A", "only in B" or "not run in B"."""
+    """"flip", "reworded", "only in A", "only in B" or "not run in B"."""
     notebook: str
     cell: int
     """The cell's 0-based index in A (in B for a cell that only B has)."""
@@ -290,6 +292,8 @@ def compare(a: Notebook, b: Notebook) -> list[Difference]:
                 diffs.append(Difference("only in A", a.name, where, v, None, md, noisy))
             elif other.direction != v.direction:
                 diffs.append(Difference("flip", a.name, where, v, other, md, noisy))
+            elif normalise(other.line) != normalise(v.line):
+                diffs.append(Difference("reworded", a.name, where, v, other, md, noisy))
         diffs += [Difference("only in B", a.name, where, None, v, md, noisy) for k, v in in_b.items() if k not in in_a]
     return sorted(diffs, key=lambda d: (d.cell, d.kind == "only in B"))
 
@@ -385,9 +389,11 @@ def clip(text: str, limit: int = 300) -> str:
 def format_difference(d: Difference, markdown_chars: int = 300) -> list[str]:
     """Return the lines the command line prints for one difference."""
     where = f"{d.notebook}, cell {d.cell + 1}"
-    if d.kind == "flip":
-        head = [f"FLIP  {where}: {' / '.join(d.a.direction)} -> {' / '.join(d.b.direction)}",  # type: ignore[union-attr]
-                f"  A: {d.a.line}", f"  B: {d.b.line}"]  # type: ignore[union-attr]
+    if d.kind in ("flip", "reworded"):
+        a, b = d.a, d.b
+        change = (f"{' / '.join(a.direction)} -> {' / '.join(b.direction)}" if d.kind == "flip"  # type: ignore[union-attr]
+                  else f"the same direction ({' / '.join(a.direction)}) in other words")  # type: ignore[union-attr]
+        head = [f"{d.kind.upper()}  {where}: {change}", f"  A: {a.line}", f"  B: {b.line}"]  # type: ignore[union-attr]
     elif d.kind == "not run in B":
         head = [f"NOT RUN IN B  {where}: the cell has no outputs in B (it failed or was not reached); "
                 f"A printed: {d.a.line}"]  # type: ignore[union-attr]
@@ -400,7 +406,7 @@ def format_difference(d: Difference, markdown_chars: int = 300) -> list[str]:
 
 def summary_lines(results: Sequence[tuple[str, list[Difference]]]) -> list[str]:
     """Return the per-notebook counts (flips, only in A, only in B, not run) and the totals."""
-    kinds = ("flip", "only in A", "only in B", "not run in B")
+    kinds = ("flip", "reworded", "only in A", "only in B", "not run in B")
     lines, total = [], Counter[str]()
     for name, diffs in results:
         count = Counter(d.kind for d in diffs)
