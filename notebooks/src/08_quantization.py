@@ -15,7 +15,8 @@
 #
 # - how to measure a model's storage (serialized bytes) and what a bf16 or fp16 cast saves and costs;
 # - symmetric int8 quantization written by hand, per tensor and per output channel, and why the
-#   simple version (dequantize the whole weight on every call) saves bytes but not time;
+#   simple version (dequantize the whole weight on every call) saves bytes but adds work to every
+#   call;
 # - the status of PyTorch's old `torch.ao.quantization` (deprecated) and where its pieces moved;
 # - today's path: torchao's `quantize_` with int8 weight-only and dynamic-activation configurations,
 #   and how it combines with `torch.compile`;
@@ -27,9 +28,10 @@
 # notebook 07 (ONNX export) helps but is not required: this notebook exports what it needs.
 #
 # **Time on a laptop CPU:** <!-- stamp:time -->1.9 min the first time (every cache empty), 1.4 min after that (compile cache warm), 0.6 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-avx512-vnni, torch 2.14.1, 2026-11-30). A slower or busy laptop takes longer.<!-- /stamp:time --> Quick mode skips compiling the transformer.
-# **Your CPU decides the speed results.** Int8 pays only where the CPU has fast integer
-# dot-product instructions and the library uses them. The setup cell prints your CPU's class; every
-# speed result below is a verdict for *this* machine, with the reason it holds here.
+# **Your CPU decides the speed results.** Int8 pays only where the library has fast integer
+# kernels for your CPU (8-bit dot-product instructions help most). The setup cell prints your
+# CPU's class; every speed result below is a verdict for *this* machine, with the reason it holds
+# here.
 #
 # **GPU:** not needed. The scaled FP8 matrix multiply needs a CUDA GPU of compute capability 8.9
 # or newer (and torchao's float8 configurations too); that cell says it skipped otherwise.
@@ -167,10 +169,9 @@ assert half_cos[torch.float16] > half_cos[torch.bfloat16]  # float16's finer man
 
 # %% [markdown]
 # Half the bytes for a tiny loss of accuracy: float16's finer mantissa gives the closer
-# embeddings here, since nothing in this model comes near its overflow limit. On a CPU, though, a
-# cast is a storage trick more than a speed trick: whether bf16 arithmetic is fast depends on the
-# CPU (recent x86 chips have bf16 dot-product instructions, older ones emulate them). The final
-# table measures it.
+# embeddings here, since nothing in this model comes near its overflow limit. On a CPU, whether a
+# cast also saves time depends on the CPU (recent x86 chips have bf16 dot-product instructions,
+# older ones emulate them) and on the library that runs the matmuls. The final table measures it.
 #
 # ## Int8 by hand
 #
@@ -511,9 +512,9 @@ print(f"\nso torchao's speed here follows the bare int8 GEMM measured earlier: {
 # The profile explains the table. torch.ao's deprecated layers call FBGEMM's
 # `quantized::linear_dynamic`, one fused call that quantizes the activation and runs FBGEMM's own
 # int8 kernels, which exist for AVX2 and for AVX-512 (with VNNI where present). torchao's dynamic
-# layers quantize each activation row and then call `torch._int_mm`: they are exactly as fast as
-# the bare int8 product measured before, plus the quantize and rescale steps that `torch.compile`
-# fuses. Uncompiled, those steps run one small operator at a time.
+# layers quantize each activation row and then call `torch._int_mm`: their speed rests on the
+# bare int8 product measured before, plus the quantize and rescale steps around it, which
+# `torch.compile` fuses. Uncompiled, those steps run one small operator at a time.
 #
 # Weight-only quantization keeps the arithmetic in float: the kernel must convert int8 weights
 # before multiplying, and at batch 16 a CPU matmul is not purely limited by memory, so the
@@ -523,7 +524,7 @@ print(f"\nso torchao's speed here follows the bare int8 GEMM measured earlier: {
 # Two more facts hide in those layers. FBGEMM calls its kernel with `reduce_range=True`: the
 # activations are quantized to 7 bits, not 8, to keep the 16-bit pair sums of AVX2 from
 # saturating. That is one reason torch.ao's quality is lower in the final table. And the other
-# torchao configurations do not run on this CPU at all; the library says why:
+# torchao configurations do not run here at all; the library says why:
 #
 
 # %%
@@ -1005,8 +1006,8 @@ print(f"on this CPU ({cpu_facts.cpu_class}) the fastest good int8 variant is "
 # - **Speed.** Storing int8 is not enough. A variant can only win with integer matmul kernels
 #   that are fast on *this* CPU *and* little work around them. ONNX Runtime's `MatMulInteger`
 #   kernels (MLAS) have their own AVX2, AVX-512, VNNI and ARM versions. torchao's dynamic layers
-#   are as fast as `torch._int_mm` is here (measured near the top), once `torch.compile` has fused
-#   the quantize and rescale steps. The hand-written layer and weight-only quantization dequantize
+#   ride on `torch._int_mm` (measured near the top) and need `torch.compile` to fuse the quantize
+#   and rescale steps around it. The hand-written layer and weight-only quantization dequantize
 #   on every call; uncompiled torchao subclasses add per-call Python dispatch around each of this
 #   model's many small matmuls. The verdict lines above sort the int8 variants into faster, no
 #   clear difference and slower on your machine, judged against the timing spread.
@@ -1030,9 +1031,12 @@ print(f"on this CPU ({cpu_facts.cpu_class}) the fastest good int8 variant is "
 #   large share of the bytes; quantize it too (torchao `IntxWeightOnlyConfig` with a `filter_fn`
 #   for `nn.Embedding`, or ONNX Runtime's `Gather` quantization).
 # - **Expecting speed from storage.** Dequantize-then-float-matmul (what many first attempts write, and
-#   weight-only quantization without a dedicated kernel) saves bytes, not time. Measure.
-# - **Dynamic quantization on a CNN.** Per-call activation scales for every convolution cost more
-#   than they save; calibrate and quantize statically (QDQ) instead.
+#   weight-only quantization without a dedicated kernel) saves bytes and adds a dequantize step to
+#   every call: it does not make the matmul cheaper. Measure.
+# - **Dynamic quantization on a CNN.** Per-call activation scales for every convolution, and
+#   generic integer convolutions between float operations, are work that static quantization does
+#   not do (the CNN's verdicts show what it cost here); calibrate and quantize statically (QDQ)
+#   instead.
 # - **Tiny models.** Scales, zero points and extra nodes can make a quantized file *bigger*.
 # - **Deprecated APIs.** `torch.quantization` / `torch.ao.quantization` still run but warn; new
 #   code uses torchao (`quantize_`, and `torchao.quantization.pt2e` for export-based static flows).
@@ -1095,15 +1099,15 @@ else:
 # - Symmetric int8 stores `round(w / scale)`; one scale per output channel keeps the error small
 #   where per-tensor scales suffer from outliers.
 # - Storing int8 is not the same as computing in int8: dequantizing on every call, as the
-#   hand-written layer does, saves bytes and costs time. Speed comes from integer kernels
-#   (int8 × int8 → int32), which need the activations quantized too.
+#   hand-written layer does, saves bytes and adds work to every call. Speed comes from integer
+#   kernels (int8 × int8 → int32), which need the activations quantized too.
 # - Whether an int8 path is fast depends on the CPU class: integer dot-product instructions
 #   (AVX-512 VNNI, AVX-VNNI, AMX, ARM dot products) and whether the library has kernels for them.
 #   Measure the bare int8 product first; the verdicts above are for your CPU only.
 # - `torch.ao.quantization` is deprecated but still runs (FBGEMM, with 7-bit activations);
 #   torchao's `quantize_` is the maintained PyTorch API. Its int8 dynamic configuration plus
-#   `torch.compile` rides on `torch._int_mm`, so it pays where that product is fast. Float8
-#   configurations need a recent GPU, int4 an extra package.
+#   `torch.compile` rides on `torch._int_mm`, so it can pay only where that product is fast.
+#   Float8 configurations need a recent GPU, int4 an extra package.
 # - ONNX Runtime: dynamic quantization suits transformers (turn on `per_channel`); CNNs want static
 #   QDQ quantization with calibration data, and `reduce_range=True` for U8S8 models that must run
 #   on x86 CPUs without VNNI, where 16-bit pair sums can saturate.
