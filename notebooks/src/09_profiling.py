@@ -17,7 +17,7 @@
 #   directory, open them in Perfetto, and draw the timeline inside the notebook;
 # - how to see what one step allocates (`profile_memory=True`);
 # - what a compiled model looks like in a trace: a compiled region and far fewer operator events;
-# - how to locate a planted bottleneck in a training loop, fix it, and measure the gain.
+# - how to locate a planted bottleneck in a training loop, fix it, and measure what the fix is worth.
 #
 # **Prerequisites:** notebook 00 (timing with `course_utils.bench`) and notebook 01 (`torch.compile`).
 #
@@ -477,7 +477,7 @@ slow_table = slow_prof.key_averages()
 print(slow_table.table(sort_by="cpu_time_total", row_limit=8, max_name_column_width=60))
 
 # %% [markdown]
-# Sorted by total time, right under `ProfilerStep*` (the whole step), look for our `data` label
+# Sorted by total time, under `ProfilerStep*` (the whole step), look for our `data` label
 # and compare it with the `forward` and `backward` labels: the cell below prints each stage's time
 # per step and which one was largest in this run. The DataLoader labels its own work too (the
 # `enumerate(DataLoader)#...__next__` row).
@@ -542,8 +542,8 @@ assert fast_by_key["aten::div"].count == PROFILED_STEPS, "one division per batch
 print(f"aten::div now runs {fast_by_key['aten::div'].count // PROFILED_STEPS} time per step")
 
 # %% [markdown]
-# The profile says the data stage shrank; `bench.compare` measures what it is worth for a whole
-# training step (fetch, forward, backward, update), timed side by side.
+# The profile gives the data stage's time per step after the fix; `bench.compare` measures what
+# the fix is worth for a whole training step (fetch, forward, backward, update), timed side by side.
 
 # %%
 step_table = bench.compare({"per-sample data": slow_step, "batched data": fast_step})
@@ -660,9 +660,10 @@ else:
 # - A compiled model shows up as a `Torch-Compiled Region` with far fewer `aten::` events: the fused
 #   code runs inside one generated call, and only extern calls (convolutions, matrix multiplies)
 #   remain visible.
-# - Profile before you optimise: here the slow part of a training step was its data path, not the
-#   model, and batching the preprocessing made the whole step faster. On a GPU, look for gaps
-#   between kernels and for host syncs such as `.item()` in the loop.
+# - Profile before you optimise: here the profile pointed at the data path's per-sample calls
+#   (counted, once per sample), batching the preprocessing removed them, and the verdict says what
+#   that was worth for a whole step on your machine. On a GPU, look for gaps between kernels and
+#   for host syncs such as `.item()` in the loop.
 #
 # ## Further reading
 #
