@@ -308,7 +308,7 @@ print("verdict: " + ("health checks wait for whole generations" if ratio > 5 els
 #
 # ## Step 4 · A batching worker
 #
-# Running the model on 8 prompts at once costs far less than 8 separate runs: the weights are read
+# Running the model on 8 prompts at once can cost far less than 8 separate runs: the weights are read
 # once per step for the whole batch, and the per-step Python and dispatch overhead is shared. So we
 # decouple receiving requests from running the model:
 #
@@ -605,11 +605,11 @@ print(f"verdict on this machine: batched ({best_mode}) served {word} tokens/s th
 # benchmark is the kindest case for static batching: every request asks for the same number of
 # tokens and the clients send their next request as soon as the previous one ends, so a batch forms,
 # decodes without interruption and finishes together. Its cost is waiting: a request that arrives
-# while a batch decodes waits for that whole batch before its own can start, which shows in its time
+# while a batch decodes waits for that whole batch before its own can start, and that wait is part of its time
 # to first token (the cell above prints both modes' median TTFT). Its tail latency can still come out
 # lower than iteration's, because iteration's steps also compute newcomers' prompts; the cell above
 # prints which p99 is lower on this machine. With one client, static batching still waits up to
-# `max_wait_ms` for company on every request, which shows in its TTFT and throughput at 1 client.
+# `max_wait_ms` for company on every request, time that is part of its TTFT at 1 client (compare the 1-client rows).
 # Iteration-level batching lets no request wait for a batch to drain and no slot idle on a finished
 # sequence; it is built for requests of mixed lengths that arrive at random times, as real traffic
 # does, which this benchmark does not send. The server's own metrics show the batch sizes it actually ran (Prometheus histogram, from
@@ -794,8 +794,8 @@ else:
 # by every other batch size and length. Steps that also compute prompt tokens run
 # eager (`EngineCore` uses the compiled step only when every row decodes). Second, *when* it compiles: the server compiles during start-up, before
 # `/health` answers, so no client waits for it; `serve_in_subprocess` waits for that.
-# Compiling adds to the start-up (the cell prints how long it took here: a few seconds with a warm
-# Inductor cache, far longer on a first, cold run), so quick mode skips this cell. The compiled and
+# Compiling adds to the start-up (the cell prints how long it took here; a first run, before
+# Inductor's cache holds the compiled code, takes longest), so quick mode skips this cell. The compiled and
 # the eager server run side by side, taking turns, so a slow spell of the machine hits both.
 
 # %%
@@ -829,7 +829,7 @@ else:
           f"{compile_word} here (differences under 15% are within run-to-run variation)")
 
 # %% [markdown]
-# Why any gain is limited on a CPU: one decoding step of a model this small is a few
+# What limits the gain on a CPU: one decoding step of a model this small is a few
 # small matrix products, which Inductor hands to the same libraries eager mode calls, so there is
 # little to fuse; what compiling saves is Python and dispatch overhead per operation, which matters
 # most at small batches. Had the compiled region contained the `int(...)` or the in-place cache
@@ -1169,7 +1169,7 @@ fig.tight_layout();
 # every request and every streamed chunk between its HTTP process and its worker process through
 # queues, while our worker hands tokens to the event loop in the same process. LitServe's design buys
 # isolation (a crashed worker does not take the HTTP server down) and scaling to several workers and
-# devices with one setting; on a small CPU the extra hops are visible.
+# devices with one setting; on a small CPU the extra hops can show (the verdict above is this machine's).
 #
 # ## A thousand requests
 #
@@ -1474,8 +1474,8 @@ else:
 # - FastAPI with pydantic limits gives a validated API. Never run the model inside `async def`:
 #   it blocks the event loop. Run it in a worker thread and hand results back with
 #   `call_soon_threadsafe`.
-# - Batching concurrent requests multiplies throughput on the same hardware; streaming with SSE cuts
-#   the time to the first token. Measure both, plus the p99 latency, under the load you expect,
+# - Batching concurrent requests lets one decoding step serve them all (what that bought on this
+#   machine is the cells' verdict); streaming with SSE cuts the time to the first token. Measure both, plus the p99 latency, under the load you expect,
 #   with streams validated (`run_load`).
 # - Iteration-level batching with a KV cache lets requests join and leave the running batch at every
 #   step; the results recorded here are `serve.batched_vs_unbatched.c32`, `serve.efficiency.c32`,
