@@ -394,14 +394,14 @@ assert rel < 2e-2, "bf16 keeps about 3 significant digits: the error should be w
 
 # %% [markdown]
 # The error is what bf16's short mantissa predicts, far below what matters for most inference.
-# The speed verdict belongs to your CPU: with native bf16 instructions the products move half the
-# bytes and run on bf16 units; without them each product converts to and from bf16, which can cost
-# more than it saves.
+# The speed verdict belongs to your CPU: bf16 products move half the bytes on any CPU; with native
+# bf16 instructions they also run on bf16 units, while without them each product converts to and from
+# bf16, which can cost more than it saves.
 #
 # ## 4 · Regional compilation: compile the block, not the model
 #
 # A transformer is the same block repeated N times. `torch.compile(model)` traces all N copies into
-# one graph and generates code for each, so compile time grows with the depth of the model.
+# one graph and generates code for each, so the work of compiling grows with the depth of the model.
 # *Regional compilation* compiles the repeated block instead (`block.compile()` on each): Dynamo
 # traces one block, and since every block has the same code and the same shapes, the other N−1 reuse
 # that compiled code. The price is the Python loop between blocks and no fusion across them.
@@ -659,7 +659,7 @@ assert graphs_after_22 <= 2, "a tensor learning rate must not recompile at every
 
 # %% [markdown]
 # This section runs torch on one thread: each parameter tensor here is small, and on a small
-# machine waking a second thread for every little loop costs more than the work it takes over.
+# machine waking a second thread for every little loop can cost more than the work it takes over.
 #
 # Twenty-two steps, the learning rate changing at each, and the compiled step still matches the eager
 # one to rounding, without a recompile per step. (The optimizer's first step may compile twice: its
@@ -705,7 +705,7 @@ assert ca_model[0][0].weight.grad.abs().max() <= 0.01 + 1e-7
 torch.set_num_threads(threads_before)
 
 # %% [markdown]
-# Compiled autograd pays where the backward pass is more than AOTAutograd's precomputed graph:
+# Compiled autograd is meant for a backward pass that is more than AOTAutograd's precomputed graph:
 # hooks, gradient accumulation into `.grad`, and distributed training, where it lets the compiler
 # overlap gradient communication with computation. Enable it only around the training step, as
 # above (the setting is read when `torch.compile` wraps the function), so the rest of the program
@@ -885,8 +885,9 @@ exercises.check("11.block_sparsity", block_sparsity)
 #   torch its CPU kernel is inference only.
 # - Autocast to bf16 under `torch.compile` costs about three significant digits; whether it is faster
 #   depends on the CPU's bf16 support (the verdict above).
-# - Regional compilation compiles one block and reuses it: far fewer operations traced and a shorter
-#   cold start, measured in fresh processes with empty caches; the steady-state cost was printed as a verdict.
+# - Regional compilation compiles one block and reuses it: far fewer operations traced (asserted), so
+#   less to compile; its cold start, measured in fresh processes with empty caches, and its steady-state
+#   cost were printed as verdicts.
 # - A compiled optimizer step fuses the per-parameter loop; a tensor learning rate keeps the LR
 #   scheduler from recompiling. Compiled autograd traces the backward pass, hooks included.
 # - `TORCH_TRACE` + `tlparse` produce a report of a whole run (compile IDs, graph breaks, recompiles);
