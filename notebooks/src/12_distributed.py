@@ -700,7 +700,7 @@ assert mr["comms_in_matmul"] == {} and mr["out_placement"] == "S(0)" and mr["max
 #
 # Sharding shrinks parameters; activations (what the forward pass keeps for the backward pass) are
 # the other big consumer of memory. `torch.utils.checkpoint.checkpoint(block, x)` keeps only a
-# block's input and recomputes the rest during the backward pass: less memory, more compute. This
+# block's input and recomputes the rest during the backward pass: fewer activations kept, more compute. This
 # runs in the notebook's own process. Two measurements of memory: the bytes autograd saves for the
 # backward pass (counted with `saved_tensors_hooks`), and the peak of the profiler's memory timeline
 # (`profile_memory=True`, `export_memory_timeline`; on GPUs the newer memory snapshots replace it,
