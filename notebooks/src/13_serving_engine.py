@@ -888,7 +888,8 @@ print(f"{len(pre_specs)} requests needing up to {max(len(p) + n for p, n, _ in p
 # too big for the whole cache stops the loop, with a clear error (the check at the top of `serve`).
 #
 # On a GPU the same loop runs unchanged (move the model and the caches to `cuda`); the cell below
-# times the batched one-token step there, where a batch of 32 costs little more than a batch of 1.
+# times the batched one-token step there at batches of 1 and 32 (with kernels this small, a batch of 32
+# can cost little more than a batch of 1).
 
 # %%
 if requires_cuda("the batched decoding step on a GPU"):
@@ -1530,8 +1531,8 @@ exercises.check("13.accept_drafts", accept_drafts)
 # - Prefix caching shares full blocks by a chained hash; the prefill work it saves is exact, the
 #   TTFT gain is measured. The course's engine caches prompt blocks too (`--prefix-cache-mb`), while
 #   keeping one cache row per sequence: paging on a CPU costs a gather at every step.
-#   Chunked prefill bounds the tokens per step, which bounds the spikes in
-#   everyone's inter-token latency.
+#   Chunked prefill bounds the tokens per step, so no single step does a whole long prompt's work
+#   while everyone's next token waits; the inter-token latency verdict above is this machine's.
 # - Speculative decoding verifies several guesses in one pass and keeps greedy output identical;
 #   whether it pays depends on the acceptance rate and on how cheap an extra token in a pass is.
 # - Preemption by recomputation turns "out of memory" into "slower".
