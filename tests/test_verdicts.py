@@ -293,3 +293,17 @@ def test_report_command_compares_copies_named_by_executed(tmp_path, flipped, mon
                         "--executed", str(flipped.parent)]) == 0
     text = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
     assert "- 00\\_setup, cell 18: reference no clear difference, yours faster" in text
+
+
+def test_the_course_command_line_runs_the_verdict_listing():
+    import subprocess
+    import sys
+
+    from course_utils import config
+
+    data = config.REPO_ROOT / "tests" / "data" / "verdicts"
+    done = subprocess.run([sys.executable, "-m", "course_utils", "verdicts", str(data / "00_setup_reference.ipynb"),
+                           str(data / "00_setup_avx2_busy.ipynb")], capture_output=True, text=True, timeout=120,
+                          cwd=config.REPO_ROOT)
+    assert done.returncode == 0, done.stderr
+    assert "00_setup_reference.ipynb" in done.stdout and "0 flip" in done.stdout

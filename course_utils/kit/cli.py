@@ -10,9 +10,10 @@ Commands:
   report [--run]      headline results beside the reference machine's (Markdown + HTML)
   stamp               write measured minutes and "last passed" into README's notebook table
   cpu [--probe]       the CPU class and instruction sets the course's results depend on
-  cpu --profile avx2 -- CMD   run CMD as if the CPU had AVX2 only (torch, oneDNN, FBGEMM, Inductor)
+  cpu --profile avx2 -- CMD   run CMD with torch, FBGEMM and Inductor capped to AVX2 (oneDNN, ONNX Runtime see the real CPU)
   progress [--file F ...]     exercises passed: your record, or one row per learner for several files
   answers [NOTEBOOK] [EXERCISE]   list the exercises, or print their reference solutions
+  verdicts A.ipynb B.ipynb   the verdicts that differ between two executed runs (or two folders of them)
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ def _parser() -> argparse.ArgumentParser:
                        ("stamp", "stamp README's notebook table from a run summary"),
                        ("cpu", "CPU class, or run a command under a CPU profile"),
                        ("progress", "which exercises are passed (one learner, or a class's files)"),
-                       ("answers", "list the exercises or print their reference solutions")):
+                       ("answers", "list the exercises or print their reference solutions"),
+                       ("verdicts", "list the printed verdicts that differ between two runs of a notebook")):
         sub.add_parser(name, help=text, add_help=False)
     return parser
 
@@ -70,7 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, rest = _parser().parse_known_args(argv)
     delegated = {"workshop-check": "course_utils.kit.workshop", "report": "course_utils.kit.report",
                  "stamp": "course_utils.kit.stamp", "cpu": "course_utils.kit.cpu_profiles",
-                 "progress": "course_utils.kit.progress_report", "answers": "course_utils.kit.answers"}
+                 "progress": "course_utils.kit.progress_report", "answers": "course_utils.kit.answers",
+                 "verdicts": "course_utils.kit.verdicts"}
     if args.command in delegated:
         import importlib
 
