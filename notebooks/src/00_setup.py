@@ -216,8 +216,8 @@ print(tiny_table)
 torch.testing.assert_close(compiled_chain(tiny), activation_chain(tiny), rtol=1e-5, atol=1e-5)
 tiny_speedup = tiny_table.speedup("compiled")
 tiny_verdict = tiny_table.verdict("compiled")
-reason = {"faster": "one generated loop beat eight eager dispatches",
-          "slower": "the guard checks and the call into compiled code cost more than eight dispatches",
+reason = {"faster": "one generated loop beat ten eager dispatches",
+          "slower": "the guard checks and the call into compiled code cost more than ten dispatches",
           "no clear difference": "the saved dispatches and the added per-call checks roughly cancel"}[tiny_verdict]
 print(f"\nthe chain on 8 numbers: compiled is {tiny_table.describe('compiled')}: {reason} on this machine")
 

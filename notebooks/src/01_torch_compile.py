@@ -792,8 +792,13 @@ def reason(name: str, r: dict) -> str:
         traffic = r["ops"] * elements * 4
         where = (f"; the {r['ops']} intermediate tensors (about {traffic / 1e6:.1f} MB) fit in this CPU's "
                  f"{L2_BYTES / 1e6:.1f} MB L2 cache, so eager's round trips were cheap" if 0 < traffic <= L2_BYTES else "")
-        return (f"its {r['ops']} operations became {r['loops']} generated loop(s), so intermediate results stay in "
-                f"registers and cache instead of going to memory and back{where}")
+        fused = (f"its {r['ops']} operations became {r['loops']} generated loop(s), so intermediate results stay in "
+                 "registers and cache instead of going to memory and back")
+        tail = {"faster": "; the saved traffic showed as time",
+                "no clear difference": ", but the generated loop's arithmetic took about as long as eager's kernels",
+                "slower": ", but the generated loop's arithmetic cost more than eager's hand-written kernels "
+                          "for these operations, more than the saved traffic"}[word]
+        return fused + tail + where
     tail = {"faster": "the fused glue was a large enough share of the time to show",
             "no clear difference": "so most of the time is spent in the same routines either way",
             "slower": "and the compiled call's own overhead outweighed what fusing the glue saved"}[word]
@@ -1089,10 +1094,14 @@ if cold["artifact_kinds"]:
     print(f"The cold run saved {size_kb:.0f} kB of cache artifacts, of these kinds: {', '.join(cold['artifact_kinds'])}.")
 if ARTIFACT_RUN:
     art = cache_runs["empty dir + artifacts"]
+    art_word = bench.band_verdict(art["first_s"], cold["first_s"], band=0.1)
     print(f"Loading the artifacts into an empty directory gave graph-cache hits ({art['graph_hits']}), "
           f"but the C++ was rebuilt ({art['cpp_build_s']:.1f} s): first call {art['first_s']:.2f} s against "
-          f"{cold['first_s']:.2f} s cold. On a CPU the artifacts do not carry the built libraries, so they "
-          "save the tracing and code generation, not the compiler run.")
+          f"{cold['first_s']:.2f} s cold, {art_word} (10% band). On a CPU the artifacts do not carry the built "
+          "libraries: they can save only the tracing and code generation, " + {
+              "lower": "and here that showed",
+              "no clear difference": "which here was small next to the C++ build",
+              "higher": "and here something else slowed this run down more than that saved"}[art_word] + ".")
 bench.record("compile.cache.warm_speedup", warm_speedup, "x", cold_s=cold["first_s"], warm_s=warm["first_s"])
 
 fig, ax = plt.subplots(figsize=(6, 0.8 + 0.5 * len(cache_runs)))

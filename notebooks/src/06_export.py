@@ -987,8 +987,12 @@ if cpp_run is not None:
           f"(ratio {cpp_epoch_s / py_epoch_s:.2f}; a 20% band, since epochs this short carry noise)")
     steps = math.ceil(len(digits.x_train) / LT["batch"])
     print(f"per training step ({steps} per epoch): Python {py_epoch_s / steps * 1e6:.0f} µs, "
-          f"C++ {cpp_epoch_s / steps * 1e6:.0f} µs; the operators inside are the same libtorch kernels, "
-          "so the difference is the work around them (Python's interpreter and module calls, or none)")
+          f"C++ {cpp_epoch_s / steps * 1e6:.0f} µs; the operators inside are the same libtorch kernels, so " + {
+              "lower": "what C++ saved is the work around them (Python's interpreter and module calls)",
+              "no clear difference": "the work around them (Python's interpreter) was small next to the kernels",
+              "higher": "the gap is not Python's overhead (C++ has none): it is how each program uses those "
+                        "kernels (the optimizer's implementation, threads, memory allocation), "
+                        "which this cell does not break down"}[verdict])
     bench.record("cpp.train.epoch_s", cpp_epoch_s, "s", python_epoch_s=py_epoch_s, epochs=LT["epochs"],
                  threads=lt_threads, train_size=len(digits.x_train), batch=LT["batch"])
 
