@@ -506,7 +506,12 @@ print(f"\ntorch.ao's heaviest calls:            {ao_ops}")
 print(f"compiled torchao dyn-act's heaviest: {tao_ops}")
 assert any("linear_dynamic" in k for k in ao_ops), "torch.ao runs FBGEMM's fused dynamic int8 Linear"
 assert any("_int_mm" in k for k in tao_ops), "torchao's dynamic int8 Linear runs torch._int_mm"
-print(f"\nso torchao's speed here follows the bare int8 GEMM measured earlier: {int8_gemm} than fp32 on this CPU")
+tao_word = mlp_table.verdict("torchao int8 dyn-act, compiled", "fp32 eager")
+gemm_words = {"faster": "faster than", "slower": "slower than", "no clear difference": "not clearly different from"}
+print(f"\ntorchao's int8 layer rides on that product: the bare int8 GEMM measured earlier was {gemm_words[int8_gemm]} "
+      f"fp32 on this CPU, and the compiled torchao MLP was {gemm_words[tao_word]} fp32 eager"
+      + ("" if tao_word == int8_gemm else " (the quantize and rescale steps around each product, and the MLP's "
+                                           "other work, count too)"))
 
 # %% [markdown]
 # The profile explains the table. torch.ao's deprecated layers call FBGEMM's
