@@ -389,6 +389,10 @@ with torch.no_grad():
 print(f"relative error against fp32: {rel:.2e} (the output is {bf16.dtype}: the residual additions mix a "
       "float32 input with bf16 products, and autocast leaves additions to type promotion)")
 print(amp)
+caps = cpu.capabilities()
+native = [name for name in ("amx_bf16", "avx512_bf16") if caps.get(name)]
+print(f"native bf16 instructions on this CPU: {', '.join(native) if native else 'none (bf16 products are computed through float32 conversions)'}"
+      + ("; the avx2 profile leaves oneDNN, which runs these products, on the real CPU" if cpu.active_profile() else ""))
 print(f"verdict on this machine ({cpu.cpu_class()}): bf16 is {amp.describe('bf16 autocast compiled')}")
 assert rel < 2e-2, "bf16 keeps about 3 significant digits: the error should be well under 2%"
 
@@ -604,7 +608,7 @@ print(f"regional takes {steady_ratio:.2f}x the whole model's time per call: {ban
 
 # %%
 threads_before = torch.get_num_threads()
-torch.set_num_threads(1)   # many small tensors: waking a second thread costs more than it saves (notebook 10)
+torch.set_num_threads(1)   # many small tensors: waking a second thread can cost more than it saves (notebook 10)
 
 
 def make_mlp():
