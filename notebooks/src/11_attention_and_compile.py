@@ -391,7 +391,8 @@ print(f"relative error against fp32: {rel:.2e} (the output is {bf16.dtype}: the 
 print(amp)
 caps = cpu.capabilities()
 native = [name for name in ("amx_bf16", "avx512_bf16") if caps.get(name)]
-print(f"native bf16 instructions on this CPU: {', '.join(native) if native else 'none (bf16 products are computed through float32 conversions)'}"
+no_native = "none (bf16 products are computed through float32 conversions)"
+print(f"native bf16 instructions on this CPU: {', '.join(native) if native else no_native}"
       + ("; the avx2 profile leaves oneDNN, which runs these products, on the real CPU" if cpu.active_profile() else ""))
 print(f"verdict on this machine ({cpu.cpu_class()}): bf16 is {amp.describe('bf16 autocast compiled')}")
 assert rel < 2e-2, "bf16 keeps about 3 significant digits: the error should be well under 2%"
