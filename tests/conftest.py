@@ -13,6 +13,11 @@ NetworkBlocked = offline.NetworkBlocked
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
+# tests/data holds fixtures (executed notebook copies read by test_verdicts.py), not course notebooks:
+# nbval must not collect and execute them. (A conftest.py inside tests/data would shadow this one's
+# module name for `from conftest import ...`.)
+collect_ignore_glob = ["data/*"]
+
 
 @pytest.fixture(autouse=True)
 def no_network() -> Iterator[None]:
