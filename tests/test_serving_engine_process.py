@@ -203,15 +203,17 @@ def test_a_stopped_engine_process_does_not_freeze_health(gpt):
         try:
             sender.start()
             slowest, reasons = 0.0, set()
-            with httpx.Client(timeout=httpx.Timeout(2.0)) as client:
-                for _ in range(20):  # about 4 s: the submits fill the pipe (64 KiB) in the first moments
+            # Before the fix the loop blocked on the full pipe until the child resumed: /health never
+            # answered (ReadTimeout). How fast it answers beside 300 requests on a busy 2-core machine
+            # varies (1.6 s seen in CI), so the test asks for an answer, not a speed.
+            with httpx.Client(timeout=httpx.Timeout(10.0)) as client:
+                for _ in range(20):  # the submits fill the pipe (64 KiB) in the first moments
                     start = time.monotonic()
-                    health = client.get(srv.url + "/health")  # before the fix: no answer (ReadTimeout)
+                    health = client.get(srv.url + "/health")
                     slowest = max(slowest, time.monotonic() - start)
                     reasons.add(health.json().get("reason"))
                     time.sleep(0.2)
-            assert slowest < 1.0, slowest
-            assert any(r and "has not read its requests" in r for r in reasons), reasons
+            assert any(r and "has not read its requests" in r for r in reasons), (reasons, slowest)
         finally:
             os.kill(child, signal.SIGCONT)
         sender.join(60)
