@@ -6,6 +6,8 @@
 - ``band_verdict``: higher / lower / no clear difference for figures without a spread.
 - ``record``: append a headline result to the ``COURSE_RESULTS`` file (the ledger lives in
   ``course_utils.results``; notebooks call it as ``bench.record`` beside their timings).
+- ``record_verdict``: the same for a printed verdict, under its own stable name; ``verdict``,
+  ``describe`` and ``band_verdict`` record theirs when given ``name=``.
 - ``bar_chart``: a matplotlib bar chart of a comparison.
 """
 
@@ -22,7 +24,7 @@ from torch.utils import benchmark
 
 from . import config
 from .device import synchronize
-from .results import read_results, record  # noqa: F401 (the notebooks' bench.record)
+from .results import read_results, record, record_verdict  # noqa: F401 (the notebooks' bench.record)
 
 #: A row whose IQR exceeds this share of its median makes a table print a "timings are rough" note.
 NOISY_SPREAD = 0.2
@@ -156,31 +158,42 @@ class Comparison:
         """Return ``slower`` median / ``faster`` median for any two variants."""
         return self.row(slower).median_s / self.row(faster).median_s
 
-    def verdict(self, label: str, against: str | None = None, margin: float = 0.05) -> str:
+    def verdict(self, label: str, against: str | None = None, margin: float = 0.05, *,
+                name: str | None = None) -> str:
         """Return "faster", "slower" or "no clear difference" for ``label`` against ``against``.
 
         The rule: ``label`` is faster when its median is more than ``margin`` (5%) below the
         other's *and* the two interquartile bands (median ± IQR/2, timed in interleaved
         rounds) do not overlap; slower the other way round; anything else is no clear
-        difference. ``against`` defaults to the baseline.
+        difference. ``against`` defaults to the baseline. With ``name``, the verdict is also
+        recorded under that name (``record_verdict``), with the ratio and whether either row's
+        spread was large.
         """
-        a, b = self.row(label), self.row(against or self.baseline)
+        other = against or self.baseline
+        a, b = self.row(label), self.row(other)
         a_lo, a_hi = a.median_s - a.iqr_s / 2, a.median_s + a.iqr_s / 2
         b_lo, b_hi = b.median_s - b.iqr_s / 2, b.median_s + b.iqr_s / 2
         if a.median_s < b.median_s * (1 - margin) and a_hi < b_lo:
-            return "faster"
-        if a.median_s > b.median_s * (1 + margin) and a_lo > b_hi:
-            return "slower"
-        return "no clear difference"
+            word = "faster"
+        elif a.median_s > b.median_s * (1 + margin) and a_lo > b_hi:
+            word = "slower"
+        else:
+            word = "no clear difference"
+        if name is not None:
+            noisy = any(r.median_s and r.iqr_s / r.median_s > NOISY_SPREAD for r in (a, b))
+            record_verdict(name, word, noisy=noisy, label=label, against=other,
+                           ratio=round(b.median_s / a.median_s, 4), margin=margin)
+        return word
 
-    def describe(self, label: str, against: str | None = None) -> str:
+    def describe(self, label: str, against: str | None = None, *, name: str | None = None) -> str:
         """Return a phrase such as "2.31x faster than fp32 eager" or "not clearly different from ...".
 
-        Uses ``verdict`` (so a difference inside the timing spread is never called a speed-up).
+        Uses ``verdict`` (so a difference inside the timing spread is never called a speed-up);
+        ``name`` records that verdict.
         """
         other = against or self.baseline
         ratio = self.ratio(other, label)
-        word = self.verdict(label, other)
+        word = self.verdict(label, other, name=name)
         if word == "faster":
             return f"{ratio:.2f}x faster than {other}"
         if word == "slower":
@@ -214,19 +227,19 @@ class Comparison:
         return "\n".join([head, *body, *([note] if note else [])])
 
 
-def band_verdict(value: float, other: float, band: float = 0.1) -> str:
+def band_verdict(value: float, other: float, band: float = 0.1, *, name: str | None = None) -> str:
     """Return "higher", "lower" or "no clear difference" for two figures that carry no spread of their
     own (one load run each, or speed-ups taken from two different tables): ``value`` is higher only
     when it exceeds ``other`` by more than ``band`` (10%) as a ratio, lower when below ``other / (1 +
-    band)``. State the band beside the verdict; timings with a spread use ``Comparison.verdict``."""
+    band)``. State the band beside the verdict; timings with a spread use ``Comparison.verdict``.
+    With ``name``, the verdict is also recorded under that name (``record_verdict``)."""
     if not (value > 0 and other > 0) or band < 0:
         raise ValueError(f"band_verdict needs two positive figures and band >= 0, got {value!r}, {other!r}, {band!r}")
     ratio = value / other
-    if ratio > 1 + band:
-        return "higher"
-    if ratio < 1 / (1 + band):
-        return "lower"
-    return "no clear difference"
+    word = "higher" if ratio > 1 + band else "lower" if ratio < 1 / (1 + band) else "no clear difference"
+    if name is not None:
+        record_verdict(name, word, value=value, other=other, band=band)
+    return word
 
 
 def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, baseline: str | None = None,

@@ -5,6 +5,13 @@ mode, torch version, device, CPU class and time) as a JSON line to the ``COURSE_
 when that is set; ``read_results`` reads such a file back. The names are a contract: the report's
 expected ranges (``kit/report.py``) look results up by name. Notebooks call ``bench.record``,
 which is this function.
+
+``record_verdict`` does the same for a *verdict* a cell prints (faster, slower, no clear
+difference, higher, lower, pays, ...): a record with ``"kind": "verdict"``, the verdict in place
+of a value, and what can flip it (CPU class, cores, torch threads, mode, a noisy measurement).
+Verdict names are their own namespace, so two runs (yours and the reference machine's, see
+``python -m course_utils report``) can be compared verdict by verdict. ``bench.Comparison.verdict``
+and ``bench.band_verdict`` call it when given ``name=``.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -21,6 +29,36 @@ import torch
 from . import config
 
 _NAME_RE = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)*$")
+#: A verdict is a short lower-case phrase: "faster", "no clear difference", "does not pay".
+_VERDICT_RE = re.compile(r"^[a-z][a-z0-9 /_-]{0,59}$")
+#: ``"kind"`` of a verdict record; a record without ``"kind"`` is a headline result.
+VERDICT = "verdict"
+
+
+def _check_name(name: Any, what: str) -> None:
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ValueError(f"{what} name {name!r} must be dotted lower-case words, e.g. 'setup.first_call_s'")
+
+
+def _context(context: dict[str, Any]) -> dict[str, Any]:
+    return {k: v if isinstance(v, (int, float, str, bool, type(None))) else str(v) for k, v in context.items()}
+
+
+def _stamp() -> dict[str, Any]:
+    """The facts every record carries: mode, torch, device, CPU class, time."""
+    from .cpu import cpu_class
+    from .device import get_device
+
+    return {"mode": config.mode_name(), "torch": torch.__version__, "device": str(get_device()),
+            "cpu_class": cpu_class(), "time": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")}
+
+
+def _append(entry: dict[str, Any]) -> None:
+    path = config.results_path()
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(entry) + "\n")
 
 
 def record(name: str, value: float, unit: str, **context: Any) -> dict[str, Any]:
@@ -30,33 +68,41 @@ def record(name: str, value: float, unit: str, **context: Any) -> dict[str, Any]
     number; ``context`` any extra facts (sizes, settings). Each record also notes
     the mode (quick/full), torch version, device, CPU class and time.
     """
-    if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise ValueError(f"result name {name!r} must be dotted lower-case words, e.g. 'setup.first_call_s'")
+    _check_name(name, "result")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"result {name!r} needs a finite number, got {value!r}")
     if not isinstance(unit, str):
         raise TypeError(f"unit must be a string such as 's' or 'x', got {type(unit).__name__}")
-    from .cpu import cpu_class
-    from .device import get_device
-
-    entry = {
-        "name": name,
-        "value": float(value),
-        "unit": unit,
-        "mode": config.mode_name(),
-        "torch": torch.__version__,
-        "device": str(get_device()),
-        "cpu_class": cpu_class(),
-        "time": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "context": {k: v if isinstance(v, (int, float, str, bool, type(None))) else str(v)
-                    for k, v in context.items()},
-    }
-    path = config.results_path()
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(entry) + "\n")
+    entry = {"name": name, "value": float(value), "unit": unit, **_stamp(), "context": _context(context)}
+    _append(entry)
     return entry
+
+
+def record_verdict(name: str, verdict: str, *, noisy: bool = False, **context: Any) -> str:
+    """Record the verdict a cell prints under a stable ``name``; return ``verdict`` (lower-cased).
+
+    ``verdict`` is a short phrase ("faster", "no clear difference", "lower", "pays"); ``noisy``
+    says the measurement behind it had a large spread (a busy machine); ``context`` holds what
+    it compared (labels, ratio, band). The record also notes the cores and torch threads, so a
+    report can say why the same verdict came out differently on another machine. Use it as
+    ``print(f"compiled: {bench.record_verdict('compile.chain', word)}")``, or pass ``name=`` to
+    ``Comparison.verdict`` / ``describe`` / ``band_verdict``, which call it.
+    """
+    _check_name(name, "verdict")
+    if not isinstance(verdict, str) or not _VERDICT_RE.match(verdict.strip().lower()):
+        raise ValueError(f"verdict {verdict!r} for {name!r} must be a short lower-case phrase such as "
+                         "'faster', 'no clear difference' or 'does not pay'")
+    verdict = verdict.strip().lower()
+    entry = {"kind": VERDICT, "name": name, "verdict": verdict, **_stamp(),
+             "cores": os.cpu_count(), "threads": torch.get_num_threads(), "noisy": bool(noisy),
+             "context": _context(context)}
+    _append(entry)
+    return verdict
+
+
+def is_verdict(rec: Any) -> bool:
+    """Return whether ``rec`` (a record read back) is a verdict record rather than a headline result."""
+    return isinstance(rec, dict) and rec.get("kind") == VERDICT
 
 
 def read_results(path: str | Path | None = None) -> list[dict[str, Any]]:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import config
+from ..results import is_verdict
 
 REFERENCE_FILE = "reference_results.json"
 #: The folder under the report's output folder where ``--run`` leaves the executed notebooks.
@@ -103,7 +104,7 @@ def latest(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """
     out: dict[str, dict[str, Any]] = {}
     for rec in records:
-        if record_problem(rec) is None:
+        if not is_verdict(rec) and record_problem(rec) is None:
             out[rec["name"]] = rec
     return out
 
@@ -162,6 +163,8 @@ def latest_valid(records: Sequence[Any], warn: Warn = _print_warning) -> dict[st
     """
     out: dict[str, dict[str, Any]] = {}
     for n, rec in enumerate(records, 1):
+        if is_verdict(rec):  # verdicts have their own section (verdict_rows)
+            continue
         where = f"record {n}"
         problem = record_problem(rec)
         if problem is not None:
