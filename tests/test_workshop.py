@@ -287,3 +287,29 @@ def test_a_failure_shows_its_output_tail_without_colour_codes_and_the_pace_still
     assert "pace:" in text and "had failures" in text
     ready, lines = workshop.verdict([], [ok, run], stated={"00_a.ipynb": 40.0})
     assert "pace:" in "\n".join(lines)
+
+
+def test_a_carried_figure_keeps_its_own_date_and_a_rerun_mode_gets_the_new_one():
+    """No stamped sentence claims a date for a figure it did not measure (issue: carried figures
+    used to read "measured ... on <this run's date>")."""
+    row = ("| notebook | what | minutes | gpu | last passed (torch, date) |\n|---|---|---|---|---|\n"
+           "| [`11_x.ipynb`](x) | a | 3.9 / 2.0 / 1.0 | nothing | torch 2.14.1, 2026-11-30 (first run+full+quick) |\n")
+    full = {"torch": "2.14.1", "date": "2026-12-01", "machine": "x86_64, 2 cores", "cpu_class": "x86-avx2",
+            "runs": [{"notebook": "11_x.ipynb", "ok": True, "seconds": 144.0}]}
+    text, n = stamp.stamp_table(row, None, full, None)
+    assert n == 1
+    assert "| 3.9 / 2.4 / 1.0 |" in text
+    assert "torch 2.14.1, 2026-12-01 (full); torch 2.14.1, 2026-11-30 (first run+quick) |" in text
+    dates = stamp.stated_dates(text)["11_x.ipynb"]
+    assert dates == {"first run": ("2.14.1", "2026-11-30"), "full": ("2.14.1", "2026-12-01"),
+                     "quick": ("2.14.1", "2026-11-30")}
+    line = stamp.time_line("11_x.ipynb", None, full, None, stamp.stated_minutes(text)["11_x.ipynb"], dates)
+    assert "3.9 min: torch 2.14.1, 2026-11-30" in line and "2.4 min: torch 2.14.1, 2026-12-01" in line
+    assert "1.0 min: torch 2.14.1, 2026-11-30" in line
+    # a carried figure whose date README does not give says so instead of borrowing this run's
+    bare = stamp.time_line("11_x.ipynb", None, full, None, ("3.9", "2.0", "?"), {})
+    assert "3.9 min: date not recorded" in bare and "2.4 min: torch 2.14.1, 2026-12-01" in bare
+    # all from one run: one date, as before
+    assert stamp.format_passed({m: ("2.14.1", "2026-12-01") for m in stamp.MODES}) == \
+        "torch 2.14.1, 2026-12-01 (first run+full+quick)"
+    assert stamp.parse_passed("") == {}

@@ -9,10 +9,15 @@ Reads the summaries of three runs of the whole course on one machine:
 and rewrites, for each notebook that passed, README's minutes column ("first run / full / quick"),
 (a quick-mode run with several notebooks at a time gives no per-notebook minutes, since they shared
 the machine: it stamps README's workshop line between ``<!-- stamp:workshop -->`` markers instead),
-its "last passed" column ("torch 2.14.1, 2026-11-30"), and the notebook's own time line: the text
-between ``<!-- stamp:time -->`` and ``<!-- /stamp:time -->`` in its introduction. Nothing in
-those places is typed by hand, so README and notebook never disagree; ``make stamp`` regenerates
-them from the latest runs.
+its "last passed" column ("torch 2.14.1, 2026-11-30 (first run+full+quick)"), and the notebook's own
+time line: the text between ``<!-- stamp:time -->`` and ``<!-- /stamp:time -->`` in its
+introduction. Nothing in those places is typed by hand, so README and notebook never disagree;
+``make stamp`` regenerates them from the latest runs.
+
+A figure of a mode these runs lack is carried over from README together with its own torch and
+date: the "last passed" column keeps one group per date ("torch 2.14.1, 2026-12-01 (full);
+torch 2.14.1, 2026-11-30 (first run+quick)"), so no sentence claims a date for a figure that was
+not measured on it.
 """
 
 from __future__ import annotations
@@ -33,6 +38,12 @@ TIME_RE = re.compile(re.escape(TIME_OPEN) + r".*?" + re.escape(TIME_CLOSE), re.S
 WORKSHOP_OPEN, WORKSHOP_CLOSE = "<!-- stamp:workshop -->", "<!-- /stamp:workshop -->"
 WORKSHOP_RE = re.compile(re.escape(WORKSHOP_OPEN) + r"(.*?)" + re.escape(WORKSHOP_CLOSE), re.S)
 WORKSHOP_FIGURE_RE = re.compile(r"took ([0-9.]+) min with (\d+) notebooks? at a time")
+#: The three modes of a row, in README's order ("first run / full / quick").
+MODES = ("first run", "full", "quick")
+#: One group of the "last passed" column: "torch 2.14.1, 2026-11-30 (first run+full+quick)".
+PASSED_RE = re.compile(r"torch ([^,;()]+), (\d{4}-\d\d-\d\d) \(([a-z +]+)\)")
+#: (torch, date) a figure was measured with.
+Measured = tuple[str, str]
 
 
 def _minutes(seconds: float | None) -> str:
@@ -55,6 +66,40 @@ def stated_minutes(readme: str) -> dict[str, tuple[str, str, str]]:
             figures = ["?"] * (3 - len(figures)) + figures if len(figures) < 3 else figures[:3]
             stated[match.group(1)] = tuple(figures)  # type: ignore[assignment]
     return stated
+
+
+def parse_passed(cell: str) -> dict[str, Measured]:
+    """Return {mode: (torch, date)} from a "last passed" cell (modes it does not name are left out)."""
+    out: dict[str, Measured] = {}
+    for torch_version, date, modes in PASSED_RE.findall(cell):
+        for mode in modes.split("+"):
+            if mode.strip() in MODES:
+                out[mode.strip()] = (torch_version.strip(), date)
+    return out
+
+
+def format_passed(measured: dict[str, Measured]) -> str:
+    """Return a "last passed" cell: one "torch T, DATE (modes)" group per (torch, date), newest first."""
+    groups: dict[Measured, list[str]] = {}
+    for mode in MODES:
+        if mode in measured:
+            groups.setdefault(measured[mode], []).append(mode)
+    return "; ".join(f"torch {t}, {d} ({'+'.join(m)})"
+                     for (t, d), m in sorted(groups.items(), key=lambda g: g[0][1], reverse=True))
+
+
+def stated_dates(readme: str) -> dict[str, dict[str, Measured]]:
+    """Return {notebook: {mode: (torch, date)}} from README's "last passed" column."""
+    out, in_table = {}, False
+    for line in readme.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        if cells and cells[0] == "notebook":
+            in_table = True
+        elif in_table and not cells:
+            break
+        elif in_table and len(cells) >= 5 and (match := NOTEBOOK_RE.search(cells[0])):
+            out[match.group(1)] = parse_passed(cells[-1])
+    return out
 
 
 def stated_quick_seconds(readme: str) -> dict[str, float]:
@@ -123,28 +168,42 @@ def _machine(summary: dict[str, Any]) -> str:
     return f"{cores}, {cpu}" if cpu else cores
 
 
+def _when(measured: Measured) -> str:
+    return f"torch {measured[0]}, {measured[1]}"
+
+
 def time_line(name: str, cold: dict[str, Any] | None, full: dict[str, Any] | None,
-              quick: dict[str, Any] | None, carried: Sequence[str] | None = None) -> str | None:
+              quick: dict[str, Any] | None, carried: Sequence[str] | None = None,
+              carried_dates: dict[str, Measured] | None = None) -> str | None:
     """Return the notebook's stamped time sentence, or None when no run of it passed.
 
     ``carried``: README's (first run, full, quick) minutes, used for a mode these runs lack, so
-    the notebook and its README row always state the same figures.
+    the notebook and its README row always state the same figures; ``carried_dates``: README's
+    {mode: (torch, date)} for them, so each carried figure keeps the date it was measured on.
     """
-    parts, src = [], None
+    parts: list[tuple[str, Measured | None]] = []
+    src = None
     for i, (summary, words) in enumerate(((cold, "the first time (every cache empty)"),
                                           (full, "after that (compile cache warm)"),
                                           (quick, "in quick mode"))):
         run = _passed(summary).get(name)
         if run:
-            parts.append(f"{_minutes(run['seconds'])} min {words}")
+            parts.append((f"{_minutes(run['seconds'])} min {words}", (summary["torch"], summary["date"])))  # type: ignore[index]
             src = src or summary
         elif carried and carried[i] not in ("?", ""):
-            parts.append(f"{carried[i]} min {words}")
+            parts.append((f"{carried[i]} min {words}", (carried_dates or {}).get(MODES[i])))
     if src is None:
         return None
-    return (f"{TIME_OPEN}{', '.join(parts)}; measured by `make stamp` on the reference machine "
-            f"({_machine(src)}, torch {src['torch']}, {src['date']}). A slower or busy laptop takes "
-            f"longer.{TIME_CLOSE}")
+    figures = ", ".join(text for text, _ in parts)
+    dates = {when for _, when in parts}
+    if len(dates) == 1 and None not in dates:
+        when = f"{_machine(src)}, {_when(dates.pop())}"  # type: ignore[arg-type]
+    else:  # figures from runs on different days: each says its own
+        each = "; ".join(f"{text.split(' min ')[0]} min: "
+                         + (_when(measured) if measured else "date not recorded") for text, measured in parts)
+        when = f"{_machine(src)}; {each}"
+    return (f"{TIME_OPEN}{figures}; measured by `make stamp` on the reference machine "
+            f"({when}). A slower or busy laptop takes longer.{TIME_CLOSE}")
 
 
 def time_cell(nb: dict[str, Any]) -> dict[str, Any] | None:
@@ -154,12 +213,13 @@ def time_cell(nb: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def stamp_notebook(path: Path, cold: dict[str, Any] | None, full: dict[str, Any] | None,
-                   quick: dict[str, Any] | None, carried: Sequence[str] | None = None) -> bool:
+                   quick: dict[str, Any] | None, carried: Sequence[str] | None = None,
+                   carried_dates: dict[str, Measured] | None = None) -> bool:
     """Rewrite the time line of notebook ``path`` in place; return whether it was stamped.
 
     ValueError when no Markdown cell of the notebook has the ``<!-- stamp:time -->`` markers.
     """
-    line = time_line(path.name, cold, full, quick, carried)
+    line = time_line(path.name, cold, full, quick, carried, carried_dates)
     if line is None:
         return False
     nb = json.loads(path.read_text(encoding="utf-8"))
@@ -197,10 +257,11 @@ def stamp_table(readme: str, quick: dict[str, Any] | None, full: dict[str, Any] 
                 old = ["?"] * (3 - len(old)) + old if len(old) < 3 else old[:3]  # "full / quick" rows
                 cells[2] = " / ".join(_minutes(r[name]["seconds"]) if name in r else previous
                                       for r, previous in zip(runs.values(), old, strict=True))
-                summary = next(s for s, r in ((cold, runs["first run"]), (full, runs["full"]),
-                                              (quick, runs["quick"])) if name in r)
-                modes = "+".join(m for m, r in runs.items() if name in r)
-                cells[-1] = f"torch {summary['torch']}, {summary['date']} ({modes})"  # type: ignore[index]
+                measured = parse_passed(cells[-1])  # modes not re-run keep their own torch and date
+                for mode, summary in zip(MODES, (cold, full, quick), strict=True):
+                    if name in runs[mode]:
+                        measured[mode] = (summary["torch"], summary["date"])  # type: ignore[index]
+                cells[-1] = format_passed(measured)
                 stamped += 1
             line = "| " + " | ".join(cells) + " |"
         elif in_table and not cells:
@@ -235,8 +296,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     text, n = stamp_table(text, quick, full, cold)
     args.readme.write_text(text, encoding="utf-8")
     print(f"stamped {n} notebook rows{' and the workshop line' if workshop else ''} in {args.readme}")
-    stated = stated_minutes(text)  # what the table says now, runs and carried figures alike
+    stated, dates = stated_minutes(text), stated_dates(text)  # the table now: runs and carried figures alike
     done = [p.name for p in sorted(args.notebooks.glob("[0-9][0-9]_*.ipynb"))
-            if stamp_notebook(p, cold, full, quick, stated.get(p.name))]
+            if stamp_notebook(p, cold, full, quick, stated.get(p.name), dates.get(p.name))]
     print(f"stamped the time line of {len(done)} notebooks in {args.notebooks}")
     return 0
