@@ -1,6 +1,7 @@
 """Write data/reference_results.json from a real full-mode run's results file.
 
     python tools/make_reference.py build/report/results.jsonl build/workshop/results.jsonl
+    python tools/make_reference.py --update build/results-08.jsonl     # re-ran one notebook
 
 Reads one or more results files; keeps the latest full-mode record of each headline name (a
 quick-mode one only where no full-mode run recorded it), plus a description of this machine
@@ -8,6 +9,13 @@ quick-mode one only where no full-mode run recorded it), plus a description of t
 profile (``python -m course_utils cpu --profile avx2 -- ...``) carry that class and are kept
 apart under ``classes``, so the report can compare a learner with the figures of their class. The expected ranges live
 apart, in data/expected_ranges.json, set by hand.
+
+The verdict records (``bench.record_verdict``) go under ``verdicts``, the same way: the latest
+full-mode one of each name, with the cores, threads, mode and spread flag that can flip it.
+
+Every figure carries the date it was measured. ``--update`` keeps what the file holds and
+replaces only the names the given files record (after re-running some notebooks); the machine's
+``date`` then spans the figures' dates.
 """
 
 from __future__ import annotations
@@ -51,15 +59,50 @@ def pick(records: list[dict]) -> dict[str, dict]:
 
 
 def table(records: dict[str, dict]) -> dict[str, dict]:
-    return {n: {"value": r["value"], "unit": r["unit"], "mode": r["mode"]} for n, r in sorted(records.items())}
+    return {n: {"value": r["value"], "unit": r["unit"], "mode": r["mode"], "date": _date(r)}
+            for n, r in sorted(records.items())}
+
+
+def _date(rec: dict) -> str | None:
+    stamp = rec.get("time")
+    return stamp[:10] if isinstance(stamp, str) else None
+
+
+def verdict_table(records: list[dict]) -> dict[str, dict]:
+    """Return the latest verdict of each name (a full-mode one winning over a quick-mode one)."""
+    kept = report.latest_verdicts([r for r in records if r.get("mode") == "quick"]
+                                  + [r for r in records if r.get("mode") != "quick"])
+    return {n: {**{k: r.get(k) for k in ("verdict", "mode", "cores", "threads", "noisy", "torch")},
+                "date": _date(r)} for n, r in sorted(kept.items())}
+
+
+def merge(old: dict, new: dict) -> dict:
+    """Return ``old`` with the results and verdicts ``new`` holds put in (names ``new`` lacks keep
+    their old figure and date); the machine's date spans every figure's."""
+    out = json.loads(json.dumps(old))
+    for key in ("results", "verdicts"):
+        out.setdefault(key, {}).update(new.get(key, {}))
+    for cls, section in new.get("classes", {}).items():
+        mine = out.setdefault("classes", {}).setdefault(cls, {"how": section["how"]})
+        for key in ("results", "verdicts"):
+            mine.setdefault(key, {}).update(section.get(key, {}))
+    dates = sorted({e["date"] for key in ("results", "verdicts") for e in out[key].values() if e.get("date")}
+                   | {old["machine"].get("date", "")} - {""})
+    modes = "/".join(sorted({e["mode"] for e in out["results"].values() if e.get("mode")}))
+    out["machine"] = {**new["machine"], "date": dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}",
+                      "mode": modes or new["machine"].get("mode")}
+    return out
 
 
 def main() -> None:
-    if len(sys.argv) < 2:
+    args = sys.argv[1:]
+    update = "--update" in args
+    args = [a for a in args if a != "--update"]
+    if not args:
         sys.exit(__doc__)
-    every = [rec for path in sys.argv[1:] for rec in bench.read_results(path)]
+    every = [rec for path in args for rec in bench.read_results(path)]
     if not every:
-        sys.exit(f"no results in {', '.join(sys.argv[1:])}")
+        sys.exit(f"no results in {', '.join(args)}")
     import torch
 
     from course_utils import cpu
@@ -77,13 +120,17 @@ def main() -> None:
         "mode": "/".join(sorted({r["mode"] for r in records.values()})),
         "cpu_class": native,
     }
-    out = {"machine": machine, "results": table(records),
+    verdicts = verdict_table(by_class.get(native) or every)
+    out = {"machine": machine, "results": table(records), "verdicts": verdicts,
            "classes": {cls: {"how": "native" if cls == native else "this machine under a CPU profile",
-                             "results": table(pick(recs))}
+                             "results": table(pick(recs)), "verdicts": verdict_table(recs)}
                        for cls, recs in sorted(by_class.items())}}
     path = ROOT / "data" / report.REFERENCE_FILE
+    if update and path.exists():
+        out = merge(json.loads(path.read_text(encoding="utf-8")), out)
     path.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {path}: {len(records)} results ({native}), classes {sorted(by_class)}, {machine['description']}")
+    print(f"wrote {path}: {len(records)} results and {len(verdicts)} verdicts ({native}), "
+          f"classes {sorted(by_class)}, {machine['description']}")
 
 
 if __name__ == "__main__":

@@ -14,9 +14,13 @@ shown as "invalid value", and a non-string device, unit, mode or CPU class count
 missing; each problem is printed as a warning naming the record. Names, units and notes
 are shown literally: escaped in Markdown and HTML, and not parsed as mathtext in the plot.
 
-The page ends with the verdicts (faster, slower, no clear difference, ...) that the executed
-copies of the notebooks printed differently from the stored notebooks, which hold the reference
-machine's run (``course_utils.kit.verdicts``).
+The page ends with the verdicts (faster, slower, no clear difference, ...) where your machine
+differs from the reference machine. The notebooks record each printed verdict by name
+(``bench.record_verdict``, ``"kind": "verdict"`` in the results file) and the reference machine's
+are in ``data/reference_results.json`` under ``verdicts``, so this works on a results file alone,
+from any machine (``record_verdict_section``). A results file without verdict records (an older
+run) falls back to comparing executed notebooks with the stored ones
+(``course_utils.kit.verdicts``).
 """
 
 from __future__ import annotations
@@ -62,6 +66,9 @@ class Row:
     expected: tuple[float, float] | None
     verdict: str
     cpu_class: str | None = None
+    check: str | None = None
+    """Why this result cannot vary from run to run (a count the notebook asserts, arithmetic on sizes
+    or seeded data), from the expected range's ``"check"``; None for a measurement."""
 
 
 def _restore_hint(path: Path) -> str:
@@ -234,7 +241,19 @@ def _row(name: str, rec: dict[str, Any] | None, reference: dict[str, Any]) -> Ro
         verdict = f"{INVALID}: {bad_value}; re-run the notebook that records it"
     return Row(name=name, value=value, unit=unit if isinstance(unit, str) else "", mode=rec.get("mode"),
                device=rec.get("device"), reference=float(ref["value"]) if ref else None, expected=rng,
-               verdict=verdict, cpu_class=cpu_class)
+               verdict=verdict, cpu_class=cpu_class, check=check_reason(reference["expected"].get(name)))
+
+
+def check_reason(expected: dict[str, Any] | None) -> str | None:
+    """Return why a result is a check rather than a measurement: the expected entry's ``"check"``
+    text, or, for a range that is one value on every kind of machine, that it is fixed; else None."""
+    expected = expected or {}
+    if isinstance(expected.get("check"), str):
+        return expected["check"]
+    bounds = [b for b in (expected.get("cpu"), expected.get("gpu")) if b]
+    if bounds and all(len(b) == 2 and b[0] == b[1] for b in bounds):
+        return "its expected value is one number on every machine"
+    return None
 
 
 def build_rows(records: Sequence[dict[str, Any]], reference: dict[str, Any],
@@ -307,6 +326,68 @@ class VerdictSection:
 
 
 VERDICT_TITLE = "Where your machine's verdicts differ from the reference machine's"
+
+
+def latest_verdicts(records: Sequence[Any]) -> dict[str, dict[str, Any]]:
+    """Return the last verdict record of each name (``bench.record_verdict``'s); others are ignored."""
+    out: dict[str, dict[str, Any]] = {}
+    for rec in records:
+        if is_verdict(rec) and isinstance(rec.get("name"), str) and isinstance(rec.get("verdict"), str):
+            out[rec["name"]] = rec
+    return out
+
+
+def _setting(rec: dict[str, Any]) -> Any:
+    from .verdicts import Setting
+
+    def whole(key: str) -> int | None:
+        value = rec.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    text = {k: rec.get(k) if isinstance(rec.get(k), str) else None for k in ("cpu_class", "mode")}
+    return Setting(cpu_class=text["cpu_class"], cores=whole("cores"), threads=whole("threads"),
+                   mode=text["mode"], busy=rec.get("noisy") is True)
+
+
+def record_verdict_section(records: Sequence[Any], reference: dict[str, Any]) -> VerdictSection | None:
+    """Return the section comparing your recorded verdicts with the reference machine's, one item per
+    verdict that differs with what can explain it; None when ``records`` hold no verdict records."""
+    from . import verdicts
+
+    mine = latest_verdicts(records)
+    if not mine:
+        return None
+    ref = reference.get("verdicts") or {}
+    if not ref:
+        return VerdictSection(f"Your run recorded {len(mine)} verdict(s), but the reference file has no "
+                              "verdicts to compare them with (`tools/make_reference.py` writes them from a "
+                              "reference run).")
+    items, kinds, same = [], [], 0
+    for name in sorted(set(mine) & set(ref)):
+        yours, theirs = mine[name], ref[name]
+        if yours["verdict"] == theirs.get("verdict"):
+            same += 1
+            continue
+        ours, other = _setting(theirs), _setting(yours)
+        found = verdicts.causes(ours, other, (ours.busy, other.busy), ("the reference", "yours"))
+        kinds += [kind for kind, _ in found if kind not in kinds]
+        items.append(f"{name}: reference {theirs.get('verdict')}, yours {yours['verdict']} "
+                     f"(likely: {'; '.join(label for _, label in found)})")
+    compared = same + len(items)
+    intro = (f"{len(items)} of the {compared} verdicts recorded on both machines differ from the reference "
+             "machine's." if items else
+             f"All {compared} verdicts recorded on both machines agree with the reference machine's.")
+    outro = ("The notebooks print these as verdicts, not asserts, because they depend on the machine: "
+             "read the prose after each with your verdict in mind." if items else "")
+    if kinds:
+        outro += " Why they flip: " + "; ".join(verdicts.CAUSE_WHY[k] for k in kinds) + "."
+    only_mine, only_ref = len(set(mine) - set(ref)), len(set(ref) - set(mine))
+    if only_mine or only_ref:
+        outro += (f" Not compared: {only_mine} verdict(s) only your run recorded, {only_ref} only the reference "
+                  "recorded (a notebook not run, or run in another version of the course).")
+    outro += (" To see the Markdown after each differing verdict, compare two executed copies: "
+              "`python -m course_utils.kit.verdicts notebooks/ build/report/executed/`.")
+    return VerdictSection(intro, tuple(items), outro.strip())
 
 
 def verdict_section(executed: Path, stored: Path | None = None) -> VerdictSection:
@@ -390,23 +471,35 @@ def _section_html(section: VerdictSection | None) -> list[str]:
     return out
 
 
-def to_markdown(rows: Sequence[Row], reference: dict[str, Any], section: VerdictSection | None = None) -> str:
-    """Return the report as a Markdown page (names, units and notes shown literally), ending with
-    the verdict ``section`` when one is given."""
-    measured = sum(r.value is not None for r in rows)
-    inside = sum(r.verdict.startswith("in the expected") for r in rows)
-    header = [md_text(line) for line in _header(reference, rows)]
-    lines = ["# PyTorch 2 course: your results", ""] + header + [
-        "", f"{measured} of {len(rows)} headline results measured; {inside} in the expected range.", "",
-        "| result | yours | mode | reference | expected | verdict |",
-        "|---|---|---|---|---|---|"]
+CHECKS_NOTE = ("Checks cannot vary from run to run: counts the notebook asserts, sizes, arithmetic on "
+               "seeded data. One outside its range means the code or the installed packages changed, not "
+               "the machine.")
+
+
+def _md_rows(rows: Sequence[Row]) -> list[str]:
+    lines = ["| result | yours | mode | reference | expected | verdict |", "|---|---|---|---|---|---|"]
     for r in rows:
         unit = f" {md_text(r.unit)}" if r.unit else ""
         lines.append(f"| {md_code(r.name)} | {_fmt(r.value)}{unit if r.value is not None else ''} | "
                      f"{md_text(r.mode or '—')} | {_fmt(r.reference)}{unit if r.reference is not None else ''} | "
                      f"{_range(r.expected)} | {md_text(r.verdict)} |")
+    return lines
+
+
+def to_markdown(rows: Sequence[Row], reference: dict[str, Any], section: VerdictSection | None = None) -> str:
+    """Return the report as a Markdown page (names, units and notes shown literally): the
+    measurements, then the checks, ending with the verdict ``section`` when one is given."""
+    measured = sum(r.value is not None for r in rows)
+    inside = sum(r.verdict.startswith("in the expected") for r in rows)
+    header = [md_text(line) for line in _header(reference, rows)]
+    measurements, checks = [r for r in rows if not r.check], [r for r in rows if r.check]
+    lines = ["# PyTorch 2 course: your results", ""] + header + [
+        "", f"{measured} of {len(rows)} headline results measured; {inside} in the expected range.", "",
+        f"## Measurements ({len(measurements)})", ""] + _md_rows(measurements)
     lines += ["", "Figures depend on the machine: a busy laptop, another CPU or a GPU moves them. "
               "'Expected' is the range the course considers healthy for that kind of machine."]
+    if checks:
+        lines += ["", f"## Checks ({len(checks)})", "", md_text(CHECKS_NOTE), ""] + _md_rows(checks)
     lines += _section_markdown(section)
     return "\n".join(lines) + "\n"
 
@@ -471,15 +564,22 @@ def to_html(rows: Sequence[Row], reference: dict[str, Any], section: VerdictSect
     if png:
         body.append('<img alt="yours divided by reference" src="data:image/png;base64,'
                     + base64.b64encode(png).decode("ascii") + '">')
-    body.append("<table><tr><th>result</th><th>yours</th><th>mode</th><th>reference</th>"
-                "<th>expected</th><th>verdict</th></tr>")
-    for r in rows:
-        cls = "ok" if r.verdict.startswith("in the expected") else "off"
-        body.append(f"<tr class='{cls}'><td><code>{esc(r.name)}</code></td>"
-                    f"<td>{esc(_fmt(r.value))} {esc(r.unit) if r.value is not None else ''}</td>"
-                    f"<td>{esc(r.mode or '—')}</td><td>{esc(_fmt(r.reference))}</td>"
-                    f"<td>{esc(_range(r.expected))}</td><td>{esc(r.verdict)}</td></tr>")
-    body.append("</table>")
+    for title, part in ((f"Measurements ({sum(not r.check for r in rows)})", [r for r in rows if not r.check]),
+                        (f"Checks ({sum(bool(r.check) for r in rows)})", [r for r in rows if r.check])):
+        if not part:
+            continue
+        body.append(f"<h2>{esc(title)}</h2>")
+        if part[0].check:
+            body.append(f"<p>{esc(CHECKS_NOTE)}</p>")
+        body.append("<table><tr><th>result</th><th>yours</th><th>mode</th><th>reference</th>"
+                    "<th>expected</th><th>verdict</th></tr>")
+        for r in part:
+            cls = "ok" if r.verdict.startswith("in the expected") else "off"
+            body.append(f"<tr class='{cls}'><td><code>{esc(r.name)}</code></td>"
+                        f"<td>{esc(_fmt(r.value))} {esc(r.unit) if r.value is not None else ''}</td>"
+                        f"<td>{esc(r.mode or '—')}</td><td>{esc(_fmt(r.reference))}</td>"
+                        f"<td>{esc(_range(r.expected))}</td><td>{esc(r.verdict)}</td></tr>")
+        body.append("</table>")
     body += _section_html(section)
     style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto}"
              "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px}"
@@ -493,13 +593,14 @@ def build(records: Sequence[dict[str, Any]], out_dir: Path,
           stored: Path | None = None) -> tuple[Path, Path]:
     """Write report.md and report.html into ``out_dir``; return their paths.
 
-    The verdict section compares the executed notebooks in ``executed`` (default
+    The verdict section compares the verdicts ``records`` hold with the reference's; a run that
+    recorded none is compared through its executed notebooks in ``executed`` (default
     ``out_dir/executed``, where ``--run`` leaves them) with the stored ones in ``stored``
     (default ``notebooks/``).
     """
     reference = reference or load_reference()
     rows = build_rows(records, reference)
-    section = verdict_section(executed or out_dir / EXECUTED_DIR, stored)
+    section = record_verdict_section(records, reference) or verdict_section(executed or out_dir / EXECUTED_DIR, stored)
     out_dir.mkdir(parents=True, exist_ok=True)
     md, page = out_dir / "report.md", out_dir / "report.html"
     md.write_text(to_markdown(rows, reference, section), encoding="utf-8")
