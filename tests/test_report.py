@@ -310,3 +310,20 @@ def test_run_executes_the_notebooks_offline(tmp_path, monkeypatch):
     report.main(["--run", "--out", str(tmp_path)])
     assert seen["notebooks"] == ["nb.ipynb"]
     assert seen["offline"] is True and seen["quick"] is False
+
+
+def test_checks_are_listed_apart_from_measurements(tmp_path):
+    """A result that cannot vary (a one-value range, or 'check' in its expected entry) is a check."""
+    ref = report.load_reference()
+    assert report.check_reason(ref["expected"]["breaks.count.after"])  # [0, 0] on every machine
+    assert "asserted" in report.check_reason(ref["expected"]["breaks.count.before"])
+    assert report.check_reason(ref["expected"]["compile.speedup.fusion"]) is None
+    assert report.check_reason(None) is None
+    records = [{"name": "breaks.count.after", "value": 0.0, "unit": "count", "mode": "full", "device": "cpu"},
+               {"name": "compile.speedup.fusion", "value": 5.0, "unit": "x", "mode": "full", "device": "cpu"}]
+    md, page = report.build(records, tmp_path, executed=tmp_path / "none")
+    text = md.read_text()
+    measurements, checks = text.index("## Measurements"), text.index("## Checks")
+    assert measurements < text.index("`compile.speedup.fusion`") < checks < text.index("`breaks.count.after`")
+    assert report.CHECKS_NOTE.split(":")[0] in text
+    assert "<h2>Checks" in page.read_text()
