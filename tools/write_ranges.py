@@ -29,12 +29,16 @@ def dumps(data: dict) -> str:
             lines.append(" }" + comma)
         else:
             lines.append(f" {json.dumps(key)}: {json.dumps(data[key], ensure_ascii=False)}{comma}")
+    lines.append("}")
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     data = json.loads(PATH.read_text(encoding="utf-8"))
-    PATH.write_text(dumps(data), encoding="utf-8")
+    text = dumps(data)
+    if json.loads(text) != data:  # never write a file that reads back differently
+        raise SystemExit("write_ranges: the re-formatted text does not read back as the same data")
+    PATH.write_text(text, encoding="utf-8")
 
 
 if __name__ == "__main__":
