@@ -6,6 +6,7 @@ from course_utils import config
 
 sys.path.insert(0, str(config.REPO_ROOT / "tools"))
 try:
+    import measure_suite
     from measure_suite import per_file_seconds
 finally:
     sys.path.remove(str(config.REPO_ROOT / "tools"))
@@ -22,3 +23,13 @@ def test_junit_cases_are_summed_per_test_file_and_notebook(tmp_path):
         '<testcase classname="tests.test_config" name="test_c" time="0.75"/>'
         "</testsuite></testsuites>")
     assert per_file_seconds(report) == {"00_setup.ipynb": 5.0, "test_config.py": 2.0, "test_bench.py": 2.0}
+
+
+def test_cold_env_points_every_compile_cache_at_an_empty_folder(tmp_path):
+    env = measure_suite.cold_env({"TORCHINDUCTOR_CACHE_DIR": "/warm", "TRITON_CACHE_DIR": "/warm2", "PATH": "/bin"},
+                                 tmp_path / "cache")
+    assert "TORCHINDUCTOR_CACHE_DIR" not in env and "TRITON_CACHE_DIR" not in env and env["PATH"] == "/bin"
+    assert env["XDG_CACHE_HOME"] == str(tmp_path / "cache") and env["PIP_NO_CACHE_DIR"] == "1"
+    assert (tmp_path / "cache").is_dir() and not any((tmp_path / "cache").iterdir())
+    # the course's Inductor cache follows XDG_CACHE_HOME, so it starts empty too
+    assert config.inductor_cache_dir(env) == tmp_path / "cache" / "pytorch2-course" / "inductor"

@@ -1,12 +1,17 @@
 """Time `make test` from a clean clone and say where the time goes (per test file and notebook).
 
-    python tools/measure_suite.py [--workers N] [--keep] [--results build/suite-results.jsonl]
+    python tools/measure_suite.py [--workers N] [--cold] [--keep] [--results build/suite-results.jsonl]
 
 Clones this repository's committed HEAD into a temporary folder, runs `make test` there (the
 environment build included, as CI and a newcomer pay it), prints the wall time of the whole command,
 the environment build's share, and the slowest test files and notebooks (summed from pytest's JUnit
 report), and records the headline result ``suite.make_test_s`` with the clone's own Python.
 Run it on a quiet machine: it measures this machine, not the code alone.
+
+``--cold`` is what a CI runner sees: the clone gets an empty user cache folder (``XDG_CACHE_HOME``,
+so the course's Inductor cache under it starts empty; ``TORCHINDUCTOR_CACHE_DIR`` and
+``TRITON_CACHE_DIR`` unset) and pip's download cache is off, and the record says ``cold: true``.
+Without it, the run reuses this user's warm compile cache (``~/.cache/pytorch2-course``).
 """
 
 from __future__ import annotations
@@ -35,10 +40,19 @@ def per_file_seconds(junit: Path) -> dict[str, float]:
     return dict(totals)
 
 
+def cold_env(env: dict[str, str], cache: Path) -> dict[str, str]:
+    """Return ``env`` with every compile cache pointed at the empty folder ``cache`` and pip's cache off."""
+    cache.mkdir(parents=True, exist_ok=True)
+    out = {k: v for k, v in env.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+    return {**out, "XDG_CACHE_HOME": str(cache), "PIP_NO_CACHE_DIR": "1"}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python tools/measure_suite.py")
     parser.add_argument("--workers", default="2", help="WORKERS for make test (0: one process)")
     parser.add_argument("--keep", action="store_true", help="keep the clone (its path is printed)")
+    parser.add_argument("--cold", action="store_true",
+                        help="empty user cache (compile caches) and no pip cache, as on a fresh CI runner")
     parser.add_argument("--results", type=Path, default=REPO / "build" / "suite-results.jsonl")
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args(argv)
@@ -46,13 +60,15 @@ def main(argv: list[str] | None = None) -> int:
     subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
     junit = clone / "build" / "junit.xml"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COURSE_", "PYTEST_"))}
+    if args.cold:
+        env = cold_env(env, clone / ".cold-cache")
     start = time.perf_counter()
     setup = subprocess.run(["make", "setup"], cwd=clone, env=env)
     setup_s = time.perf_counter() - start
     test = subprocess.run(["make", "test", f"WORKERS={args.workers}", f"PYTEST_ARGS=--junitxml={junit}"],
                           cwd=clone, env=env) if setup.returncode == 0 else setup
     total_s = time.perf_counter() - start
-    print(f"\nmake test (clean clone, WORKERS={args.workers}): {total_s / 60:.1f} min "
+    print(f"\nmake test (clean clone, WORKERS={args.workers}{', cold caches' if args.cold else ''}): {total_s / 60:.1f} min "
           f"({setup_s / 60:.1f} building .venv, {(total_s - setup_s) / 60:.1f} pytest); exit {test.returncode}")
     if junit.exists():
         args.results.parent.mkdir(parents=True, exist_ok=True)
@@ -66,8 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     if test.returncode == 0:
         args.results.parent.mkdir(parents=True, exist_ok=True)
         code = ("import sys; from course_utils import bench; bench.record('suite.make_test_s', float(sys.argv[1]), "
-                "'s', workers=sys.argv[2], setup_s=float(sys.argv[3]))")
-        subprocess.run([str(clone / ".venv" / "bin" / "python"), "-c", code, str(total_s), args.workers, str(setup_s)],
+                "'s', workers=sys.argv[2], setup_s=float(sys.argv[3]), cold=sys.argv[4] == '1')")
+        subprocess.run([str(clone / ".venv" / "bin" / "python"), "-c", code, str(total_s), args.workers, str(setup_s),
+                        "1" if args.cold else "0"],
                        cwd=clone, env={**env, "COURSE_RESULTS": str(args.results.resolve())}, check=True)
         print(f"recorded suite.make_test_s in {args.results}")
     if args.keep:
