@@ -327,3 +327,14 @@ def test_checks_are_listed_apart_from_measurements(tmp_path):
     assert measurements < text.index("`compile.speedup.fusion`") < checks < text.index("`breaks.count.after`")
     assert report.CHECKS_NOTE.split(":")[0] in text
     assert "<h2>Checks" in page.read_text()
+
+
+def test_a_vacuously_true_flag_says_so():
+    """A flag recorded with context vacuous=... (every case tied, nothing to judge) is not shown as a plain pass."""
+    ref = report.load_reference()
+    rec = {"name": "func.jac.best_mode_correct", "value": 1.0, "unit": "bool", "mode": "full", "device": "cpu",
+           "context": {"vacuous": "every shape tied"}}
+    row = next(r for r in report.build_rows([rec], ref) if r.name == "func.jac.best_mode_correct")
+    assert row.verdict.startswith("in the expected range") and row.verdict.endswith("(vacuously: every shape tied)")
+    plain = next(r for r in report.build_rows([{**rec, "context": {}}], ref) if r.name == rec["name"])
+    assert "vacuously" not in plain.verdict

@@ -239,6 +239,9 @@ def _row(name: str, rec: dict[str, Any] | None, reference: dict[str, Any]) -> Ro
     rng, verdict = judge(value, reference["expected"].get(name), device_kind(rec.get("device")), cpu_class)
     if bad_value is not None:
         verdict = f"{INVALID}: {bad_value}; re-run the notebook that records it"
+    elif isinstance(rec.get("context"), dict) and rec["context"].get("vacuous"):
+        why = rec["context"]["vacuous"]
+        verdict += f" (vacuously: {why if isinstance(why, str) else 'nothing was there to check'})"
     return Row(name=name, value=value, unit=unit if isinstance(unit, str) else "", mode=rec.get("mode"),
                device=rec.get("device"), reference=float(ref["value"]) if ref else None, expected=rng,
                verdict=verdict, cpu_class=cpu_class, check=check_reason(reference["expected"].get(name)))
