@@ -133,7 +133,7 @@ graphs_second = counters["stats"]["unique_graphs"] - graphs_before - graphs_firs
 print(f"first call : {first_s:8.3f} s   (graphs compiled during it: {graphs_first})")
 print(f"second call: {second_s * 1e3:8.3f} ms  (graphs compiled during it: {graphs_second})")
 # One call each, no spread to judge against: the first counts as longer only beyond a 10% band.
-first_word = bench.band_verdict(first_s, second_s, band=0.1)
+first_word = bench.band_verdict(first_s, second_s, band=0.1, name="setup.first_call.vs_second")
 print(f"first call against second: {first_word} ({first_s / second_s:,.0f}x the time; 10% band): " + {
     "higher": "the first call traced the function and built its code, the second only ran that code",
     "no clear difference": "the compile work was too small to show against one run of the chain here",
@@ -177,7 +177,8 @@ chain_reason = {
                            "a tensor small enough to stay in cache)",
     "slower": "the generated loop ran the element-wise maths more slowly than eager's kernels here, more "
               "than the memory it saved"}[chain_word]
-print(f"steady state ({compiled_ms:.3f} ms vs {eager_ms:.3f} ms per call): compiled is {table.describe('compiled')}")
+chain_said = table.describe("compiled", name="setup.chain.compiled_vs_eager")
+print(f"steady state ({compiled_ms:.3f} ms vs {eager_ms:.3f} ms per call): compiled is {chain_said}")
 print(f"why, on this machine: {chain_reason}")
 
 
@@ -201,7 +202,7 @@ mm_table = bench.compare({"eager": project, "compiled": compiled_project}, x, w)
 print(mm_table)
 torch.testing.assert_close(compiled_project(x, w), project(x, w), rtol=1e-4, atol=1e-3)
 mm_speedup = mm_table.speedup("compiled")
-print(f"\nmatmul: compiled is {mm_table.describe('compiled')}")
+print(f"\nmatmul: compiled is {mm_table.describe('compiled', name='setup.matmul.compiled_vs_eager')}")
 
 # %% [markdown]
 # Small tensors are a subtler case. On 8 numbers there is no memory traffic to save, but eager
@@ -219,7 +220,8 @@ tiny_verdict = tiny_table.verdict("compiled")
 reason = {"faster": "one generated loop beat ten eager dispatches",
           "slower": "the guard checks and the call into compiled code cost more than ten dispatches",
           "no clear difference": "the saved dispatches and the added per-call checks roughly cancel"}[tiny_verdict]
-print(f"\nthe chain on 8 numbers: compiled is {tiny_table.describe('compiled')}: {reason} on this machine")
+tiny_said = tiny_table.describe("compiled", name="setup.tiny_chain.compiled_vs_eager")
+print(f"\nthe chain on 8 numbers: compiled is {tiny_said}: {reason} on this machine")
 
 
 # %% [markdown]

@@ -1049,8 +1049,9 @@ speedup_tiny = tiny.ratio("compiled, 3 breaks", "compiled, fixed")
 # The headline is the per-call effect on small inputs: the breaks' fixed costs, large and robust.
 bench.record("breaks.speedup.fixed", speedup_tiny, "x", input="8 numbers", breaks_before=breaks_before,
              large_tensor_ratio=round(speedup_large, 2), large_size=SIZE)
-for label, table in ((f"{SIZE}x{SIZE} tensor", large), ("8 numbers", tiny)):
-    print(f"{label:>16}: the fixed block is {table.describe('compiled, fixed', 'compiled, 3 breaks')}")
+for label, table, role in ((f"{SIZE}x{SIZE} tensor", large, "large"), ("8 numbers", tiny, "tiny")):
+    said = table.describe("compiled, fixed", "compiled, 3 breaks", name=f"breaks.fixed_vs_broken.{role}")
+    print(f"{label:>16}: the fixed block is {said}")
 
 # Why the large tensor goes either way: what the extra trips through memory can cost here, measured.
 copy_ms = bench.time_fn(torch.clone, big).median_ms  # one read and one write of the tensor

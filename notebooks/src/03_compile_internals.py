@@ -668,7 +668,7 @@ torch.testing.assert_close(compiled_block(x, weight, bias), expected, rtol=1e-5,
 traffic_ratio = eager_ops.bytes / fused_bytes
 print(f"\nfused: {speedup:.2f}x the speed of eager, for {traffic_ratio:.1f}x less memory traffic on paper "
       f"(the speed-up is {'below' if speedup < traffic_ratio else 'not below'} the traffic ratio)")
-fused_word = table.verdict("compiled")
+fused_word = table.verdict("compiled", name="internals.fusion.compiled_vs_eager")
 print(f"verdict on this machine: compiled is {table.describe('compiled')}: " + {
     "faster": "one pass over memory instead of eager's several showed in the time",
     "no clear difference": "the saved traffic was lost in the timing spread (small tensors that stay in cache, "
@@ -715,7 +715,7 @@ assert not any("mm" in k for k in fused_kernels(mm_code)), "no generated kernel 
 
 mm_table = bench.compare({"eager": linear_relu, "compiled": compiled_linear}, xm, wm, bm)
 print("\n" + str(mm_table))
-mm_word = mm_table.verdict("compiled")
+mm_word = mm_table.verdict("compiled", name="internals.matmul.compiled_vs_eager")
 print(f"\nverdict on this machine: compiled is {mm_table.describe('compiled')}: the matrix multiply runs the same "
       f"library code either way ({len(library_calls(mm_code))} library call(s)), and only the pointwise tail was "
       "fused, " + {"faster": "which was a large enough share of the time to show",

@@ -869,9 +869,12 @@ fig.tight_layout();
 for n in SIZES:
     t = tables[n]
     fastest = min(t.rows, key=lambda r: r.median_s).label
+    role = "small" if n == min(SIZES) else "large"  # the large size differs between quick and full mode
+    cond_said = t.describe("compiled cond", "compiled, Python if", name=f"cond.sizes.cond_vs_if.{role}")
+    where_said = t.describe("compiled where", "compiled cond", name=f"cond.sizes.where_vs_cond.{role}")
     print(f"{n:>9,} elements (lowest median: '{fastest}'):\n"
-          f"  compiled cond is {t.describe('compiled cond', 'compiled, Python if')}\n"
-          f"  compiled where is {t.describe('compiled where', 'compiled cond')}")
+          f"  compiled cond is {cond_said}\n"
+          f"  compiled where is {where_said}")
 
 # %% [markdown]
 # To explain these numbers, look at what Inductor generated for each version: how many compiled
@@ -947,7 +950,7 @@ print(f"first eager call of the cond version: {first_eager_cond_s * 1e3:.0f} ms,
       f"graphs traced by every later call (both branches): {graphs_later}")
 assert (graphs_first, graphs_later) == (1, 0), "eager cond traces once, then reuses the traced graph"
 print(eager_table)
-cond_word = eager_table.verdict("eager cond")
+cond_word = eager_table.verdict("eager cond", name="cond.eager.cond_vs_if")
 print(f"eager cond is {eager_table.describe('eager cond')}: " + {
     "slower": "the guards and the traced code's dispatch cost more than a Python if",
     "no clear difference": "on this machine the traced code's extra cost was lost in the timing spread",

@@ -200,7 +200,7 @@ torch.testing.assert_close(fake_batch(net, batch), net(batch))  # right numbers.
 with torch.no_grad():
     pointless = bench.compare({"net(batch)": net, "vmap(fake batch)": lambda b: fake_batch(net, b)}, batch)
 print(pointless)
-fake_word = pointless.verdict("vmap(fake batch)", "net(batch)")
+fake_word = pointless.verdict("vmap(fake batch)", "net(batch)", name="func.fake_batch.vmap_vs_direct")
 print(f"...and vmap(fake batch) is {pointless.describe('vmap(fake batch)', 'net(batch)')}"
       + {"slower": ": vmap only added work",
          "no clear difference": ": vmap added nothing here, and it still adds code",
@@ -404,7 +404,7 @@ print("the common pattern consumed random numbers: the next torch.rand differs")
 cost = bench.compare({"built once": lambda: grad(loss_right)(bn_params, bn_buffers, xb, yb),
                       "new model per call": lambda: grad(loss_new_model)(bn_params, xb, yb)})
 print(cost)
-cost_word = cost.verdict("new model per call", "built once")
+cost_word = cost.verdict("new model per call", "built once", name="func.functional_call.rebuilt_vs_once")
 print(f"building the model on every call is {cost.describe('new model per call', 'built once')}"
       + {"slower": ", on top of being wrong",
          "no clear difference": " in this run; the pattern is still wrong",
@@ -522,7 +522,8 @@ for n_in, n_out in tqdm(JAC_SIZES, desc="Jacobian shapes"):
     x_in = torch.randn(n_in)
     torch.testing.assert_close(jacrev(two_layer)(x_in), jacfwd(two_layer)(x_in), rtol=1e-4, atol=1e-5)
     t = bench.compare({"jacrev": jacrev(two_layer), "jacfwd": jacfwd(two_layer)}, x_in)
-    word = t.verdict("jacfwd", "jacrev")  # noise-aware: a difference inside the spread is a tie
+    # noise-aware: a difference inside the spread is a tie; each shape runs in the mode(s) that list it
+    word = t.verdict("jacfwd", "jacrev", name=f"func.jac.jacfwd_vs_jacrev.in{n_in}_out{n_out}")
     faster = {"faster": "jacfwd", "slower": "jacrev", "no clear difference": "tie"}[word]
     jac_rows.append(dict(n_in=n_in, n_out=n_out, rev_ms=t.row("jacrev").median_s * 1e3,
                          fwd_ms=t.row("jacfwd").median_s * 1e3, faster=faster,
@@ -542,6 +543,7 @@ clear = [r for r in judged if r["faster"] != "tie"]
 best_mode_correct = int(all(r["faster"] == r["predicted"] for r in clear))
 bench.record("func.jac.best_mode_correct", best_mode_correct, "bool", sizes=str(JAC_SIZES), hidden=HIDDEN,
              ties=len(judged) - len(clear))
+bench.record_verdict("func.jac.rule_of_thumb", "holds" if best_mode_correct else "fails", ties=len(judged) - len(clear))
 print(f"\nthe rule of thumb picked the faster mode for {sum(r['faster'] == r['predicted'] for r in clear)} "
       f"of {len(clear)} non-square shapes with a clear winner; {len(judged) - len(clear)} were ties "
       f"(best_mode_correct = {best_mode_correct})")
@@ -584,8 +586,11 @@ for r in (tallest, widest):
 # times faster depends on the machine and its load, so it is printed, not asserted (the rule's
 # correctness is checked above, ties apart).
 lopsided = math.sqrt(wrong_over_right(tallest) * wrong_over_right(widest))
-size_words = ("several times slower" if lopsided > 3 else "slower, by less than 3x, on this machine"
-              if lopsided > 1.05 else "no clear difference on this machine")
+lopsided_word = bench.record_verdict("func.jac.lopsided.rejected_mode", "several times slower" if lopsided > 3
+                                     else "slower" if lopsided > 1.05 else "no clear difference",
+                                     ratio=round(lopsided, 3))
+size_words = {"several times slower": "several times slower", "slower": "slower, by less than 3x, on this machine",
+              "no clear difference": "no clear difference on this machine"}[lopsided_word]
 print(f"at the two most lopsided shapes the rejected mode takes {lopsided:.1f}x the time of the chosen one "
       f"(geometric mean): {size_words}")
 
@@ -667,10 +672,12 @@ psg_speedup = dict((B, s) for B, _, _, s in psg_rows)[PSG_BATCH]
 bench.record("func.per_sample_grad.speedup", psg_speedup, "x", batch=PSG_BATCH,
              model="MLP(64, 128, 10, depth=2)", params=sum(p.numel() for p in clf_params.values()))
 target = 5.0
+bench.record_verdict("func.per_sample_grad.target", "met" if psg_speedup >= target else "not met", target=target)
 print(f"\nat batch {PSG_BATCH}: vmap(grad) is {psg_speedup:.1f}x as fast as the loop "
       f"(course target: at least {target:.0f}x on a 2-core laptop CPU: {'met' if psg_speedup >= target else 'missed'})")
-print(f"verdict at batch {PSG_BATCH}: vmap(grad) is {t_psg.describe('vmap(grad)', 'loop')}")
-smallest_word = t_smallest.verdict("vmap(grad)", "loop")
+print(f"verdict at batch {PSG_BATCH}: vmap(grad) is "
+      f"{t_psg.describe('vmap(grad)', 'loop', name='func.per_sample_grad.vmap_vs_loop.batch128')}")
+smallest_word = t_smallest.verdict("vmap(grad)", "loop", name="func.per_sample_grad.vmap_vs_loop.batch1")
 print(f"at batch {PSG_BATCHES[0]}: vmap(grad) is {t_smallest.describe('vmap(grad)', 'loop')}: " + {
     "slower": "with nothing to batch, its bookkeeping costs more than the loop it removes",
     "no clear difference": "with so few samples there is little loop to remove",
@@ -812,7 +819,7 @@ with torch.no_grad():
         t = ens_tables[n] = bench.compare({"loop": run_loop, "vmap": run_vmap}, x_ens)
         ens_rows.append(dict(n=n, loop_ops=ops["loop"], vmap_ops=ops["vmap"], loop_ms=t.row("loop").median_s * 1e3,
                              vmap_ms=t.row("vmap").median_s * 1e3, speedup=t.speedup("vmap"),
-                             verdict=t.verdict("vmap", "loop")))
+                             verdict=t.verdict("vmap", "loop", name=f"func.ensemble.vmap_vs_loop.n{n}")))
 
 print(f"{'models':>7} {'loop ops':>9} {'vmap ops':>9} {'loop ms':>9} {'vmap ms':>9} {'loop/vmap':>10}  vmap is")
 for r in ens_rows:
@@ -879,9 +886,10 @@ with torch.no_grad():
 print(wide_table)
 wide_speedup = wide_table.speedup("vmap")
 # Two separate tables: call it a change only when the ratios differ by more than 10%.
-width_word = bench.band_verdict(wide_speedup, ens_speedup, band=0.1)
+width_word = bench.band_verdict(wide_speedup, ens_speedup, band=0.1, name="func.ensemble.width.wide_vs_narrow")
+wide_said = wide_table.describe("vmap", "loop over models", name="func.ensemble.vmap_vs_loop.wide")
 print(f"\n{ENS_HEADLINE} members, width 128: vmap {ens_speedup:.2f}x the loop; width {WIDE}: {wide_speedup:.2f}x "
-      f"(at width {WIDE}, vmap is {wide_table.describe('vmap', 'loop over models')}). " + (
+      f"(at width {WIDE}, vmap is {wide_said}). " + (
           "On this machine the ratio fell as the models grew: the loop's overhead became a smaller part of the time."
           if width_word == "lower" else
           "On this machine the ratio rose at this width: the batched kernels used the CPU better than the "
@@ -913,8 +921,11 @@ compile_table = bench.compare({"eager vmap(grad)": per_sample_grads, "compiled v
 print(compile_table)
 c_speedup = compile_table.speedup("compiled vmap(grad)")
 saved_s = compile_table.row("eager vmap(grad)").median_s - compile_table.row("compiled vmap(grad)").median_s
-print(f"\ncompiled is {compile_table.describe('compiled vmap(grad)', 'eager vmap(grad)')} at batch {PSG_BATCH}")
-if compile_table.verdict("compiled vmap(grad)", "eager vmap(grad)") == "faster":
+compiled_said = compile_table.describe("compiled vmap(grad)", "eager vmap(grad)", name="func.compile.compiled_vs_eager")
+print(f"\ncompiled is {compiled_said} at batch {PSG_BATCH}")
+compile_pays = compile_table.verdict("compiled vmap(grad)", "eager vmap(grad)") == "faster"
+bench.record_verdict("func.compile.payback", "pays" if compile_pays else "does not pay", compile_s=round(compile_s, 3))
+if compile_pays:
     print(f"the {compile_s:.1f} s compile pays for itself after about {math.ceil(compile_s / saved_s):,} calls")
 else:
     print("so the compile does not pay for this function on this machine")

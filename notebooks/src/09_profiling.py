@@ -553,7 +553,8 @@ bench.record("profile.bottleneck.speedup", speedup, "x", batch=LOOP_BATCH, model
 print(f"the fix makes a training step {speedup:.2f}x as fast "
       f"({step_table.row('per-sample data').median_s * 1e3:.2f} ms -> "
       f"{step_table.row('batched data').median_s * 1e3:.2f} ms)")
-print(f"verdict: the batched data path is {step_table.describe('batched data', 'per-sample data')}")
+data_said = step_table.describe("batched data", "per-sample data", name="profile.data_path.batched_vs_per_sample")
+print(f"verdict: the batched data path is {data_said}")
 bench.bar_chart(step_table, title="one training step, before and after the fix");
 
 # %% [markdown]

@@ -286,6 +286,8 @@ ratio = step_results["async, model on the loop"]["health_ms"] / step_results["de
 print(f"running the model on the event loop makes the health check {ratio:,.0f}x slower (median)")
 # How many times slower depends on the machine and its load: on a busy machine the threaded server's
 # checks wait too (for the GIL and the cores its 8 model threads hold), so the size is a verdict.
+bench.record_verdict("serve.blocking_loop.health_check", "much slower" if ratio > 5 else "slower" if ratio > 1.2
+                     else "no clear difference", ratio=round(ratio, 2))
 print("verdict: " + ("health checks wait for whole generations" if ratio > 5 else
                      "slower, but by less than 5x on this machine right now (a busy machine slows both servers)"
                      if ratio > 1.2 else
@@ -424,7 +426,7 @@ print(f"batching serves {gain:.1f}x the requests per second of the plain endpoin
 assert max(sizes) > 1, "with 8 concurrent clients the worker should have formed real batches"
 # One run each, so no spread to judge against: a gap under 15% is called no clear difference.
 word = {"higher": "more", "lower": "fewer", "no clear difference": "no clearly different number of"}[
-    bench.band_verdict(gain, 1.0, band=0.15)]
+    bench.band_verdict(gain, 1.0, band=0.15, name="serve.batching_worker.req_per_s")]
 print(f"verdict on this machine: batching served {word} requests per second than the plain endpoint "
       f"(mean batch {sum(sizes) / len(sizes):.1f}: each decoding step served that many requests at once)")
 
@@ -574,7 +576,8 @@ print(f"at 32 clients, '{best_mode}' batching serves {best32.tokens_per_s:,.0f} 
 print(f"p99 latency {best32.latency_ms['p99']:,.0f} ms against {none32.latency_ms['p99']:,.0f} ms; "
       f"median time to first token {best32.ttft_ms['p50']:,.0f} ms against {none32.ttft_ms['p50']:,.0f} ms")
 it1, it32 = reports["iteration", 1], reports["iteration", 32]
-one_word = bench.band_verdict(it1.tokens_per_s, reports["none", 1].tokens_per_s, band=0.15)
+one_word = bench.band_verdict(it1.tokens_per_s, reports["none", 1].tokens_per_s, band=0.15,
+                              name="serve.load.iteration_vs_none.c1")
 print(f"with one client, batching has nothing to batch: iteration mode {it1.tokens_per_s:,.0f} tokens/s, "
       f"no batching {reports['none', 1].tokens_per_s:,.0f}: " + {
           "no clear difference": "no clear difference (15% band), as expected",
@@ -584,19 +587,22 @@ print(f"with one client, batching has nothing to batch: iteration mode {it1.toke
                    "gap comes from the machine, not from batching (the modes are measured one after another)"}[one_word])
 for c in (8, 32):
     st, it = reports["static", c], reports["iteration", c]
+    lower_p99 = bench.record_verdict(f"serve.load.lower_p99.c{c}", "iteration" if it.latency_ms["p99"] <
+                                     st.latency_ms["p99"] else "static", clients=c)
     print(f"{c} clients: iteration/static throughput {it.tokens_per_s / st.tokens_per_s:.2f}x, "
           f"median TTFT {it.ttft_ms['p50']:.0f} ms (iteration) vs {st.ttft_ms['p50']:.0f} ms (static), "
           f"p99 latency {it.latency_ms['p99']:.0f} ms vs {st.latency_ms['p99']:.0f} ms: the lower p99 here is "
-          f"{'iteration' if it.latency_ms['p99'] < st.latency_ms['p99'] else 'static'}'s")
+          f"{lower_p99}'s")
 ctx = dict(mode=best_mode, clients=32, new_tokens=NEW_TOKENS, requests=best32.n_requests)
 bench.record("serve.batched_vs_unbatched.c32", batched_gain, "x", **ctx)
 bench.record("serve.p99_ms.c32", best32.latency_ms["p99"], "ms", **ctx)
 bench.record("serve.ttft_p50_ms.c32", best32.ttft_ms["p50"], "ms", **ctx)
-print(f"course target: batched >= 4x unbatched at 32 clients -> {'met' if batched_gain >= 4 else 'NOT met'} "
+target_word = bench.record_verdict("serve.target.batched_4x_c32", "met" if batched_gain >= 4 else "not met")
+print(f"course target: batched >= 4x unbatched at 32 clients -> {'met' if target_word == 'met' else 'NOT met'} "
       "on this machine")
 # One load run per mode, no spread of its own: a gap under 15% is called no clear difference.
 word = {"higher": "more", "lower": "fewer", "no clear difference": "no clearly different number of"}[
-    bench.band_verdict(batched_gain, 1.0, band=0.15)]
+    bench.band_verdict(batched_gain, 1.0, band=0.15, name="serve.load.batched_vs_unbatched.c32")]
 print(f"verdict on this machine: batched ({best_mode}) served {word} tokens/s than unbatched at 32 clients")
 
 # %% [markdown]
@@ -671,7 +677,8 @@ print("\n".join(breakdown.lines()))
 print(f"load generator (this kernel): {client_s / eff_run.wall_s:.0%} of a core")
 bench.record("serve.efficiency.c32", efficiency, "ratio", mode="iteration", pinned=is_pinned, rounds=EFF_ROUNDS,
              bare_tokens_per_s=round(bare32), served_tokens_per_s=round(eff_run.tokens_per_s))
-print(f"course target: efficiency >= 0.7 -> {'met' if efficiency >= 0.7 else 'NOT met'} on this machine")
+eff_word = bench.record_verdict("serve.target.efficiency_c32", "met" if efficiency >= 0.7 else "not met")
+print(f"course target: efficiency >= 0.7 -> {'met' if eff_word == 'met' else 'NOT met'} on this machine")
 assert 0 < efficiency < 1.5, "served throughput cannot sensibly exceed the bare model's by much"
 assert breakdown.tokens == eff_run.n_ok * NEW_TOKENS, "the server counted other tokens than the clients received"
 
@@ -737,7 +744,8 @@ with serve_in_subprocess({"batching": "iteration", "embed": False}) as srv_threa
 ep_median = {name: statistics.median(rates) for name, rates in ep_rates.items()}
 for name, rate in ep_median.items():
     print(f"{name:15s} {rate:8,.0f} tokens/s at 32 clients (median of {len(ep_rates[name])} runs)")
-ep_word = bench.band_verdict(ep_median["engine process"], ep_median["engine thread"], band=0.10)
+ep_word = bench.band_verdict(ep_median["engine process"], ep_median["engine thread"], band=0.10,
+                             name="serve.engine_process.vs_thread")
 print(f"engine in its own process: {ep_median['engine process'] / ep_median['engine thread']:.2f}x the "
       f"throughput of the engine thread -> {ep_word} on this machine ({os.cpu_count()} cores; differences "
       "under 10% are within run-to-run variation)")
@@ -782,7 +790,7 @@ else:
     for name in WALL_PARTS:
         print(f"{breakdown.share(first[name]):>27.0%} | {own.share(alone[name]):>5.0%}   {name}")
     print(f"largest loss: {breakdown.largest_loss(bare32)} -> {own.largest_loss(bare32)}")
-    rows_word = bench.band_verdict(own.mean_rows, breakdown.mean_rows, band=0.15)
+    rows_word = bench.band_verdict(own.mean_rows, breakdown.mean_rows, band=0.15, name="serve.engine_process.rows_own_core")
     print(f"rows per forward pass: {breakdown.mean_rows:.1f} -> {own.mean_rows:.1f} ({rows_word}, 15% band)"
           + (": the engine now frees rows faster than the HTTP side and the clients, sharing one core, "
              "send the next requests" if rows_word == "lower" else ""))
@@ -828,7 +836,7 @@ else:
                     rates[name].append(compiled_report.tokens_per_s)
     median = {name: statistics.median(r) for name, r in rates.items()}
     compile_word = {"higher": "pays", "lower": "is slower", "no clear difference": "makes no clear difference"}[
-        bench.band_verdict(median["compiled"], median["eager"], band=0.15)]
+        bench.band_verdict(median["compiled"], median["eager"], band=0.15, name="serve.compile.compiled_vs_eager")]
     print(f"start-up including the compile: {startup_s:.0f} s (clients could not connect before it ended)")
     print(f"iteration batching at 32 clients, median of 3 runs each: compiled {median['compiled']:,.0f} tokens/s, "
           f"eager {median['eager']:,.0f} tokens/s -> {median['compiled'] / median['eager']:.2f}x: compiling "
@@ -1156,7 +1164,7 @@ bench.record("serve.vs_litserve.c32", vs_lit, "x", ours=best_mode, litserve_batc
 # One load run each, so no spread to judge against: a gap under 15% is called no clear difference.
 # The target (at least LitServe's throughput) lives in the results report's expected range.
 lit_word = {"higher": "faster than", "lower": "slower than", "no clear difference": "not clearly different from"}[
-    bench.band_verdict(best32.tokens_per_s, lit32.tokens_per_s, band=0.15)]
+    bench.band_verdict(best32.tokens_per_s, lit32.tokens_per_s, band=0.15, name="serve.litserve.ours_vs_litserve.c32")]
 print(f"verdict on this machine: our server is {lit_word} LitServe at 32 clients")
 
 # %%

@@ -145,7 +145,8 @@ for L in LENGTHS:
                           min_run_time=config.pick(0.06, 0.3), warmup=2)
     for name in step_ms:
         step_ms[name].append(cmp_L.row(name).median_s * 1e3)
-    print(f"L={L:4d}: one cached step is {cmp_L.describe('KV cache')}")
+    step_said = cmp_L.describe("KV cache", name=f"engine.kv_cache.cached_vs_full.l{L}")
+    print(f"L={L:4d}: one cached step is {step_said}")
 
 fig, ax = plt.subplots(figsize=(6, 3.2))
 for name, ms in step_ms.items():
@@ -508,7 +509,7 @@ for name, kv in (("rows", RowKV(RUN_ROWS)), ("paged", PagedKV(RUN_ROWS * cfg.blo
 assert runs["rows"][1] == runs["paged"][1], "paging changed the outputs"
 assert max(runs["paged"][0]["batch"]) > max(runs["rows"][0]["batch"])
 print("outputs identical; fewer steps for the same requests:", runs["paged"][0]["steps"] < runs["rows"][0]["steps"])
-time_word = bench.band_verdict(runs["paged"][2], runs["rows"][2], band=0.15)
+time_word = bench.band_verdict(runs["paged"][2], runs["rows"][2], band=0.15, name="engine.paged.wall_time_vs_rows")
 print(f"wall time, paged against rows: {runs['paged'][2] / runs['rows'][2]:.2f}x -> {time_word} on this machine "
       "(one run each: differences under 15% are within run-to-run variation)")
 
@@ -564,12 +565,14 @@ for every in (2, 1):
     work_ratio = prefill["no prefix cache"] / prefill["prefix cache"]
     assert work_ratio >= 3, work_ratio
     ttft_cmps[every] = cmp_every = bench.Comparison.from_samples(ttft, baseline="no prefix cache")
+    ttft_said = cmp_every.describe("prefix cache", name=f"engine.prefix.ttft.every{every}")
     print(f"one request every {every} step(s): prompt tokens computed {prefill['no prefix cache']} without, "
           f"{prefill['prefix cache']} with ({work_ratio:.1f}x less prefill work); median TTFT over "
           f"{len(ttft['prefix cache'])} runs {cmp_every.row('no prefix cache').median_s * 1e3:.1f} ms without, "
-          f"{cmp_every.row('prefix cache').median_s * 1e3:.1f} ms with: {cmp_every.describe('prefix cache')}")
+          f"{cmp_every.row('prefix cache').median_s * 1e3:.1f} ms with: {ttft_said}")
 ttft_ratio = ttft_cmps[2].speedup("prefix cache")
-load_word = bench.band_verdict(ttft_cmps[1].speedup("prefix cache"), ttft_ratio, band=0.15)
+load_word = bench.band_verdict(ttft_cmps[1].speedup("prefix cache"), ttft_ratio, band=0.15,
+                               name="engine.prefix.ttft_gain.double_load")
 print(f"TTFT gain at twice the load: {ttft_cmps[1].speedup('prefix cache'):.2f}x against {ttft_ratio:.2f}x -> "
       f"{load_word} on this machine (15% band)")
 bench.record("engine.prefix.ttft_ratio", ttft_ratio, "x", shared_tokens=SHARED, requests=N_PREFIX, every_steps=2)
@@ -685,9 +688,9 @@ for load, runs in served.items():
     print(f"{load} prompts: {found} prompt tokens taken from the cache; forward passes {fwd_ms['no prefix cache']:.1f} ms "
           f"without, {fwd_ms['prefix cache']:.1f} ms with; median TTFT {ttft_off:.2f} ms without, {ttft_on:.2f} ms with")
     if load == "shared":
-        print("  verdict:", cmp_load.describe("prefix cache"))
+        print("  verdict:", cmp_load.describe("prefix cache", name="engine.prefix.served.shared"))
     else:  # the cache only adds work here (hashing, a lookup that misses), so the question is its cost
-        cost = bench.band_verdict(ttft_on, ttft_off, band=0.15)
+        cost = bench.band_verdict(ttft_on, ttft_off, band=0.15, name="engine.prefix.served.cost_unshared")
         print(f"  what the cache costs when nothing is shared: TTFT {ttft_on / ttft_off:.2f}x, "
               + {"higher": "a measurable cost on this machine",
                  "lower": "no cost visible (lower than without is timing noise: the cache did strictly more work)",
@@ -735,7 +738,8 @@ print(f"{len(long_at)} prompts of {LONG} tokens arrive while {n_streams} streams
       f"one step: {step_tokens['whole prompts']} whole, {step_tokens['chunked']} chunked (budget {TOKEN_BUDGET})")
 print(f"ITL p99 of the running streams (median of {len(p99['chunked'])} runs): {p99_without:.2f} ms whole, "
       f"{p99_with:.2f} ms chunked: {itl_ratio:.2f}x; chunked p99 is "
-      f"{bench.band_verdict(p99_with, p99_without, band=0.25)} than without (25% band)")
+      f"{bench.band_verdict(p99_with, p99_without, band=0.25, name='engine.chunked.itl_p99.chunked_vs_whole')} "
+      "than without (25% band)")
 bench.record("engine.chunked.itl_p99_ratio", itl_ratio, "x", budget=TOKEN_BUDGET, long_prompt=LONG)
 
 fig, ax = plt.subplots(figsize=(6, 3.2))
@@ -828,7 +832,8 @@ spec_cmp = bench.compare({"greedy": lambda: greedy_with_cache(spec_prompt, SPEC_
                           "prompt lookup": lambda: speculative(spec_prompt, SPEC_NEW)},
                          warmup=1, min_run_time=config.pick(0.6, 3.0))
 print(spec_cmp)
-print(f"speculative decoding is {spec_cmp.describe('prompt lookup', 'greedy')} on this machine")
+spec_said = spec_cmp.describe("prompt lookup", "greedy", name="engine.spec.lookup_vs_greedy")
+print(f"speculative decoding is {spec_said} on this machine")
 bench.record("engine.spec.acceptance_rate", acceptance, "fraction", new_tokens=SPEC_NEW, k=4)
 bench.record("engine.spec.speedup", spec_cmp.speedup("prompt lookup"), "x", new_tokens=SPEC_NEW, k=4)
 
@@ -849,7 +854,8 @@ bad_cmp = bench.compare({"greedy": lambda: greedy_with_cache(shuffled, SPEC_NEW)
                         warmup=1, min_run_time=config.pick(0.4, 2.0))
 print(f"shuffled prompt: {spec_bad['accepted']} of {spec_bad['proposed']} drafts accepted "
       f"({spec_bad['accepted'] / max(spec_bad['proposed'], 1):.0%}), {spec_bad['passes'] + 1} passes for "
-      f"{SPEC_NEW} tokens; prompt lookup is {bad_cmp.describe('prompt lookup', 'greedy')} here")
+      f"{SPEC_NEW} tokens; prompt lookup is "
+      f"{bad_cmp.describe('prompt lookup', 'greedy', name='engine.spec.shuffled.lookup_vs_greedy')} here")
 
 # %% [markdown]
 # A tiny greedy model tends to repeat itself, which flatters prompt lookup: the continuation
@@ -1363,7 +1369,7 @@ bench.record("serve.ray.replicas_used", replicas_used, "replicas", clients=RAY_C
              requests=RAY_REQUESTS * RAY_ROUNDS)
 # One load run per round, no spread of their own: a gap under 15% is called no clear difference.
 word = {"higher": "more", "lower": "fewer", "no clear difference": "no clearly different number of"}[
-    bench.band_verdict(tps[RAY_NAME], tps[COURSE_NAME], band=0.15)]
+    bench.band_verdict(tps[RAY_NAME], tps[COURSE_NAME], band=0.15, name="engine.ray.two_replicas_vs_one_server")]
 print(f"verdict on this machine ({os.cpu_count()} cores): two Ray replicas served {word} tokens/s than "
       f"one course server process ({tps[RAY_NAME] / tps[COURSE_NAME]:.2f}x)")
 
