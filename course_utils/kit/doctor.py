@@ -264,15 +264,48 @@ def check_inductor(timeout_s: float = 300.0) -> Check:
                  "fix the C++ compiler (see the line above) or use backend='eager' meanwhile")
 
 
+#: Present on Linux while NVIDIA's kernel driver is loaded (also inside a container given the GPU).
+NVIDIA_DRIVER_FILE = Path("/proc/driver/nvidia/version")
+
+
+def unused_gpu(accelerator: str, build: str, driver_file: Path | None = None) -> tuple[str, str] | None:
+    """Return ``(why, fix)`` when an NVIDIA driver is loaded but torch sees no accelerator, else None.
+
+    ``accelerator`` and ``build`` are ``device.accelerator_description()`` and ``device.torch_build()``.
+    A CPU-only torch (``make setup TORCH=cpu``) leaves the GPU unused; a CUDA build that sees no device
+    usually means a driver older than the build's CUDA, or ``CUDA_VISIBLE_DEVICES`` hiding the GPUs.
+    """
+    driver_file = NVIDIA_DRIVER_FILE if driver_file is None else driver_file
+    if accelerator != "none" or not driver_file.exists():
+        return None
+    if build == "CPU only":
+        return ("an NVIDIA driver is loaded, but this torch is a CPU-only build, so the GPU goes unused",
+                "to use the GPU, `make clean setup` without TORCH=cpu installs torch's CUDA build (about 3.4 GB more)")
+    if build.startswith("CUDA"):
+        return (f"an NVIDIA driver is loaded, but this torch (built for {build}) sees no CUDA device",
+                f"update the NVIDIA driver (`nvidia-smi` prints the newest CUDA it supports; {build} needs at least "
+                "that), or unset CUDA_VISIBLE_DEVICES if it hides the GPUs")
+    return None
+
+
 def check_device() -> Check:
-    """Return whether ``COURSE_DEVICE`` (if set) names a device this machine has."""
-    from ..device import get_device  # imports torch; keep doctor importable without it
+    """Return the device the course will use, the accelerator torch sees (CUDA, ROCm, MPS, XPU or none)
+    and what this torch is built for; fails when ``COURSE_DEVICE`` names a device this machine lacks,
+    and warns when an NVIDIA GPU is there but torch cannot use it."""
+    import torch
+
+    from ..device import accelerator_description, get_device, torch_build  # keep doctor importable without torch
 
     try:
         dev = get_device()
     except (RuntimeError, ValueError) as err:
         return Check("device", False, str(err), "unset COURSE_DEVICE or set it to 'cpu'")
-    return Check("device", True, str(dev))
+    accelerator, build = accelerator_description(), torch_build()
+    detail = f"{dev}; accelerator: {accelerator}; torch {torch.__version__} is built for {build}"
+    unused = unused_gpu(accelerator, build)
+    if unused is not None:
+        return Check.warn("device", f"{detail}; {unused[0]}", unused[1])
+    return Check("device", True, detail)
 
 
 def check_cpu(probe: bool = True) -> Check:
@@ -370,6 +403,7 @@ def run_checks(compile_probe: bool = True) -> list[Check]:
     checks += compiler
     if all(c.ok for c in compiler):
         checks += _guarded("c++ standard", host_checks.check_cxx_standard)
+        checks += _guarded("openmp", host_checks.check_macos_openmp)  # macOS only: no line elsewhere
     checks += _guarded("cmake", host_checks.check_cmake)
     problem = _torch_problem(packages)
     if problem is None:

@@ -1,5 +1,6 @@
-"""Is the machine around Python ready? CMake, the C++ standard, the course's Jupyter kernel,
-loopback networking and free disk space: the doctor's checks that need no installed package.
+"""Is the machine around Python ready? CMake, the C++ standard, OpenMP beside Apple clang (macOS only),
+the course's Jupyter kernel, loopback networking and free disk space: the doctor's checks that need no
+installed package.
 
 Standard library only, so ``python3 -m course_utils doctor`` can run them on a fresh laptop
 before ``make setup`` has installed anything.
@@ -10,11 +11,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from .. import config, toolchain
@@ -78,6 +80,125 @@ def check_cxx_standard(standard: str = toolchain.CXX_STANDARD) -> Check:
                  f"install a compiler that supports {label} (GCC 10+ or Clang 10+; Debian/Ubuntu: "
                  "`sudo apt-get install g++`; macOS: a current `xcode-select --install`) or set CXX to one; "
                  "meanwhile compile with backend='eager' / 'aot_eager'")
+
+
+# ---- macOS: OpenMP beside Apple clang -------------------------------------------------------------
+
+#: The first line of ``--version`` from Apple's compilers (Xcode's clang++, and its g++, which is clang too).
+APPLE_CLANG = re.compile(r"\bApple\b.*\bclang\b")
+#: Where Homebrew puts libomp (Apple silicon, then Intel Macs); Inductor finds it only through `brew` on PATH.
+HOMEBREW_LIBOMP = (Path("/opt/homebrew/opt/libomp"), Path("/usr/local/opt/libomp"))
+#: A tiny OpenMP program: it builds only where the compiler finds ``omp.h`` and links an OpenMP runtime.
+OPENMP_PROBE = ('#include <omp.h>\n'
+                'extern "C" int course_probe(void) { int n = 0;\n'
+                '#pragma omp parallel reduction(+:n)\n  n += 1;\n  return n + omp_get_max_threads(); }\n')
+_OPENMP_FIX = ("`brew install libomp` (torch.compile finds it through `brew --prefix libomp`); in a conda environment "
+               "`conda install -c conda-forge llvm-openmp`; or set OMP_PREFIX to a folder holding include/omp.h and "
+               "lib/libomp.dylib; or set CXX to a compiler that brings OpenMP (Homebrew's `brew install llvm`, then "
+               "CXX=$(brew --prefix llvm)/bin/clang++). Meanwhile compile with backend='eager' / 'aot_eager'")
+
+
+def compiler_version_line(words: Sequence[str], timeout_s: float = 30.0) -> str:
+    """Return the first line ``<compiler> --version`` prints (empty when it prints nothing or cannot run)."""
+    try:
+        out = subprocess.run([*words, "--version"], capture_output=True, text=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    lines = (out.stdout or out.stderr).strip().splitlines()
+    return lines[0].strip() if lines else ""
+
+
+def brew_libomp(timeout_s: float = 30.0) -> Path | None:
+    """Return the folder ``brew --prefix libomp`` names, or None without Homebrew on PATH (the folder may
+    not exist: brew names where libomp would be installed)."""
+    brew = shutil.which("brew")
+    if brew is None:
+        return None
+    try:
+        out = subprocess.run([brew, "--prefix", "libomp"], capture_output=True, text=True, timeout=timeout_s,
+                             check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return Path(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip() else None
+
+
+def openmp_candidates(environ: Mapping[str, str], brew_prefix: Path | None) -> list[tuple[str, Path]]:
+    """Return the folders torch.compile would take OpenMP from beside Apple clang, in its order:
+    ``$OMP_PREFIX``, the active conda environment (``$CONDA_PREFIX``), Homebrew's libomp."""
+    found = []
+    if environ.get("OMP_PREFIX"):
+        found.append(("OMP_PREFIX", Path(environ["OMP_PREFIX"])))
+    if environ.get("CONDA_PREFIX"):
+        found.append(("the conda environment", Path(environ["CONDA_PREFIX"])))
+    if brew_prefix is not None:
+        found.append(("Homebrew's libomp", brew_prefix))
+    return found
+
+
+def _has_omp_header(folder: Path) -> bool:
+    """Return whether ``folder/include/omp.h`` exists."""
+    return (folder / "include" / "omp.h").is_file()
+
+
+def openmp_flags(apple: bool, prefix: Path | None) -> list[str]:
+    """Return the flags that build an OpenMP shared library: Apple clang takes OpenMP through ``-Xclang``
+    and links ``libomp`` from ``prefix``; other compilers take ``-fopenmp`` and bring their own runtime."""
+    flags = ["-shared", "-fPIC"]
+    if not apple:
+        return [*flags, "-fopenmp"]
+    extra = [f"-I{prefix / 'include'}", f"-L{prefix / 'lib'}"] if prefix is not None else []
+    return [*flags, "-Xclang", "-fopenmp", *extra, "-lomp"]
+
+
+def check_macos_openmp(platform: str | None = None, environ: Mapping[str, str] | None = None,
+                       brew_prefix: Callable[[], Path | None] = brew_libomp, probe: bool = True) -> list[Check]:
+    """Return, on macOS only, whether torch.compile's CPU code can use OpenMP (an empty list elsewhere).
+
+    Inductor compiles its CPU kernels with ``-fopenmp``. Apple clang (Xcode's ``clang++``, and its
+    ``g++``) ships no OpenMP runtime, so before the first compile fails with ``'omp.h' file not found``
+    this finds one where Inductor looks (``$OMP_PREFIX``, the conda environment, ``brew --prefix
+    libomp``) and, with ``probe``, builds a tiny OpenMP library the same way. Another compiler (``CXX``
+    set to Homebrew's LLVM or GCC) brings its own; the probe checks that too. No compiler at all is the
+    ``c++ compiler`` check's failure, not this one's. ``platform`` (default ``sys.platform``),
+    ``environ`` (default ``os.environ``) and ``brew_prefix`` are there for tests.
+    """
+    if not (sys.platform if platform is None else platform).startswith("darwin"):
+        return []
+    environ = os.environ if environ is None else environ
+    try:
+        words = toolchain.cxx_command(environ)
+    except toolchain.CompilerNotFound:
+        return []
+    cxx, first = shlex.join(words), compiler_version_line(words)
+    apple = bool(APPLE_CLANG.search(first))
+    name = "openmp"
+    if not apple:
+        detail = (f"{cxx} is not Apple clang ({first or 'no --version line'}), and torch.compile expects such a "
+                  "compiler to bring its own OpenMP")
+        prefix = None
+    else:
+        candidates = openmp_candidates(environ, brew_prefix())
+        usable = [(where, folder) for where, folder in candidates if _has_omp_header(folder)]
+        if not usable:
+            looked = "; ".join(f"{where}: {folder} has no include/omp.h" for where, folder in candidates)
+            hidden = [str(p) for p in HOMEBREW_LIBOMP if _has_omp_header(p)]
+            detail = (f"{cxx} is {first}, which has no OpenMP runtime of its own, and none was found "
+                      f"({looked or 'no OMP_PREFIX, no conda environment, no `brew` on PATH'}), "
+                      "so torch.compile's CPU code fails with \"'omp.h' file not found\"")
+            fix = (f"libomp is installed at {hidden[0]}, but torch.compile finds it only through `brew` on PATH: "
+                   f"put Homebrew on PATH (`eval \"$({Path(hidden[0]).parents[1] / 'bin' / 'brew'} shellenv)\"`) "
+                   f"or set OMP_PREFIX={hidden[0]}" if hidden else _OPENMP_FIX)
+            return [Check(name, False, detail, fix)]
+        where, prefix = usable[0]
+        detail = f"{cxx} is {first}, with OpenMP from {where} ({prefix})"
+    if probe:
+        # toolchain's own probe compiler: the same command line the c++ compiler check builds with
+        problem = toolchain._compile(words, OPENMP_PROBE, openmp_flags(apple, prefix), "probe.dylib", 60.0)
+        if problem is not None:
+            problem = problem.replace("a trivial file", "the OpenMP probe")
+            return [Check(name, False, f"{detail}, but a small OpenMP library does not build: {problem}", _OPENMP_FIX)]
+        detail += "; a small OpenMP library builds"
+    return [Check(name, True, detail)]
 
 
 # ---- the course's Jupyter kernel -----------------------------------------------------------------
