@@ -173,14 +173,18 @@ def get_device() -> torch.device:
     """Return the device the course should use.
 
     ``COURSE_DEVICE`` wins when set; otherwise the accelerator torch sees (``accelerator()``:
-    CUDA, ROCm, MPS or XPU), else the CPU. Raises RuntimeError when ``COURSE_DEVICE`` names an
+    CUDA, ROCm or XPU), else the CPU. Apple's MPS is never chosen automatically, only with
+    ``COURSE_DEVICE=mps``: the notebooks' measured lessons (Inductor's C++ kernels, int8, the
+    serving engine) are written for the CPU, and ``torch.compile`` on MPS is a prototype, so a Mac
+    runs them on its CPU unless the learner opts in (``accelerator()`` still names the MPS device
+    for the cells that run on any accelerator). Raises RuntimeError when ``COURSE_DEVICE`` names an
     accelerator this machine does not have (or an index past its last device), and ValueError for
     a device string torch does not understand or one the course cannot run on.
     """
     raw = os.environ.get("COURSE_DEVICE", "").strip()
     if not raw:
         acc = accelerator()
-        return acc if acc is not None else torch.device("cpu")
+        return acc if acc is not None and acc.type != "mps" else torch.device("cpu")
     allowed = _allowed_types()
     try:
         device = torch.device(raw)

@@ -95,7 +95,8 @@ def test_the_automatic_choice_is_the_accelerator_torch_sees(monkeypatch, machine
     fake_machine(monkeypatch, machine)
     monkeypatch.delenv("COURSE_DEVICE", raising=False)
     kind, _, described = MACHINES[machine]
-    assert device.get_device() == torch.device(kind or "cpu")
+    # MPS only when asked for (COURSE_DEVICE=mps): the CPU lessons stay on a Mac's CPU
+    assert device.get_device() == torch.device(kind if kind and kind != "mps" else "cpu")
     assert device.accelerator() == (torch.device(kind) if kind else None)
     assert device.accelerator_description() == described
     assert device.has_cuda() is (kind == "cuda")
@@ -277,5 +278,8 @@ def test_synchronize_waits_for_mps_and_xpu(monkeypatch):
     assert waited == ["mps", "xpu:0"]
     fake_machine(monkeypatch, "apple")
     monkeypatch.delenv("COURSE_DEVICE", raising=False)
-    device.synchronize()  # the course's device is the Apple GPU now
+    device.synchronize()  # a Mac's course device is its CPU unless the learner opts in: nothing to wait for
+    assert waited == ["mps", "xpu:0"]
+    monkeypatch.setenv("COURSE_DEVICE", "mps")
+    device.synchronize()  # opted in: the course's device is the Apple GPU
     assert waited[-1] == "mps"
