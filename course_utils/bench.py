@@ -31,8 +31,12 @@ NOISY_SPREAD = 0.2
 
 
 def _sync_all() -> None:
-    if torch.cuda.is_available():
-        synchronize("cuda")
+    """Wait for the accelerator torch sees (CUDA, ROCm, XPU or MPS), so a timing covers its queued work."""
+    from .device import accelerator
+
+    acc = accelerator()
+    if acc is not None:
+        synchronize(acc)
 
 
 @dataclass(frozen=True)

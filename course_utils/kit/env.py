@@ -10,7 +10,7 @@ import torch
 
 from .. import config
 from ..cpu import cpu_model
-from ..device import cuda_description
+from ..device import accelerator_description, cuda_description, torch_build
 from ..toolchain import check_toolchain
 
 #: Packages whose versions the report lists, in order.
@@ -47,6 +47,8 @@ def report(check_compiler: bool = True) -> dict[str, str]:
     rows["cores"] = str(os.cpu_count() or "unknown")
     rows["torch threads"] = str(torch.get_num_threads())
     rows["cuda"] = cuda_description()
+    rows["accelerator"] = accelerator_description()
+    rows["torch build"] = torch_build()
     rows["torch cuda build"] = torch.version.cuda or "none (CPU build)"
     if check_compiler:
         tc = check_toolchain()
