@@ -21,7 +21,7 @@ from notebook_files import written_files
 
 NOTEBOOK = config.REPO_ROOT / "notebooks" / "12_distributed.ipynb"
 GUARD = offline.child_env()
-EXPECTED = {"collectives.py", "common.py", "ddp.py", "fsdp.py", "dtensor.py", "dcp.py", "elastic.py"}
+EXPECTED = {"collectives.py", "common.py", "ddp.py", "fsdp.py", "dtensor.py", "tp.py", "pp.py", "dcp.py", "elastic.py"}
 
 
 def notebook_scripts() -> dict[str, str]:
@@ -83,6 +83,78 @@ def test_fsdp_shards_parameters_and_follows_ddps_loss_curve(jobs):
     assert f["param_bytes_per_rank_ratio"] <= 0.55 and sum(f["bytes_per_rank"]) == f["full_bytes"]
     assert f["all_dtensor"] and all("Shard" in p["placements"] for p in f["params"].values())
     assert max(abs(a - b) for a, b in zip(f["losses"], d["losses"], strict=True)) < 1e-4
+
+
+def test_fsdp_mixed_precision_computes_in_bf16_and_reduces_in_float32(jobs):
+    r = job(jobs, "fsdp.py", ["--width", 64, "--depth", 2, "--steps", 1, "--backend", "none",
+                              "--mixed-precision-steps", 3])
+    f32, b16 = r["mixed_precision"]["float32"], r["mixed_precision"]["bf16"]
+    assert set(f32["dtypes"].values()) == {"float32"}
+    assert b16["dtypes"]["weight as stored (this rank's shard)"] == "float32"
+    assert b16["dtypes"]["weight during the forward"] == b16["dtypes"]["input of a Linear"] == "bfloat16"
+    assert b16["dtypes"]["output of a Linear"] == "bfloat16"
+    assert b16["dtypes"]["model output (logits)"] == b16["dtypes"]["loss"] == "float32"  # the root's output_dtype
+    assert b16["dtypes"]["gradient (this rank's shard)"] == "float32"
+    assert set(f32["collectives"]) == {"all-gather in float32", "reduce-scatter in float32"}
+    assert set(b16["collectives"]) == {"all-gather in bfloat16", "reduce-scatter in float32"}
+    gathered = f32["collectives"]["all-gather in float32"], b16["collectives"]["all-gather in bfloat16"]
+    assert gathered[0][0] == gathered[1][0] and gathered[1][1] * 2 == gathered[0][1]  # same calls, half the bytes
+    assert b16["collectives"]["reduce-scatter in float32"] == f32["collectives"]["reduce-scatter in float32"]
+    gaps = [abs(a - b) for a, b in zip(f32["losses"], b16["losses"], strict=True)]
+    assert len(gaps) == 3 and all(g <= (k + 1) * 2.0 ** -8 * a for k, (g, a) in enumerate(zip(gaps, f32["losses"])))
+    assert max(gaps) > 1e-4  # bf16 really ran: further from float32 than float32 runs are from each other
+    assert max(abs(a - b) for a, b in zip(f32["losses"][:1], r["losses"])) < 1e-4  # eager float32 = the first run
+    assert "meta" not in r
+
+
+def test_fsdp_on_the_meta_device_allocates_only_shards_and_loads_exactly(jobs):
+    r = job(jobs, "fsdp.py", ["--width", 64, "--depth", 2, "--steps", 1, "--backend", "none", "--meta-init"])
+    meta = r["meta"]
+    assert meta["meta_before_sharding"] and meta["meta_after_sharding"]
+    assert meta["bytes_after_to_empty"] == meta["bytes_after_loading"] == r["bytes_per_rank"][0] == r["full_bytes"] // 2
+    assert meta["shards_equal_after_random_init"] == "6 of 6"  # the pitfall the notebook shows, on a CPU mesh
+    assert meta["loaded_max_abs_diff"] == 0.0 and "mixed_precision" not in r
+
+
+def test_tensor_parallel_pair_matches_one_process_with_one_all_reduce_each_way(jobs):
+    r = job(jobs, "tp.py", ["--width", 32, "--hidden", 64, "--batch", 8])
+    assert r["out_max_abs_diff"] <= 1e-5 and r["grad_max_abs_diff"] <= 1e-5
+    assert r["placements"]["up.weight"] == {"placements": "(Shard(dim=0),)", "local_shape": [32, 32],
+                                            "global_shape": [64, 32]}
+    assert r["placements"]["down.weight"]["placements"] == "(Shard(dim=1),)"
+    assert r["placements"]["down.bias"]["placements"] == "(Replicate(),)"
+    assert r["comms_forward"] == {"all_reduce": 1} and r["comms_backward"] == {"all_reduce": 1}
+    assert r["comms_step_without_input_grad"] == {"all_reduce": 1}
+    assert r["out_shape"] == [8, 32]
+
+
+def test_tensor_parallel_with_fsdp_on_a_2d_mesh_of_four_ranks(jobs):
+    """The command notebook 12 prints for four ranks (it cannot run it on two)."""
+    r = job(jobs, "tp.py", ["--width", 32, "--hidden", 64, "--batch", 8, "--dp", 2], nproc=4)
+    assert r["world"] == 4 and "dp=2, tp=2" in r["mesh"]
+    assert r["out_max_abs_diff"] <= 1e-5 and r["grad_max_abs_diff"] <= 1e-5
+    assert r["placements"]["down.weight"]["placements"] == "(Shard(dim=0), Shard(dim=1))"
+    assert r["placements"]["down.weight"]["local_shape"] == [16, 32]
+    assert r["comms_forward"].get("all_reduce") == 1 and r["comms_backward"].get("all_reduce") == 1
+    assert "_allgather_base_" in r["comms_forward"] and "_reduce_scatter_base_" in r["comms_backward"]
+
+
+def test_pipeline_schedules_match_one_process_and_run_in_their_order(jobs):
+    r = job(jobs, "pp.py", ["--width", 32, "--depth", 2, "--batch", 16, "--microbatches", 4])
+    runs = r["schedules"]
+    assert set(runs) == {"GPipe", "1F1B"}
+    for name, run in runs.items():
+        assert run["grad_max_abs_diff"] <= 1e-5
+        first, last = run["ranks"]
+        assert (first["blocks"], first["head"], last["blocks"], last["head"]) == (1, False, 1, True)
+        assert first["losses"] == [] and abs(sum(last["losses"]) / 4 - r["reference_loss"]) <= 1e-5
+        orders = [" ".join(f"{k}{m}" for k, m, _, _ in got["events"]) for got in run["ranks"]]
+        if name == "GPipe":
+            assert orders == ["F0 F1 F2 F3 B0 B1 B2 B3"] * 2
+        else:
+            assert orders == ["F0 F1 B0 F2 B1 F3 B2 B3", "F0 B0 F1 B1 F2 B2 F3 B3"]
+        for got in run["ranks"]:
+            assert all(start <= end for _, _, start, end in got["events"])
 
 
 def test_dtensor_placements_and_the_sharded_matmul(jobs):

@@ -1,15 +1,17 @@
 # %% [markdown]
-# # 12 · Distributed training with torch.compile: DDP, FSDP2 and DTensor on real processes
+# # 12 · Distributed training with torch.compile: DDP, FSDP2, tensor and pipeline parallelism on real processes
 #
 # When a model or its training data outgrows one device, PyTorch trains it on many processes at
 # once: each process (a *rank*) holds a copy or a shard of the model, and they exchange gradients or
 # parameters through *collectives*. `torch.compile` works with both of PyTorch's data-parallel
 # methods, `DistributedDataParallel` (DDP) and fully sharded data parallel (FSDP2), and with
-# DTensor, the sharded tensor they are increasingly built on. Everything in this notebook runs for
+# DTensor, the sharded tensor they are increasingly built on. When a model's layers outgrow one
+# device, tensor parallelism splits each layer's matrices over the ranks and pipeline parallelism
+# gives each rank a slice of the stack of layers. Everything in this notebook runs for
 # real on your laptop: two processes started by `torchrun`, talking over the gloo backend on
 # 127.0.0.1. Every job's program is written by a cell of this notebook (`%%writefile`, into
 # `build/nb12/`), so what you read is what runs: change a line, run its cell again, and the next
-# launch runs your version. The same files run on a cluster of CPU machines (section 8 says what a
+# launch runs your version. The same files run on a cluster of CPU machines (section 10 says what a
 # GPU cluster needs besides).
 
 # %% [markdown]
@@ -22,9 +24,15 @@
 #   DDP's gradient buckets split the compiled graph (graphs counted against buckets, `bucket_cap_mb`
 #   moved), and where the all-reduces start in a profiler trace;
 # - FSDP2 (`fully_shard`) with `torch.compile`: the parameter bytes each rank holds, parameters that
-#   are DTensors, and the same loss curve as DDP;
+#   are DTensors, and the same loss curve as DDP; mixed precision (`MixedPrecisionPolicy`: which
+#   tensor is bf16 and which float32, what the collectives move, the loss against float32's); a
+#   model built on the meta device, sharded, then given its weights, and a pitfall on the way;
 # - DTensor: a device mesh, `Shard` and `Replicate`, `redistribute`, and what a sharded matrix
 #   multiply communicates;
+# - tensor parallelism (`parallelize_module` with `ColwiseParallel` and `RowwiseParallel`): output
+#   and gradients equal to one process, the collectives counted, and the 2-D mesh it shares with FSDP;
+# - pipeline parallelism (`torch.distributed.pipelining`): two stages, microbatches, GPipe and 1F1B
+#   with one process's gradients, and the schedule each rank ran, drawn from the run;
 # - activation checkpointing with `torch.compile`: memory against time, with the profiler's memory view;
 # - distributed checkpoints (`torch.distributed.checkpoint`): saved by two ranks, loaded into one
 #   process and into two, exactly;
@@ -503,29 +511,39 @@ assert trace["allreduce_calls"] >= 1 and trace["started_inside_backward"] == tra
 # FSDP2's `fully_shard(module)` (in `torch.distributed.fsdp` since torch 2.6) turns each parameter
 # into a DTensor sharded on its first dimension. The job `fsdp.py` applies it to every block and then to the
 # whole model, compiles the result, and trains on the same data with the same learning rate as the
-# DDP job above.
+# DDP job above. Two more parts of the same job come later in this section: mixed precision
+# (`--mixed-precision-steps`) and a model built on the meta device (`--meta-init`).
 
 # %%
 # %%writefile {JOBS}/fsdp.py
-"""FSDP2 (fully_shard) with torch.compile: the bytes each rank holds, DTensor parameters, a loss curve."""
+"""FSDP2 (fully_shard) with torch.compile: the bytes each rank holds, DTensor parameters, a loss curve.
+
+--mixed-precision-steps N adds float32 and bf16 training (eager) with the dtypes and collectives of one
+step; --meta-init adds a model built on the meta device, sharded, then given its weights."""
+import warnings
+
 import torch
 import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from common import make_model, maybe_compile, parser, train
+from common import MLP, global_batch, make_model, maybe_compile, parser, shard, train
 from course_utils.distributed import runtime
 
 
-def shard_model(model):
+def shard_model(model, policy=None, root_policy=None):
     """Shard each block, then the whole model (what is left: the head), over all ranks' CPUs.
 
-    The mesh names the device: without one, fully_shard picks the machine's accelerator if it has one."""
+    The mesh names the device: without one, fully_shard picks the machine's accelerator if it has one.
+    policy (the blocks') and root_policy (the whole model's) set mixed precision; None: all float32."""
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     for block in model.blocks:
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+        fully_shard(block, mesh=mesh, **({} if policy is None else {"mp_policy": policy}))
+    fully_shard(model, mesh=mesh, **({} if root_policy is None else {"mp_policy": root_policy}))
     return model
 
 
@@ -538,8 +556,110 @@ def local(p):
     return p.to_local() if isinstance(p, DTensor) else p
 
 
+class CollectiveLog(TorchDispatchMode):
+    """Inside `with CollectiveLog() as log:`, notes every collective: its name, dtype and largest buffer's bytes.
+
+    A dispatch mode sees each operation that runs, FSDP's own all-gathers and reduce-scatters included."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace in ("c10d", "_c10d_functional"):
+            tensors = [a for a in args if isinstance(a, torch.Tensor)]
+            tensors += [t for a in args if isinstance(a, (list, tuple)) for t in a if isinstance(t, torch.Tensor)]
+            big = max(tensors, key=lambda t: t.numel())
+            name = {"_allgather_base_": "all-gather", "_reduce_scatter_base_": "reduce-scatter"}.get(
+                func.__name__.split(".")[0], func.__name__.split(".")[0])
+            key = f"{name} in {str(big.dtype).replace('torch.', '')}"
+            calls, nbytes = self.calls.get(key, (0, 0))
+            self.calls[key] = (calls + 1, nbytes + big.numel() * big.element_size())
+        return func(*args, **(kwargs or {}))
+
+
+def dtypes_of_one_step(model, args, rank, world):
+    """The dtype of each tensor along one forward and backward, and the collectives that ran."""
+    seen = {}
+    first = model.blocks[0][0]                     # the first Linear
+
+    def note(module, inputs, output):              # runs inside the forward, while the weight is gathered
+        seen.update({"weight during the forward": module.weight.dtype, "input of a Linear": inputs[0].dtype,
+                     "output of a Linear": output.dtype})
+
+    handle = first.register_forward_hook(note)
+    x, y = global_batch(0, args.batch, args.width)
+    with CollectiveLog() as log:
+        out = model(shard(x, rank, world))
+        loss = nn.functional.cross_entropy(out, shard(y, rank, world))
+        loss.backward()
+    handle.remove()
+    where = {"weight as stored (this rank's shard)": local(first.weight).dtype, **seen,
+             "model output (logits)": out.dtype, "loss": loss.dtype,
+             "gradient (this rank's shard)": local(first.weight.grad).dtype}
+    model.zero_grad(set_to_none=True)
+    return {k: str(v).replace("torch.", "") for k, v in where.items()}, {k: list(v) for k, v in log.calls.items()}
+
+
+def mixed_precision(args, rank, world):
+    """float32 and bf16 FSDP2 training (eager) from the same start: dtypes, collectives, both loss curves."""
+    bf16 = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    # The whole model's policy also casts its output back to float32, so the loss is computed in float32.
+    bf16_root = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
+                                     output_dtype=torch.float32)
+    runs = {}
+    for name, policy, root_policy in (("float32", None, None), ("bf16", bf16, bf16_root)):
+        model = shard_model(make_model(args.width, args.depth), policy, root_policy)
+        dtypes, collectives = dtypes_of_one_step(model, args, rank, world)
+        losses = train(model, range(args.mixed_precision_steps), args.batch, args.width, args.lr, rank, world)
+        runs[name] = {"dtypes": dtypes, "collectives": collectives, "losses": losses}
+        runtime.log(f"{name} (eager): losses {[round(v, 4) for v in losses]}")
+    return runs
+
+
+def meta_init(args, rank, world):
+    """Build the model on the meta device, shard it, allocate only this rank's shards, then fill them."""
+    with torch.device("meta"):
+        model = MLP(args.width, args.depth)      # shapes and dtypes only: no memory, no random numbers
+    result = {"meta_before_sharding": all(p.is_meta for p in model.parameters())}
+    shard_model(model)
+    result["meta_after_sharding"] = all(local(p).is_meta for p in model.parameters())
+    model.to_empty(device="cpu")                 # memory for this rank's shards only, not yet initialised
+    result["bytes_after_to_empty"] = local_bytes(model)
+
+    # Pitfall: random initialisation of the shards. On a CPU mesh each rank draws its shard's numbers from
+    # its own generator; with the same seed everywhere, every rank gets the same numbers.
+    torch.manual_seed(0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for module in model.modules():
+            if isinstance(module, nn.Linear):
+                module.reset_parameters()
+    same = []
+    for p in model.parameters():                 # every parameter: are all ranks' shards the same numbers?
+        mine = local(p).contiguous()
+        shards = [torch.empty_like(mine) for _ in range(world)]
+        dist.all_gather(shards, mine)
+        same.append(all(torch.equal(shards[0], s) for s in shards[1:]))
+    result["shards_equal_after_random_init"] = f"{sum(same)} of {len(same)}"
+    result["warnings"] = sorted({str(w.message) for w in caught})
+
+    # The fix when the weights exist (a checkpoint, or one process's initialisation): rank 0 holds them
+    # whole, and every rank receives just its slices.
+    whole = make_model(args.width, args.depth).state_dict() if rank == 0 else {}
+    set_model_state_dict(model, whole, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    loaded = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+    reference = make_model(args.width, args.depth).state_dict()
+    result["loaded_max_abs_diff"] = max(float((loaded[k] - reference[k]).abs().max()) for k in reference)
+    result["bytes_after_loading"] = local_bytes(model)
+    return result
+
+
 def main():
-    args = parser("FSDP2 with torch.compile").parse_args()
+    p = parser("FSDP2 with torch.compile")
+    p.add_argument("--mixed-precision-steps", type=int, default=0, help="also train float32 and bf16 (0: skip)")
+    p.add_argument("--meta-init", action="store_true", help="also build the model on the meta device")
+    args = p.parse_args()
     rank, world = runtime.init()
     full_bytes = sum(p.numel() * p.element_size() for p in make_model(args.width, args.depth).parameters())
     model = shard_model(make_model(args.width, args.depth))
@@ -553,11 +673,16 @@ def main():
     losses = train(maybe_compile(model, args.backend), range(args.steps), args.batch, args.width, args.lr,
                    rank, world)
     runtime.log(f"losses: {[round(v, 4) for v in losses]}")
-    runtime.emit({"world": world, "backend": args.backend, "full_bytes": full_bytes,
-                  "bytes_per_rank": [int(b) for b in everyone],
-                  "param_bytes_per_rank_ratio": max(int(b) for b in everyone) / full_bytes,
-                  "all_dtensor": all(isinstance(p, DTensor) for p in model.parameters()),
-                  "params": params, "losses": losses})
+    result = {"world": world, "backend": args.backend, "full_bytes": full_bytes,
+              "bytes_per_rank": [int(b) for b in everyone],
+              "param_bytes_per_rank_ratio": max(int(b) for b in everyone) / full_bytes,
+              "all_dtensor": all(isinstance(p, DTensor) for p in model.parameters()),
+              "params": params, "losses": losses}
+    if args.mixed_precision_steps:
+        result["mixed_precision"] = mixed_precision(args, rank, world)
+    if args.meta_init:
+        result["meta"] = meta_init(args, rank, world)
+    runtime.emit(result)
     runtime.finish()
 
 
@@ -565,7 +690,8 @@ if __name__ == "__main__":
     main()
 
 # %%
-fsdp = launch.run_job(f"{JOBS}/fsdp.py", [*MODEL, "--steps", STEPS], timeout_s=420, echo=echo)
+fsdp = launch.run_job(f"{JOBS}/fsdp.py", [*MODEL, "--steps", STEPS, "--mixed-precision-steps", STEPS, "--meta-init"],
+                      timeout_s=420, echo=echo)
 fr = fsdp.result
 ratio = fr["param_bytes_per_rank_ratio"]
 print(f"\nparameter bytes per rank: {fr['bytes_per_rank']} of {fr['full_bytes']} -> {ratio:.3f} of the model each")
@@ -598,6 +724,104 @@ assert gap <= LOSS_TOL
 # The memory saved grows with the world size: at 8 ranks each holds an eighth, which is what lets a
 # model whose parameters, gradients and optimizer state do not fit on one GPU train at all. The
 # price is communication: every forward and backward pass all-gathers each layer's parameters.
+#
+# ### Mixed precision: compute in bf16, keep and reduce in float32
+#
+# `fully_shard(module, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+# reduce_dtype=torch.float32))` keeps each rank's shard in float32 (the optimizer updates that
+# copy), casts the shard to bf16 before the all-gather, so the layer runs on bf16 weights and
+# activations, and reduce-scatters the gradients in float32 before they land on the float32 shard. The job
+# applies that policy to every block; on the whole model it also sets `output_dtype=torch.float32`,
+# so the logits come back in float32 and the loss is computed in float32. It trains the float32
+# model and the bf16 one from the same start, without `torch.compile` (the comparison is about
+# dtypes), and for one step of each it notes the dtype of every tensor along the way (a forward hook
+# on the first Linear) and every collective that ran (a `TorchDispatchMode`, which sees each
+# operation, FSDP's own all-gathers and reduce-scatters included).
+#
+# How close should the two loss curves be? bf16 keeps 8 significant bits, so rounding a value to
+# bf16 moves it by up to 2^-9 of itself, and a product of bf16 inputs carries a few such errors. At
+# the first step both runs start from the same weights, so the losses should agree to about bf16's
+# relative precision, 2^-8 (0.4%) of the loss. Each later step starts from weights that the bf16
+# steps before it moved slightly differently, so the tolerance grows by another 2^-8 of the loss
+# per step: (k+1)·2^-8·loss at step k. The curves must also differ by more than the float32
+# tolerance used above (1e-4): that shows bf16 was really used.
+
+# %%
+mp = fr["mixed_precision"]
+print(f"{'tensor':<38}{'float32 run':>14}{'bf16 run':>12}")
+for where in mp["float32"]["dtypes"]:
+    print(f"{where:<38}{mp['float32']['dtypes'][where]:>14}{mp['bf16']['dtypes'][where]:>12}")
+print("\ncollectives in one step (calls, MiB moved through the full-size buffer):")
+for run in ("float32", "bf16"):
+    print(f"  {run:>7}: " + "; ".join(f"{name}: {calls} calls, {nbytes / 2**20:.2f} MiB"
+                                      for name, (calls, nbytes) in sorted(mp[run]["collectives"].items())))
+
+BF16_EPS = 2.0 ** -8
+f32, b16 = mp["float32"]["losses"], mp["bf16"]["losses"]
+gaps = [abs(a - b) for a, b in zip(f32, b16, strict=True)]
+allowed = [(k + 1) * BF16_EPS * a for k, a in enumerate(f32)]
+fig, ax = plt.subplots(figsize=(6, 3))
+ax.plot(f32, "o-", label="float32")
+ax.plot(b16, "x--", label="bf16 compute, float32 reduce")
+ax.set_xlabel("step"); ax.set_ylabel("loss (global batch)"); ax.legend(); ax.set_title("FSDP2, same data, same start")
+plt.show()
+for k in (0, len(gaps) - 1):
+    print(f"step {k}: float32 loss {f32[k]:.4f}, bf16 {b16[k]:.4f}, gap {gaps[k]:.1e} (allowed {allowed[k]:.1e})")
+print(f"largest gap {max(gaps):.1e}; float32 tolerance {LOSS_TOL}")
+
+assert mp["bf16"]["dtypes"]["weight as stored (this rank's shard)"] == "float32"
+assert mp["bf16"]["dtypes"]["weight during the forward"] == mp["bf16"]["dtypes"]["output of a Linear"] == "bfloat16"
+assert mp["bf16"]["dtypes"]["gradient (this rank's shard)"] == mp["bf16"]["dtypes"]["loss"] == "float32"
+assert set(mp["float32"]["dtypes"].values()) == {"float32"}
+gathered = {run: sum(b for name, (_, b) in mp[run]["collectives"].items() if name.startswith("all-gather"))
+            for run in mp}
+assert set(mp["bf16"]["collectives"]) == {"all-gather in bfloat16", "reduce-scatter in float32"}
+assert gathered["bf16"] * 2 == gathered["float32"]
+assert mp["bf16"]["collectives"]["reduce-scatter in float32"] == mp["float32"]["collectives"]["reduce-scatter in float32"]
+assert all(g <= a for g, a in zip(gaps, allowed)) and max(gaps) > LOSS_TOL
+
+# %% [markdown]
+# The shard the optimizer updates and the gradient that lands on it stayed float32; only the
+# gathered weights and the activations between them were bf16, and the all-gathers moved half the
+# bytes (asserted). The reduce-scatter moved the same float32 bytes in both runs: summing many ranks'
+# gradients in bf16 would round each partial sum to 8 bits, which is what `reduce_dtype` avoids.
+# Whether bf16 compute is also faster depends on the hardware (GPU tensor cores, or CPU instructions
+# such as AMX and AVX-512 BF16, which notebooks 08 and 11 look at), so this cell checks dtypes, bytes
+# and accuracy, not speed.
+#
+# ### Building the model on the meta device
+#
+# A model too big for one rank's memory cannot be built whole on every rank and then sharded.
+# Under `with torch.device("meta"):` a model gets parameters that have a shape and a dtype but no
+# storage. `fully_shard` shards those meta tensors; `model.to_empty(device="cpu")` then allocates
+# each rank's shards only, with whatever bytes were in that memory; the weights come last. Two ways
+# to fill them are tried in the job (`--meta-init`): each rank initialises its own shards at
+# random, and rank 0 sends slices of full weights it holds (what loading a checkpoint does, with
+# `set_model_state_dict(..., broadcast_from_rank0=True)`).
+
+# %%
+meta = fr["meta"]
+print(f"parameters on the meta device before sharding: {meta['meta_before_sharding']}, after: {meta['meta_after_sharding']}")
+print(f"bytes this rank allocated in to_empty: {meta['bytes_after_to_empty']:,} of the model's {fr['full_bytes']:,} "
+      f"({meta['bytes_after_to_empty'] / fr['full_bytes']:.3f})")
+print(f"random initialisation of the shards, same seed on each rank: parameters whose shards are the same "
+      f"numbers on both ranks: {meta['shards_equal_after_random_init']}")
+for line in meta["warnings"]:
+    print(f"  the warning DTensor gave: {line}")
+print(f"weights broadcast from rank 0: largest difference from the model built in one process "
+      f"{meta['loaded_max_abs_diff']}, bytes held afterwards {meta['bytes_after_loading']:,}")
+assert meta["meta_before_sharding"] and meta["meta_after_sharding"]
+assert meta["bytes_after_to_empty"] == meta["bytes_after_loading"] == fr["bytes_per_rank"][0]
+n_params = len(fr["params"])
+assert meta["shards_equal_after_random_init"] == f"{n_params} of {n_params}" and meta["loaded_max_abs_diff"] == 0.0
+
+# %% [markdown]
+# Until `to_empty`, no rank allocated a single parameter byte, and afterwards each held exactly its
+# half. Random initialisation of the shards is the pitfall: DTensor gives each shard its own slice
+# of the random stream only on CUDA-like devices (the warning above is about that), so on a CPU mesh
+# each rank drew the same numbers for its own rows and the two halves of every parameter came out
+# identical (counted), a model no single process would build. Broadcasting weights from rank 0 gave exactly the one-process model. Rank 0
+# then holds the full weights once, on the CPU; sharded checkpoints (section 8) avoid even that.
 #
 # ## 4 · DTensor: placements and what they cost
 #
@@ -696,7 +920,405 @@ assert mr["comms_in_matmul"] == {} and mr["out_placement"] == "S(0)" and mr["max
 # all-to-all, so it moved `Shard(0)` to `Shard(1)` with the all-gather counted above and kept its own
 # chunk.)
 #
-# ## 5 · Activation checkpointing with torch.compile
+# ## 5 · Tensor parallelism: one layer's matrices split over the ranks
+#
+# FSDP gathers each layer's full weights before using them; tensor parallelism never does: every rank
+# multiplies by its slice of the weights and the ranks combine partial results. Section 4's two
+# sharded matmuls are the building blocks. In a feed-forward pair `down(gelu(up(x)))`:
+#
+# - `ColwiseParallel()` on `up` gives each rank half of its output features (rows of `up.weight`,
+#   columns of the matrix that multiplies `x`): each rank computes its half of the hidden activation
+#   from the full input, with no communication, and the GELU works elementwise on that half;
+# - `RowwiseParallel()` on `down` gives each rank the matching half of its input features: each rank's
+#   product is a `Partial` sum of the output, and one all-reduce makes it whole.
+#
+# So the pair costs one all-reduce in the forward pass, and, when its input needs a gradient (it came
+# out of an earlier layer), one more in the backward pass, to sum the two halves' input gradients. The
+# job `tp.py` applies the plan with `parallelize_module`, compares the output and every gradient
+# with one process doing the same step, and counts the collectives with `CommDebugMode`.
+
+# %%
+# %%writefile {JOBS}/tp.py
+"""Tensor parallelism: a Linear pair split by output features, then by input features, over the ranks.
+
+With --dp D (on D x T ranks) the pair is also sharded with FSDP2 on a 2-D mesh: tensor parallel inside
+each group of T ranks, fully_shard across the D groups, each group on its own slice of the batch.
+"""
+import argparse
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.debug import CommDebugMode
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+from course_utils.distributed import runtime
+
+
+class FeedForward(nn.Module):
+    """up (width -> hidden), GELU, down (hidden -> width): the pair tensor parallelism splits."""
+
+    def __init__(self, width, hidden):
+        super().__init__()
+        self.up = nn.Linear(width, hidden)
+        self.down = nn.Linear(hidden, width)
+
+    def forward(self, x):                  # x: (batch, width)
+        return self.down(nn.functional.gelu(self.up(x)))    # (batch, hidden) -> (batch, width)
+
+
+def make(width, hidden):
+    torch.manual_seed(0)                   # the same start on every rank, and in one process
+    return FeedForward(width, hidden)
+
+
+def comms(mode):
+    """{collective: count} that a CommDebugMode block recorded."""
+    return {str(op).split(".")[-1]: int(n) for op, n in mode.get_comm_counts().items() if n}
+
+
+def full(t):
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+p = argparse.ArgumentParser(description="tensor parallelism")
+p.add_argument("--width", type=int, default=64)
+p.add_argument("--hidden", type=int, default=256, help="a multiple of the tensor-parallel size")
+p.add_argument("--batch", type=int, default=16, help="global batch (a multiple of --dp)")
+p.add_argument("--dp", type=int, default=1, help="data-parallel groups (world size = dp x tensor-parallel size)")
+args = p.parse_args()
+rank, world = runtime.init()
+if world % args.dp or args.batch % args.dp:
+    raise SystemExit(f"--dp {args.dp} must divide the world size ({world}) and the batch ({args.batch})")
+mesh = init_device_mesh("cpu", (args.dp, world // args.dp), mesh_dim_names=("dp", "tp"))
+
+gen = torch.Generator().manual_seed(1)     # the same data on every rank
+x = torch.randn(args.batch, args.width, generator=gen)
+target = torch.randn(args.batch, args.width, generator=gen)
+
+reference = make(args.width, args.hidden)  # one process, the whole batch
+x_ref = x.clone().requires_grad_()         # as if an earlier layer produced x: its gradient is needed too
+ref_out = reference(x_ref)
+nn.functional.mse_loss(ref_out, target).backward()
+
+model = make(args.width, args.hidden)
+parallelize_module(model, mesh["tp"], {"up": ColwiseParallel(), "down": RowwiseParallel()})
+if args.dp > 1:
+    fully_shard(model, mesh=mesh["dp"])    # each parameter sharded over dp as well, on top of its tp placement
+placements = {name: {"placements": str(q.placements), "local_shape": list(q.to_local().shape),
+                     "global_shape": list(q.shape)} for name, q in model.named_parameters()}
+
+rows = args.batch // args.dp               # this data-parallel group's slice of the batch
+mine = slice(mesh.get_local_rank("dp") * rows, (mesh.get_local_rank("dp") + 1) * rows)
+x_tp = x[mine].clone().requires_grad_()
+with CommDebugMode() as forward:
+    out = model(x_tp)                      # (rows, width), whole on every rank of the group
+with CommDebugMode() as backward:
+    nn.functional.mse_loss(out, target[mine]).backward()
+
+# A group's loss averages over its 1/dp of the batch, so its input gradient is dp times the whole batch's;
+# the parameter gradients are averaged over the groups (FSDP's reduce-scatter), as in one process.
+out_diff = torch.tensor(float((out.detach() - ref_out[mine].detach()).abs().max()))
+grad_diff = torch.tensor(max([float((full(q.grad) - r.grad).abs().max())
+                              for q, r in zip(model.parameters(), reference.parameters(), strict=True)]
+                             + [float((x_tp.grad - args.dp * x_ref.grad[mine]).abs().max())]))
+for t in (out_diff, grad_diff):
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+
+model.zero_grad(set_to_none=True)          # the same step with data as the input: it needs no gradient
+with CommDebugMode() as data_input:
+    nn.functional.mse_loss(model(x[mine]), target[mine]).backward()
+runtime.log(f"forward {comms(forward)}, backward {comms(backward)}; output differs by {float(out_diff):.1e}, "
+            f"gradients by {float(grad_diff):.1e}")
+runtime.emit({"world": world, "mesh": str(mesh), "placements": placements,
+              "out_type": type(out).__name__, "out_shape": list(out.shape),
+              "comms_forward": comms(forward), "comms_backward": comms(backward),
+              "comms_step_without_input_grad": comms(data_input),
+              "out_max_abs_diff": float(out_diff), "grad_max_abs_diff": float(grad_diff)})
+runtime.finish()
+
+# %%
+TP_ARGS = ["--width", 64, "--hidden", 256, "--batch", 16]
+tp = launch.run_job(f"{JOBS}/tp.py", TP_ARGS, timeout_s=180, echo=echo).result
+print(tp["mesh"])
+for name, q in tp["placements"].items():
+    print(f"{name:>12}: {q['placements']:<20} global {q['global_shape']}, each rank holds {q['local_shape']}")
+print(f"output: {tp['out_type']} of shape {tp['out_shape']} on each rank")
+print(f"collectives: forward {tp['comms_forward']}, backward {tp['comms_backward']}; a step whose input "
+      f"needs no gradient: {tp['comms_step_without_input_grad']}")
+print(f"against one process: output differs by {tp['out_max_abs_diff']:.1e}, gradients (parameters and input) "
+      f"by {tp['grad_max_abs_diff']:.1e}")
+
+tp_diff = max(tp["out_max_abs_diff"], tp["grad_max_abs_diff"])
+assert tp_diff <= 1e-5
+assert tp["placements"]["up.weight"]["placements"] == "(Shard(dim=0),)"
+assert tp["placements"]["down.weight"]["placements"] == "(Shard(dim=1),)"
+assert tp["comms_forward"] == {"all_reduce": 1} and tp["comms_backward"] == {"all_reduce": 1}
+assert tp["comms_step_without_input_grad"] == {"all_reduce": 1}
+bench.record("dist.tp.max_abs_diff", tp_diff, "abs", world=tp["world"], width=64, hidden=256,
+             collectives_per_step=2);
+
+# %% [markdown]
+# Each rank held half of each weight, and the 256-wide hidden activation between the two layers was
+# never communicated: the only traffic was one all-reduce of the `(batch, width)` output in the
+# forward pass and one of the input's gradient in the backward pass (none when the input is data),
+# which is why the plan puts the column split first. `down.bias` stays whole on every rank: it is
+# added once, after the sum. In a transformer the attention block gets the same pair (its
+# query/key/value projections column-wise, its output projection row-wise), so a block split this
+# way runs two all-reduces forward and two backward, and each one is on the critical path: a rank
+# waits for it before it can go on. That is why tensor parallelism usually stays inside one
+# machine, on its fastest links (NVLink between GPUs), while data parallelism spans machines.
+#
+# **Tensor parallelism with FSDP2 (2-D).** Large jobs combine the two on a 2-D mesh: tensor parallel
+# inside each group of ranks, `fully_shard` across the groups. That needs at least 2 x 2 = 4 ranks,
+# which two processes cannot show. The same job takes `--dp 2` on four ranks (each group of two then
+# trains on its half of the batch, and the result is compared with one process the same way); the
+# command, for a machine with four cores or more:
+
+# %%
+print(" ".join(launch.torchrun_command(f"{JOBS}/tp.py", [*TP_ARGS, "--dp", 2], nproc=4, port=29500, python="python")))
+print("or, from this notebook: launch.run_job(f'{JOBS}/tp.py', [*TP_ARGS, '--dp', 2], nproc=4, echo=echo)")
+
+# %% [markdown]
+# ## 6 · Pipeline parallelism: layers split over the ranks, microbatches in flight
+#
+# Tensor parallelism splits every layer; pipeline parallelism splits the *stack* of layers: rank 0
+# runs the first half of the blocks (stage 0), rank 1 the rest and the head (stage 1), and the
+# activations between them travel point to point (a send on one rank, a receive on the other), once
+# per microbatch. Without microbatches only one stage would work at a time. Cut the batch into
+# microbatches and stage 1 can work on microbatch 0 while stage 0 computes microbatch 1. The
+# *schedule* decides the order of forwards and backwards on each rank:
+#
+# - **GPipe**: every microbatch's forward, then every backward; simple, but each stage keeps the
+#   activations of all microbatches until their backward runs;
+# - **1F1B**: after a short warm-up, each stage alternates one forward and one backward, so it keeps
+#   at most (number of stages - its index) microbatches' activations at a time.
+#
+# Both leave idle time, the *bubble*, while the pipeline fills and drains. `torch.distributed.pipelining`
+# provides the pieces: a `PipelineStage` wraps the module this rank runs, a schedule
+# (`ScheduleGPipe`, `Schedule1F1B`, ...) takes the stage, the number of microbatches and a loss
+# function, and `schedule.step(...)` runs one training step: the first stage gets the inputs, the
+# last the labels. The job `pp.py` cuts the MLP of section 2 by hand into two stages (the library can
+# also trace a model and cut it at marked points: `pipeline()` with `SplitPoint`), runs one step
+# with each schedule, compares each rank's gradients with one process on the whole batch, and notes
+# which microbatch's forward (F) or backward (B) each rank ran, and when.
+
+# %%
+# %%writefile {JOBS}/pp.py
+"""Pipeline parallelism: the MLP cut into two stages, one per rank, one step with GPipe and one with 1F1B."""
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+from common import global_batch, make_model, parser
+from course_utils.distributed import runtime
+
+
+class Stage(nn.Module):
+    """Blocks lo..hi-1 of the MLP, and its head on the last stage: MLP.forward, cut in pieces."""
+
+    def __init__(self, model, lo, hi, last):
+        super().__init__()
+        self.blocks = nn.ModuleList(model.blocks[lo:hi])
+        self.head = model.head if last else None
+
+    def forward(self, x):                  # x: (microbatch, width)
+        for block in self.blocks:
+            x = x + block(x)               # (microbatch, width)
+        return x if self.head is None else self.head(x)     # the last stage: (microbatch, classes)
+
+
+def my_stage(model, rank, world):
+    cut = len(model.blocks) // world * (rank + 1)           # two ranks: blocks [0, d/2) and [d/2, d)
+    lo = len(model.blocks) // world * rank
+    return Stage(model, lo, len(model.blocks) if rank == world - 1 else cut, last=rank == world - 1)
+
+
+def note_chunks(stage, events):
+    """Wrap the stage's per-microbatch forward and backward so each call notes (F or B, microbatch, start, end)."""
+    for kind, method in (("F", "forward_one_chunk"), ("B", "backward_one_chunk")):
+        run = getattr(stage, method)
+
+        def timed(chunk, *args, _run=run, _kind=kind, **kwargs):
+            began = time.monotonic()       # one clock for every process on this machine
+            out = _run(chunk, *args, **kwargs)
+            events.append((_kind, chunk, began, time.monotonic()))
+            return out
+
+        setattr(stage, method, timed)
+
+
+p = parser("pipeline parallelism")
+p.add_argument("--microbatches", type=int, default=4, help="microbatches per step (they split --batch)")
+args = p.parse_args()
+rank, world = runtime.init()
+x, y = global_batch(0, args.batch, args.width)
+
+reference = make_model(args.width, args.depth)       # one process, the whole batch
+reference_loss = nn.functional.cross_entropy(reference(x), y)
+reference_loss.backward()
+reference_part = my_stage(reference, rank, world)    # the same layers as this rank's stage
+
+result = {"world": world, "microbatches": args.microbatches, "reference_loss": float(reference_loss.detach()),
+          "schedules": {}}
+for name, schedule_class in (("GPipe", ScheduleGPipe), ("1F1B", Schedule1F1B)):
+    part = my_stage(make_model(args.width, args.depth), rank, world)   # this rank keeps only its stage's layers
+    stage = PipelineStage(part, stage_index=rank, num_stages=world, device=torch.device("cpu"))
+    events = []
+    note_chunks(stage, events)
+    schedule = schedule_class(stage, n_microbatches=args.microbatches, loss_fn=nn.functional.cross_entropy)
+    losses = []
+    dist.barrier()
+    if rank == 0:
+        schedule.step(x)                                 # the first stage gets the inputs ...
+    elif rank == world - 1:
+        schedule.step(target=y, losses=losses)           # ... the last the labels (and fills in the losses)
+    else:
+        schedule.step()
+    diff = max((q.grad - r.grad).abs().max().item()
+               for q, r in zip(part.parameters(), reference_part.parameters(), strict=True))
+    worst = torch.tensor(diff)
+    dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+    ranks = [None] * world
+    dist.all_gather_object(ranks, {"events": events, "losses": [float(v.detach()) for v in losses],
+                                   "blocks": len(part.blocks), "head": part.head is not None})
+    result["schedules"][name] = {"grad_max_abs_diff": float(worst), "ranks": ranks}
+    runtime.log(f"{name}: ran {' '.join(f'{k}{m}' for k, m, _, _ in events)}; largest gradient difference "
+                f"from one process {float(worst):.1e}")
+runtime.emit(result)
+runtime.finish()
+
+# %%
+PP_MICRO = 4
+pp = launch.run_job(f"{JOBS}/pp.py", [*MODEL, "--batch", config.pick(64, 256), "--microbatches", PP_MICRO],
+                    timeout_s=300, echo=echo).result
+
+
+def in_flight(events):
+    """Most microbatches whose forward has run and whose backward has not, at any point on one rank."""
+    held = peak = 0
+    for kind, *_ in events:
+        held += 1 if kind == "F" else -1
+        peak = max(peak, held)
+    return peak
+
+
+print()
+for name, run in pp["schedules"].items():
+    print(f"{name}: largest gradient difference from one process {run['grad_max_abs_diff']:.1e}")
+    for r, got in enumerate(run["ranks"]):
+        order = " ".join(f"{kind}{mb}" for kind, mb, _, _ in got["events"])
+        print(f"  rank {r} ({got['blocks']} blocks{' + head' if got['head'] else ''}): {order}   "
+              f"at most {in_flight(got['events'])} microbatch(es) in flight")
+    last = run["ranks"][-1]["losses"]
+    print(f"  mean of the {len(last)} microbatch losses {sum(last) / len(last):.6f}, one process {pp['reference_loss']:.6f}")
+
+pp_diff = max(run["grad_max_abs_diff"] for run in pp["schedules"].values())
+assert pp_diff <= 1e-5
+for name, run in pp["schedules"].items():
+    last = run["ranks"][-1]["losses"]
+    assert len(last) == PP_MICRO and abs(sum(last) / len(last) - pp["reference_loss"]) <= 1e-5
+    for r, got in enumerate(run["ranks"]):
+        kinds = [k for k, *_ in got["events"]]
+        assert sorted(f"{k}{m}" for k, m, *_ in got["events"]) == sorted(f"{k}{m}" for k in "FB" for m in range(PP_MICRO))
+        if name == "GPipe":                     # every forward before any backward
+            assert kinds == ["F"] * PP_MICRO + ["B"] * PP_MICRO and in_flight(got["events"]) == PP_MICRO
+        else:                                   # stage r keeps at most (stages - r) microbatches
+            assert in_flight(got["events"]) == pp["world"] - r
+bench.record("dist.pp.grad_max_abs_diff", pp_diff, "abs", world=pp["world"], microbatches=PP_MICRO,
+             schedules="GPipe,1F1B", width=WIDTH, depth=DEPTH);
+
+# %% [markdown]
+# Both schedules gave one process's gradients to float32 rounding (asserted), and the mean of the
+# last stage's microbatch losses is the whole batch's loss: the schedule divides the summed gradients
+# by the number of microbatches. The orders above are what each rank ran, read from the job, and
+# they are each schedule's definition: GPipe held all microbatches in flight on both ranks, 1F1B at
+# most two on rank 0 and one on rank 1, and that count is what the activation memory of a stage
+# grows with.
+#
+# Where is the bubble? The next cell places each rank's calls, in the order it ran them, on a clock
+# of equal ticks: a forward starts once the previous stage has finished that microbatch's forward, a
+# backward once the next stage has finished that microbatch's backward, and every call takes one
+# tick (a simplification: a backward costs about twice a forward, and messages take time).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def on_ticks(ranks):
+    """{rank: {tick: "F0"...}}: each rank's calls in the order it ran them, each one tick, after what it waits for."""
+    world = len(ranks)
+    orders = [[(kind, mb) for kind, mb, _, _ in got["events"]] for got in ranks]
+    done, placed, last = {}, {r: {} for r in range(world)}, [0] * world
+    while any(orders):
+        moved = False
+        for r in range(world):
+            if not orders[r]:
+                continue
+            kind, mb = orders[r][0]
+            needs = (kind, mb, r - 1) if kind == "F" and r > 0 else (kind, mb, r + 1) if kind == "B" and r < world - 1 else None
+            if needs is not None and needs not in done:
+                continue                                   # still waiting for the neighbouring stage
+            tick = max(last[r], done.get(needs, 0)) + 1
+            done[(kind, mb, r)], last[r] = tick, tick
+            placed[r][tick] = f"{kind}{mb}"
+            orders[r].pop(0)
+            moved = True
+        assert moved, "the orders wait on each other: no schedule could run them"
+    return placed
+
+
+for name, run in pp["schedules"].items():
+    grid = on_ticks(run["ranks"])
+    span = max(max(ticks) for ticks in grid.values())
+    print(f"{name + ', tick':<13}" + " ".join(f"{t:>3}" for t in range(1, span + 1)))
+    for r, ticks in grid.items():
+        print(f"{'  rank ' + str(r):<13}" + " ".join(f"{ticks.get(t, '.'):>3}" for t in range(1, span + 1)))
+    idle = 1 - len(grid[0]) / span
+    formula = (pp["world"] - 1) / (PP_MICRO + pp["world"] - 1)
+    print(f"  each rank idles {idle:.0%} of the ticks; (stages - 1) / (microbatches + stages - 1) = {formula:.0%}\n")
+    assert all(len(ticks) == 2 * PP_MICRO for ticks in grid.values()) and abs(idle - formula) < 1e-9
+
+# %% [markdown]
+# Both schedules leave the same share of idle ticks, (stages - 1) / (microbatches + stages - 1)
+# (asserted): 1F1B does not shrink the bubble, it shrinks what a stage holds while the bubble stays.
+# More microbatches shrink the bubble's share; interleaved and zero-bubble schedules
+# (`ScheduleInterleaved1F1B`, `ScheduleZBVZeroBubble`) give each rank several smaller stages, or
+# split the backward in two, to shrink it further. The chart below draws the same calls on the clock
+# they really ran by (both processes read one clock): the gaps in a row are that rank waiting.
+
+# %%
+fig, axes = plt.subplots(len(pp["schedules"]), 1, figsize=(9, 3.4), squeeze=False)
+busy_share = {}
+for ax, (name, run) in zip(axes[:, 0], pp["schedules"].items()):
+    t0 = min(e[2] for got in run["ranks"] for e in got["events"])
+    span = max(e[3] for got in run["ranks"] for e in got["events"]) - t0
+    for r, got in enumerate(run["ranks"]):
+        for kind, mb, start, end in got["events"]:
+            ax.barh(r, (end - start) * 1e3, left=(start - t0) * 1e3, height=0.6,
+                    color="tab:blue" if kind == "F" else "tab:orange", edgecolor="black", linewidth=0.5)
+            ax.text((start + end - 2 * t0) / 2 * 1e3, r, f"{kind}{mb}", ha="center", va="center", fontsize=7)
+        busy_share[(name, r)] = sum(e[3] - e[2] for e in got["events"]) / span
+    ax.set_yticks(range(pp["world"]), [f"rank {r}" for r in range(pp["world"])])
+    ax.invert_yaxis()
+    ax.set_title(f"{name}, as it ran: F = forward, B = backward of microbatch n", fontsize=9)
+axes[-1, 0].set_xlabel("ms since the step's first call")
+fig.tight_layout()
+plt.show()
+for (name, r), share in busy_share.items():
+    print(f"{name:>5}, rank {r}: computing {share:.0%} of the step's span")
+
+# %% [markdown]
+# The computing shares printed under the chart are this run's, not the schedule's: on two processes
+# sharing a laptop's cores they mix the bubble with the time of each send and receive through
+# loopback, with backwards that cost more than forwards, and with the ranks' competition for the
+# cores. On a cluster, where each stage has its own GPU, the tick picture is the one to reason with.
+#
+# ## 7 · Activation checkpointing with torch.compile
 #
 # Sharding shrinks parameters; activations (what the forward pass keeps for the backward pass) are
 # the other big consumer of memory. `torch.utils.checkpoint.checkpoint(block, x)` keeps only a
@@ -773,8 +1395,9 @@ for label, v in ac.items():
     print(f"{label:>12}: activations saved for backward {v['saved']['activations'] / 2**20:6.2f} MiB (and "
           f"{v['saved']['parameters'] / 2**20:.2f} MiB of parameters, saved by reference: no extra memory), "
           f"timeline peak {v['peak'] / 2**20:6.2f} MiB, step {cmp_ac.row(label).median_s * 1e3:.1f} ms")
-print(f"verdict on this machine ({cpu.cpu_class()}): the checkpointed step is {cmp_ac.describe('checkpointed')}; "
-      f"its memory peak is {bench.band_verdict(ac['checkpointed']['peak'], ac['plain']['peak'])} (10% band)")
+print(f"verdict on this machine ({cpu.cpu_class()}): the checkpointed step is "
+      f"{cmp_ac.describe('checkpointed', name='dist.ac.checkpointed_step_time')}; its memory peak is "
+      f"{bench.band_verdict(ac['checkpointed']['peak'], ac['plain']['peak'], name='dist.ac.memory_peak')} (10% band)")
 assert ac["checkpointed"]["saved"]["activations"] < ac["plain"]["saved"]["activations"]
 
 # %% [markdown]
@@ -786,7 +1409,7 @@ assert ac["checkpointed"]["saved"]["activations"] < ac["plain"]["saved"]["activa
 # and what to recompute (its min-cut partitioner), so measure rather than assume. In FSDP jobs the
 # usual recipe is to checkpoint each block and shard it: `checkpoint` inside, `fully_shard` outside.
 #
-# ## 6 · Distributed checkpoints
+# ## 8 · Distributed checkpoints
 #
 # `torch.save` of a sharded model would save each rank's shard separately, tied to that world size.
 # `torch.distributed.checkpoint` (DCP) writes one checkpoint from all ranks in parallel (each rank its
@@ -870,7 +1493,7 @@ assert dcp_res["diff_before_load"] > 0 and reload_diff == 0.0
 bench.record("dist.dcp.reload_max_abs_diff", reload_diff, "abs", ranks_saved=2, loaded_into="2 ranks and 1 process");
 
 # %% [markdown]
-# ## 7 · Faults: a rank dies, the job goes on
+# ## 9 · Faults: a rank dies, the job goes on
 #
 # On many machines something fails sooner or later. `torchrun --max-restarts N` watches its workers;
 # when one exits abnormally it stops the others and starts the whole group again, up to N times.
@@ -991,7 +1614,7 @@ bench.record("dist.elastic.restarts_survived", faulty["restarts"], "restarts", k
 # c10d rendezvous (`--rdzv-backend c10d`), which also lets a replacement machine join; the course's
 # launcher uses it on 127.0.0.1 too.
 #
-# ## 8 · Scaling out: the same script on many machines
+# ## 10 · Scaling out: the same script on many machines
 #
 # On CPU machines only the launch changes. A GPU cluster needs three more lines in a job: NCCL
 # (`runtime.init("nccl")`), `torch.cuda.set_device(LOCAL_RANK)`, and the model and its batches on
@@ -1012,7 +1635,7 @@ print("... and the same on machines 2 and 3 (with --node-rank 2, 3; or leave --n
 # runs that `torchrun` line with the first node's hostname as the endpoint and `$SLURM_JOB_ID` as the
 # `--rdzv-id`; on Kubernetes, the Kubeflow training operator sets the same variables for each pod. The
 # training script, its checkpoints and its restart logic stay as they ran here (with the GPU lines
-# of section 8 on a GPU cluster).
+# of section 10 on a GPU cluster).
 #
 # What can two processes on a laptop say about speed? Below, the same training (same global batch)
 # runs on one process and on two, and the step times are compared side by side.
@@ -1023,7 +1646,8 @@ one = launch.run_job(f"{JOBS}/elastic.py", [*EL_ARGS, "--dir", BUILD / "elastic"
                      timeout_s=300, echo=None).result
 speed = bench.Comparison.from_samples({"1 process": one["step_s"], "2 processes": clean["step_s"]})
 print(speed)
-print(f"verdict on this machine ({os.cpu_count()} cores): a step on 2 processes is {speed.describe('2 processes')}")
+print(f"verdict on this machine ({os.cpu_count()} cores): a step on 2 processes is "
+      f"{speed.describe('2 processes', name='dist.scale.two_process_step_time')}")
 print("Why this verdict says little either way: the two ranks share this machine's cores with each other (and\n"
       "the notebook), their all-reduce is a memory copy through loopback rather than a network, and the model is\n"
       "tiny, so communication and the ranks' competition for the cores weigh as much as the compute that is split.\n"
@@ -1090,18 +1714,29 @@ exercises.check("12.global_batch", global_batch)
 #   splits the graph at bucket boundaries, so a smaller `bucket_cap_mb` meant more buckets and more
 #   graphs; the trace counted how many all-reduces started before the last gradient was computed.
 # - FSDP2's `fully_shard` left each rank half the parameter bytes, as DTensors sharded by rows, and
-#   trained with DDP's loss curve.
+#   trained with DDP's loss curve. With a bf16 `MixedPrecisionPolicy` the stored shards, gradients and
+#   reduce-scatters stayed float32 while the gathered weights and activations were bf16, the
+#   all-gathers moved half the bytes, and the loss stayed within a tolerance derived from bf16's
+#   precision. A model built on the meta device allocated only its shards; random initialisation of
+#   those shards on a CPU mesh repeated the same numbers on every rank, while weights broadcast from
+#   rank 0 gave the one-process model exactly.
 # - DTensor placements make communication explicit: `Shard -> Replicate` is an all-gather, a
 #   column-by-row sharded matmul gives a `Partial` result that one all-reduce makes whole.
+# - Tensor parallelism with `ColwiseParallel` then `RowwiseParallel` gave one process's output and
+#   gradients with one all-reduce forward and one backward (none backward when the input is data);
+#   with FSDP2 it needs a 2-D mesh, four ranks at least.
+# - Pipeline parallelism gave one process's gradients with GPipe and with 1F1B; the orders each rank
+#   ran showed how many microbatches each schedule keeps in flight, and the chart showed the bubble.
 # - Activation checkpointing saved fewer activation bytes for the backward pass under `torch.compile`;
 #   its time cost was this machine's verdict.
 # - A DCP checkpoint saved by two ranks loaded exactly into two ranks and into one process.
 # - `torchrun --max-restarts` plus regular checkpoints survived a killed rank and finished with the
 #   same weights; on a cluster of CPU machines only the launch command changes (a GPU cluster
-#   needs the few lines of section 8 too).
+#   needs the few lines of section 10 too).
 # - Results recorded: `dist.ddp.grad_max_abs_diff`, `dist.ddp.compiled_graphs`,
-#   `dist.fsdp.param_bytes_per_rank_ratio`, `dist.dcp.reload_max_abs_diff`,
-#   `dist.elastic.restarts_survived`.
+#   `dist.fsdp.param_bytes_per_rank_ratio`, `dist.tp.max_abs_diff`, `dist.pp.grad_max_abs_diff`,
+#   `dist.dcp.reload_max_abs_diff`, `dist.elastic.restarts_survived`; the verdicts
+#   `dist.ac.checkpointed_step_time`, `dist.ac.memory_peak` and `dist.scale.two_process_step_time`.
 #
 # ## Further reading
 #
@@ -1110,6 +1745,9 @@ exercises.check("12.global_batch", global_batch)
 # - [DistributedDataParallel](https://docs.pytorch.org/docs/stable/notes/ddp.html) and
 #   [DDP with `torch.compile`](https://docs.pytorch.org/docs/stable/torch.compiler_ddp.html)
 # - [FSDP2 `fully_shard`](https://docs.pytorch.org/docs/stable/distributed.fsdp.fully_shard.html)
+#   (its `MixedPrecisionPolicy` too)
 # - [DTensor](https://docs.pytorch.org/docs/stable/distributed.tensor.html)
+# - [Tensor parallelism](https://docs.pytorch.org/docs/stable/distributed.tensor.parallel.html) and
+#   [pipeline parallelism](https://docs.pytorch.org/docs/stable/distributed.pipelining.html)
 # - [Distributed checkpoint](https://docs.pytorch.org/docs/stable/distributed.checkpoint.html)
 # - [Activation checkpointing](https://docs.pytorch.org/docs/stable/checkpoint.html)
