@@ -114,6 +114,23 @@ def test_relative_links_point_at_site_pages_or_at_the_online_repository():
         "[tool](https://github.com/o/r/blob/main/tools/build_site.py)")
 
 
+def test_the_build_is_always_behind_the_network_guard_and_in_a_namespace_where_one_exists():
+    from course_utils.kit import netns
+
+    prefix, env, how = build_site.offline_prefix("guard", sys.executable)
+    assert prefix == [] and env["COURSE_OFFLINE"] == "1" and "guard" in how
+    prefix, env, how = build_site.offline_prefix("auto", sys.executable)
+    assert env["COURSE_OFFLINE"] == "1"
+    assert bool(prefix) == (netns.wrap(sys.executable)[0] is not None), how
+    assert build_site.offline_prefix("none", sys.executable) == ([], {}, "network left as it is (--offline none)")
+
+
+def test_the_notebook_map_table_is_wrapped_for_the_site_css():
+    section = "## Notebook map\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\nAfter.\n"
+    assert build_site._wrap_table(section, "notebook-map") == (
+        "## Notebook map\n\n:::{container} notebook-map\n| a | b |\n|---|---|\n| 1 | 2 |\n:::\n\nAfter.\n")
+
+
 # --- the real site, built offline and read in a browser ---------------------------------------
 
 def _run_build(out: Path, root: Path | None = None) -> str:

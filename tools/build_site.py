@@ -152,10 +152,21 @@ def row_cell(headers: list[str], row: list[str]) -> dict:
     return {"cell_type": "markdown", "id": ROW_CELL_ID, "metadata": {}, "source": text}
 
 
+def _wrap_table(section: str, css_class: str) -> str:
+    """Return ``section`` with its Markdown table inside a ``{container}`` of ``css_class`` (for the site's CSS)."""
+    lines = section.splitlines()
+    rows = [i for i, line in enumerate(lines) if line.lstrip().startswith("|")]
+    if not rows:
+        return section
+    first, last = rows[0], rows[-1]
+    return "\n".join([*lines[:first], f":::{{container}} {css_class}", *lines[first:last + 1], ":::",
+                      *lines[last + 1:]]) + "\n"
+
+
 def landing_page(front: str, map_section: str, notebooks: list[str]) -> str:
     """Return index.md: README's front matter, its notebook map, a pointer to the guide, the toctrees."""
     pages = "\n".join(f"notebooks/{Path(name).stem}" for name in notebooks)
-    return (f"{front}\n{map_section}\n"
+    return (f"{front}\n{_wrap_table(map_section, 'notebook-map')}\n"
             "## For instructors\n\n"
             "The [instructor guide](instructor.md) covers preparing a class, half-day and full-day "
             "agendas, what learners ask at each notebook and the failures seen on laptops.\n\n"
