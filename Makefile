@@ -49,6 +49,9 @@ help:
 	@echo "make test-avx2 the whole suite as if the CPU had AVX2 only (torch, Inductor, FBGEMM capped)"
 	@echo "make test-haswell  notebook 08 and the CPUID checks on qemu's emulated AVX2 CPU (about an hour; needs qemu-user)"
 	@echo "make gpu-check GPU cells + the course in quick mode on a CUDA machine, with a log"
+	@echo "make executorch  $(ET_VENV) with the tested ExecuTorch pair, and its JupyterLab kernel (notebook 06)"
+	@echo "make test-executorch  notebook 06 and tests/test_executorch.py in $(ET_VENV) (quick mode)"
+	@echo "make test-next the whole suite on the newest torch family the registry offers (network; $(NEXT_VENV))"
 	@echo "make clean     remove .venv, caches and build outputs"
 
 # Before making .venv: is there a Python called $(PYTHON), at the course's floor, with the venv and
@@ -151,6 +154,54 @@ test-haswell: setup
 
 gpu-check: setup
 	bash tools/gpu_check.sh
+
+# ExecuTorch, notebook 06's optional extra, tested: its own environment with the pinned pair (constraints.txt
+# plus constraints-executorch.txt, which pins executorch and only the packages it adds), so .venv stays as it is.
+# `make executorch` also installs a kernel for it ("PyTorch 2 course + ExecuTorch") for the current user.
+# Not ".venv-executorch": torch 2.14's export turns off the shape guards of ExportedProgram.module() when any
+# caller's file path contains "executorch" (torch/export/_unlift.py, _ok_to_generate_guards_fn), and every
+# torch file of a venv with that name does, so notebook 06's shape checks would change.
+ET_VENV     ?= .venv-et
+ET_STAMP    := $(ET_VENV)/.course-installed
+ET_KERNEL   := pytorch2-course-executorch
+
+.PHONY: executorch test-executorch test-next
+
+$(ET_STAMP): pyproject.toml constraints.txt constraints-executorch.txt
+	@$(PYTHON) tools/check_python.py
+	$(PYTHON) -m venv $(ET_VENV) || { rm -rf $(ET_VENV); exit 1; }
+	$(ET_VENV)/bin/python -m pip install --quiet --upgrade "pip>=24"
+	$(ET_VENV)/bin/python -m pip install --quiet -c constraints.txt -c constraints-executorch.txt -e ".[dev,executorch]"
+	@touch $(ET_STAMP)
+	@echo "ExecuTorch environment ready in $(ET_VENV)."
+
+executorch: $(ET_STAMP)
+	$(ET_VENV)/bin/python -c "from ipykernel.kernelspec import install; from course_utils.kit import lab; \
+	    print('kernel $(ET_KERNEL) ->', install(user=True, kernel_name='$(ET_KERNEL)', \
+	    display_name='PyTorch 2 course + ExecuTorch', env=lab.kernel_env()))"
+
+test-executorch: $(ET_STAMP)
+	COURSE_QUICK=1 $(ET_VENV)/bin/python -m pytest tests/test_executorch.py notebooks/06_export.ipynb $(PYTEST_ARGS)
+
+# The next release: tools/next_release.py asks the registry (PyPI's JSON API, NEXT_INDEX) for the newest torch,
+# torchvision and torchaudio inside pyproject.toml's ranges, says what it picked and why it skipped newer ones,
+# and writes build/constraints-next.txt (constraints.txt with that family); the environment is rebuilt only
+# when that file changes. Then the whole suite, in quick mode, as `make test` runs it.
+NEXT_VENV   ?= build/venv-next
+NEXT_INDEX  ?= https://pypi.org/pypi
+NEXT_PINS   := build/constraints-next.txt
+NEXT_STAMP  := $(NEXT_VENV)/.course-installed
+
+test-next:
+	$(PYTHON) tools/next_release.py --index $(NEXT_INDEX) --out $(NEXT_PINS) --report build/next-release.json
+	@$(MAKE) --no-print-directory $(NEXT_STAMP)
+	COURSE_QUICK=1 COURSE_CONSTRAINTS=$(NEXT_PINS) $(NEXT_VENV)/bin/python -m pytest -n $(WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+$(NEXT_STAMP): $(NEXT_PINS) pyproject.toml
+	$(PYTHON) -m venv $(NEXT_VENV) || { rm -rf $(NEXT_VENV); exit 1; }
+	$(NEXT_VENV)/bin/python -m pip install --quiet --upgrade "pip>=24"
+	$(NEXT_VENV)/bin/python -m pip install --quiet -c $(NEXT_PINS) -e ".[dev]"
+	@touch $(NEXT_STAMP)
 
 # Needs the network once; then copy the folder (manifest.json inside) to each laptop.
 wheelhouse:

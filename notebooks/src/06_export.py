@@ -30,7 +30,8 @@
 #   `torch::optim` and autograd, saves weights Python loads with `weights_only=True`, and runs
 #   them under `torch::InferenceMode`; its epoch time beside Python's, and what each C++ program
 #   needs at run time;
-# - ExecuTorch: lower to the Edge dialect and a `.pte` file, and run it.
+# - ExecuTorch (an optional environment, `make executorch`): lower to the Edge dialect and a `.pte`
+#   file, see which operators XNNPACK takes, run it, and time it beside eager and AOTInductor.
 #
 # **Prerequisites:** notebook 00 (timing with `course_utils.bench`), notebook 02 (graph breaks) and
 # notebook 04 (`torch.cond`).
@@ -688,12 +689,14 @@ from course_utils import cpu
 print(f"(CPU class {cpu.cpu_class()}: the generated C++ is vectorised for the instruction set torch reports, "
       f"{cpu.info().torch_capability}, so the ratio differs between CPU classes; the overhead it removes does not)")
 aoti_word = aoti_table.verdict("AOTInductor")
-print(f"verdict on this machine: AOTInductor is {aoti_table.describe('AOTInductor')}: " + {
+print(f"verdict on this machine: AOTInductor is {aoti_table.describe('AOTInductor', name='export.aoti.vs_eager')}: " + {
     "faster": "one generated C++ function replaced eager's per-operator Python and dispatcher overhead",
     "no clear difference": "the overhead it removes was lost in the timing spread here",
     "slower": "the package's own call path cost more here than the per-operator overhead it removes"}[aoti_word])
 if aoti_word == "faster":
-    print(f"the {aoti_compile_s:.0f} s compile is repaid after about {aoti_compile_s / (saved_us * 1e-6):,.0f} calls")
+    repaid_calls = aoti_compile_s / (saved_us * 1e-6)
+    bench.record_verdict("export.aoti.compile_repaid", "pays", calls=round(repaid_calls), compile_s=aoti_compile_s)
+    print(f"the {aoti_compile_s:.0f} s compile is repaid after about {repaid_calls:,.0f} calls")
 
 # %% [markdown]
 # For a small model much of eager's time is per-operator overhead (Python, the dispatcher,
@@ -974,13 +977,14 @@ print(f"Python: final loss {py_losses[-1]:.4f}, test accuracy {py_acc:.4f}")
 assert py_losses[-1] < py_losses[0] / 2
 if cpp_run is not None:
     curve_gap = max(abs(a - b) for a, b in zip(py_losses, cpp_run.losses))
+    bench.record_verdict("export.cpp.train.loss_curves", "same curve" if curve_gap < 1e-5 else "drift apart", gap=curve_gap)
     print(f"C++:    final loss {cpp_run.losses[-1]:.4f}, test accuracy {cpp_run.accuracy:.4f}")
     print(f"largest per-epoch loss difference, Python vs C++: {curve_gap:.2g} "
           f"({'the same curve to the printed digits' if curve_gap < 1e-5 else 'the curves drift apart'}: "
           "same initial weights and shuffles; any gap comes from the two Adam implementations' rounding)")
     cpp_epoch_s = statistics.median(cpp_run.epoch_seconds[1:])
     py_epoch_s = statistics.median(py_seconds[1:])
-    verdict = bench.band_verdict(cpp_epoch_s, py_epoch_s, band=0.2)
+    verdict = bench.band_verdict(cpp_epoch_s, py_epoch_s, band=0.2, name="export.cpp.train.epoch_time")
     print(f"\nmedian epoch, {LT['epochs'] - 1} epochs after a warm-up one, {lt_threads} thread(s): "
           f"C++ {cpp_epoch_s * 1e3:.1f} ms, Python {py_epoch_s * 1e3:.1f} ms")
     print(f"verdict on this machine: the C++ epoch time is {verdict} "
@@ -1069,54 +1073,207 @@ else:
 # For phones and microcontrollers, ExecuTorch takes the same `ExportedProgram` further:
 #
 # 1. `to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])` converts it to the
-#    **Edge dialect** (core ATen with dtype rules fixed) and hands every subgraph the XNNPACK
+#    **Edge dialect** (core ATen with dtype rules fixed) and hands every subgraph that the XNNPACK
 #    back end supports (optimised CPU kernels for Arm and x86) to that back end, as a *delegate*;
+#    whatever XNNPACK does not take stays on ExecuTorch's portable kernels;
 # 2. `.to_executorch()` plans memory and serialises a `.pte` flatbuffer;
-# 3. the ExecuTorch runtime (a small C++ library; a Python binding exists for testing) loads the
-#    `.pte` and runs it.
+# 3. the ExecuTorch runtime (a small C++ library; the Python binding used here exists for testing)
+#    loads the `.pte` and runs it.
 #
-# ExecuTorch is an optional extra of this course, not installed by `make setup` and not tested by it. The cell detects it:
+# ExecuTorch is an optional extra of the course, and `make setup` does not install it: each
+# ExecuTorch release is built for one torch release, its Python binding links libtorch, and its
+# package metadata names no torch version, so pip cannot refuse a wrong pair. The course tests one
+# pair, pinned in `constraints-executorch.txt` on top of `constraints.txt`: `make executorch` builds a
+# separate environment, `.venv-et`, with it and installs a kernel for that environment
+# ("PyTorch 2 course + ExecuTorch"), and `make test-executorch` (a CI job of its own) runs this
+# notebook and `tests/test_executorch.py` there. Choose that kernel in JupyterLab to run this part.
+#
+# The cell below detects ExecuTorch and, where it is installed, lowers `ep_mlp`: the exported MLP,
+# with its batch dimension in `[1, 128]`, that AOTInductor compiled above.
 
 # %%
+import importlib.metadata
+
+
+
+def read_pins(path) -> dict[str, str]:
+    """Return {package: version} for the name==version lines of a constraints file ({} if it is missing)."""
+    lines = path.read_text().splitlines() if path.exists() else []
+    return dict(ln.split("#")[0].strip().lower().split("==", 1) for ln in lines if "==" in ln.split("#")[0])
+
+
+tested = {**read_pins(config.REPO_ROOT / "constraints.txt"), **read_pins(config.REPO_ROOT / "constraints-executorch.txt")}
 try:
     with quiet_native_stderr():  # ExecuTorch's native libraries log their CPU probing when loaded
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+        from executorch.devtools.backend_debug import get_delegation_info
         from executorch.exir import to_edge_transform_and_lower
         from executorch.runtime import Runtime
     has_executorch = True
 except ImportError as err:
     has_executorch = False
-    print(f"skipped: ExecuTorch is not installed ({err.name or err}).")
-    print("To run this part: pip install -c constraints.txt -e '.[executorch]'")
-    print("ExecuTorch is not in the course's tested set (no CI job installs it): each release is built")
-    print("for one torch release, so pick the one whose release notes name yours. The rest of the notebook")
-    print("does not need it.")
+    print(f"skipped: ExecuTorch is not installed here ({err.name or err}); the rest of the notebook does not need it.")
+    print(f"The course tests executorch {tested.get('executorch')} with torch {tested.get('torch')}. To run this part:")
+    print("  make executorch        # builds .venv-et with that pair, and its kernel")
+    print('then reopen this notebook with the kernel "PyTorch 2 course + ExecuTorch".')
+    print("make test-executorch runs this notebook and tests/test_executorch.py in that environment (CI does too).")
+    print("In an environment of your own, install the ExecuTorch release whose release notes name your torch:")
+    print("pip does not check the pair.")
 
 if has_executorch:
+    et_version, torch_version = importlib.metadata.version("executorch"), torch.__version__.split("+")[0]
+    pair_ok = (et_version, torch_version) == (tested.get("executorch"), tested.get("torch"))
+    print(f"executorch {et_version} beside torch {torch_version}: " + (
+        "the pair the course tests" if pair_ok else
+        f"NOT the tested pair (executorch {tested.get('executorch')} with torch {tested.get('torch')}); expect surprises"))
+    # XNNPACK's own thread pool, which torch.set_num_threads does not reach: one thread, like the timings
+    # of this notebook, set before any program is loaded (the binding's helper for it is marked unsafe
+    # once delegates exist, so a re-run of this cell after loading leaves it alone).
+    from executorch.extension.pybindings import portable_lib
+
+    pool_size = getattr(portable_lib, "_threadpool_get_thread_count", lambda: None)()
+    reset_pool = getattr(portable_lib, "_unsafe_reset_threadpool", None)
+    if reset_pool is not None and pool_size != 1 and "method" not in globals():
+        with quiet_native_stderr():
+            reset_pool(1)
+    et_threads = getattr(portable_lib, "_threadpool_get_thread_count", lambda: None)()
+    print(f"XNNPACK thread pool: {pool_size} thread(s) by default, {et_threads} now")
+    lowered = {}
+
+    def lower_to_xnnpack() -> None:
+        lowered["edge"] = to_edge_transform_and_lower(ep_mlp, partitioner=[XnnpackPartitioner()])
+
     with quiet_export(), quiet_native_stderr(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ep_static = torch.export.export(mlp, (x_mlp,))   # ExecuTorch memory planning likes fixed shapes
-        edge = to_edge_transform_and_lower(ep_static, partitioner=[XnnpackPartitioner()])
+        lower_s = bench.first_call(lower_to_xnnpack)
+    edge = lowered["edge"]
+    # Read the split now: to_executorch() rewrites the graph (out-variants and memory allocations).
+    split = get_delegation_info(edge.exported_program().graph_module)
+    aten_rows = sorted((b for b in split.delegation_by_operator.values() if b.op_type.startswith("aten")),
+                       key=lambda b: b.op_type)
+    print(f"\nlowered in {lower_s:.1f} s: {split.num_delegated_subgraphs} subgraphs handed to XNNPACK")
+    print(f"{'operator':32s} {'in XNNPACK':>10s} {'outside':>8s}")
+    for b in aten_rows:
+        print(f"{b.op_type:32s} {b.delegated:>10d} {b.non_delegated:>8d}")
+    portable_ops = sum(b.non_delegated for b in aten_rows)
+    left_out = [b.op_type for b in aten_rows if b.non_delegated]
+    print("left to the portable kernels:", left_out or "nothing")
+    assert any(b.op_type == "aten_linear_default" and b.delegated and not b.non_delegated for b in aten_rows), \
+        "XNNPACK takes every linear layer"
+
+    with quiet_native_stderr(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         et_program = edge.to_executorch()
-    calls = [str(n.target) for n in edge.exported_program().graph.nodes if n.op == "call_function"]
-    delegated = sum("executorch_call_delegate" in c for c in calls)
-    left = sorted({c.split("__ops_")[-1] for c in calls if "aten" in c})
-    print(f"Edge program: {delegated} subgraphs delegated to XNNPACK; left to portable kernels: {left}")
     pte = OUT / "mlp_xnnpack.pte"
     pte.write_bytes(et_program.buffer)
-    with quiet_native_stderr():  # the runtime logs its CPU probing at start-up
-        method = Runtime.get().load_program(str(pte)).load_method("forward")
-    et_out = method.execute([x_mlp])[0]
-    et_err = (et_out - mlp(x_mlp)).abs().max().item()
-    print(f"{pte.name}: {pte.stat().st_size / 1024:.0f} KiB; max |ExecuTorch - eager| = {et_err:.3g}")
-    assert et_err < 1e-4
-
+    weights_kib = sum(p.numel() * p.element_size() for p in mlp.parameters()) / 1024
+    pte_kib = pte.stat().st_size / 1024
+    print(f"\n{short(pte)}: {pte_kib:.0f} KiB, of which the float32 weights are {weights_kib:.0f} KiB")
+    assert weights_kib < pte_kib < 2 * weights_kib, "the weights are most of the file"
 
 # %% [markdown]
-# Where ExecuTorch is installed, the cell reports how many subgraphs XNNPACK took and which
-# operators were left to ExecuTorch's portable kernels (for this MLP: the layer norms). That split
-# is worth checking for any model you ship: every operator left outside a delegate runs on slower
-# generic code.
+# The table counts each operator inside and outside the delegated subgraphs. Every operator left
+# outside runs on ExecuTorch's portable kernels, plain C++ written for any CPU, and every boundary
+# between a delegate and a portable kernel splits the graph into one more XNNPACK call: check that
+# split for any model you ship. The `.pte` itself is mostly the weights; the program around them
+# is small.
+#
+# Now load it with the runtime and run it. The memory plan was made for the largest input the
+# export allows, so the method's metadata shows the planned input size; batches of every size in
+# the range must give eager's numbers. Compare a batch above the range with the AOTInductor
+# package earlier, which ran one without complaint:
+
+# %%
+@contextlib.contextmanager
+def native_stderr_to(lines: list):
+    """Collect what C++ code writes to file descriptor 2 into ``lines`` instead of showing it."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(OUT / "native_stderr.txt", "w+") as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            lines += [ln.strip() for ln in sink if ln.strip()]
+
+
+if has_executorch:
+    with quiet_native_stderr():  # the runtime logs its CPU probing at start-up
+        method = Runtime.get().load_program(str(pte)).load_method("forward")
+    planned = method.metadata.input_tensor_meta(0)
+    print("planned input:", planned)
+    assert tuple(planned.sizes()) == (128, 64), "memory is planned for the largest batch the export allows"
+    et_errs = {}
+    with torch.inference_mode():
+        for n in (1, 8, 128):
+            xb = torch.randn(n, 64)
+            et_errs[n] = (method.execute([xb])[0] - mlp(xb)).abs().max().item()
+    et_err = max(et_errs.values())
+    print("max |ExecuTorch - eager| by batch size:", {n: f"{e:.2g}" for n, e in et_errs.items()})
+    assert et_err <= 1e-5, "the .pte and eager run the same float32 model"
+    bench.record("executorch.max_abs_err", et_err, "abs", model="MLP(64,128,10)", batches="1,8,128",
+                 delegated_subgraphs=split.num_delegated_subgraphs, portable_ops=portable_ops,
+                 pte_kib=round(pte_kib, 1), executorch=et_version)
+
+    runtime_log = []
+    with native_stderr_to(runtime_log):
+        err = expect_error(method.execute, [torch.randn(129, 64)], match=r"set_inputs|resiz")
+    print("\nbatch 129 (above max=128):", first_line(err))
+    print("the runtime's own log says why:", next((ln for ln in runtime_log if "resize" in ln), runtime_log[-1:]))
+
+# %% [markdown]
+# Where the AOTInductor package runs code that was never checked for a batch above its range
+# (unless `AOTI_RUNTIME_CHECK_INPUTS=1`), the ExecuTorch runtime refuses it: the input does not fit
+# the memory it planned, and it says so. Export without a `Dim` and the plan is for exactly the
+# example's shape, so every other batch size is refused the same way.
+#
+# ### How fast, here
+#
+# The same batch of 8 through eager, the AOTInductor package and the `.pte`, side by side on one
+# thread, as for AOTInductor above. XNNPACK runs on a thread pool of its own, which torch's
+# thread setting does not reach: the first ExecuTorch cell set that pool to one thread, before any
+# program was loaded, with a private helper of the Python binding (`_unsafe_reset_threadpool`; an
+# app sizes the pool in C++), and printed both sizes. On a desktop CPU this says little about a
+# phone: what it shows is what the runtime's call path costs next to the other two.
+
+# %%
+if has_executorch:
+    def run_pte(x: torch.Tensor) -> torch.Tensor:
+        return method.execute([x])[0]
+
+    eager_ops = sum(1 for n in ep_mlp.graph.nodes if n.op == "call_function")
+    with torch.inference_mode():
+        et_table = bench.compare({"eager": mlp, "AOTInductor": aoti_mlp, "ExecuTorch": run_pte}, x_mlp, num_threads=1)
+    print(et_table)
+    print(f"(torch on 1 thread; XNNPACK's pool on {et_threads} thread(s))")
+    et_word = et_table.verdict("ExecuTorch")
+    print(f"verdict on this machine: ExecuTorch is {et_table.describe('ExecuTorch', name='export.executorch.vs_eager')}: " + {
+        "faster": f"eager dispatches the graph's {eager_ops} operators one by one from Python; the .pte makes "
+                  f"{split.num_delegated_subgraphs} XNNPACK calls and {portable_ops} portable kernel calls from C++",
+        "no clear difference": "the per-operator overhead it removes was lost in the timing spread here",
+        "slower": "the binding's call path cost more here than the per-operator overhead it removes "
+                  "(this cell does not break that down)"}[et_word])
+    vs_aoti = et_table.verdict("ExecuTorch", "AOTInductor")
+    print(f"verdict on this machine: against AOTInductor, ExecuTorch is "
+          f"{et_table.describe('ExecuTorch', 'AOTInductor', name='export.executorch.vs_aoti')}: " + {
+              "faster": "both run the whole graph from C++; what differs is the kernels (XNNPACK's against Inductor's "
+                        "generated loop and the library GEMM), which this cell does not break down",
+              "no clear difference": "both run the whole graph from C++, and their kernels come out alike at this size",
+              "slower": f"Inductor fused LayerNorm and GELU into one generated loop (asserted above), while the .pte "
+                        f"runs {portable_ops} portable kernel call(s) outside XNNPACK and crosses into it "
+                        f"{split.num_delegated_subgraphs} times"}[vs_aoti])
+    bench.bar_chart(et_table, title="MLP(64, 128, 10), batch 8, CPU, one thread");
+
+# %% [markdown]
+# All three run the same weights and agree on the numbers; they differ in where they can run.
+# Eager needs Python; the AOTInductor package needs libtorch and a loader built for the same torch;
+# the `.pte` needs only the ExecuTorch runtime and the kernels compiled into it, which is what makes
+# it fit a phone app or a microcontroller's firmware. ExecuTorch's speed on a phone depends on that
+# phone's CPU and on which back end takes the graph (XNNPACK here; Core ML, Vulkan, Qualcomm's QNN
+# and others elsewhere), so measure it there; the verdicts above only rank the three on this machine.
 #
 # ## Check yourself
 #
@@ -1205,7 +1362,9 @@ exercises.check("06.read_cpp_output", summarise_run)
 #   a C++ program; `torch::pickle_save` of (name, tensor) pairs gave a file Python loads with
 #   `weights_only=True` (a C++ dict would not load), with the same accuracy in both languages and
 #   the same outputs within 1e-5. Both C++ programs need libtorch at run time and no Python.
-# - ExecuTorch lowers the same program to a `.pte` for mobile, delegating what XNNPACK supports.
+# - ExecuTorch lowers the same program to a `.pte` for mobile, delegating what XNNPACK supports and
+#   leaving the rest to portable kernels; its runtime refuses an input that does not fit the memory it
+#   planned. The course tests it in an environment of its own (`make executorch`, `make test-executorch`).
 #
 # **Next:** notebook 07 exports to ONNX and runs the model in ONNX Runtime.
 #
