@@ -17,6 +17,19 @@ JOBS        ?= 2
 # course itself with no folder to read (PIP_CONFIG_FILE=/dev/null: no find-links from a pip.conf either).
 WHEELHOUSE  ?=
 HASHED      := $(VENV)/wheelhouse-requirements.txt
+# TORCH=cpu: torch's CPU-only build (torch==2.14.1+cpu, the same versions) from PyTorch's CPU index instead of
+# PyPI's CUDA build, for a Linux machine without an NVIDIA GPU; tools/cpu_constraints.py writes the pins. .venv
+# remembers the choice in TORCH_FILE, so a later `make test` or `make lab` keeps it (TORCH=default goes back;
+# `make clean` forgets it). CI does not exercise it: CI installs from PyPI only.
+TORCH_FILE  := $(VENV)/.course-torch
+TORCH       ?= $(or $(shell cat $(TORCH_FILE) 2>/dev/null),default)
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+ifeq ($(filter default cpu,$(TORCH)),)
+  $(error TORCH=$(TORCH) is not understood: TORCH=cpu installs torch's CPU-only build, TORCH=default PyPI's)
+endif
+ifeq ($(TORCH)$(if $(WHEELHOUSE),+wheelhouse),cpu+wheelhouse)
+  $(error TORCH=cpu with WHEELHOUSE is not supported: a wheelhouse holds the build it was made with)
+endif
 
 # JupyterLab refuses to run as root unless asked; only root gets the flag.
 ifeq ($(shell id -u 2>/dev/null),0)
@@ -26,9 +39,9 @@ endif
 MIN_VENV    ?= .venv-min
 MIN_STAMP   := $(MIN_VENV)/.course-installed
 
-.PHONY: help setup lab test test-nb test-unit doctor kernel clean constraints execute sources notebooks \
+.PHONY: FORCE help setup lab test test-nb test-unit doctor kernel clean constraints execute sources notebooks \
         workshop-check report report-cold stamp test-min gpu-check test-avx2 test-haswell \
-        wheelhouse wheelhouse-install
+        wheelhouse wheelhouse-install site test-site
 
 help:
 	@echo "make lab       set up .venv if needed, then open JupyterLab on notebooks/"
@@ -44,6 +57,9 @@ help:
 	@echo "make stamp     write measured times and 'last passed' into README's table and each notebook"
 	@echo "make wheelhouse   download every pinned package into build/wheelhouse (or WHEELHOUSE=DIR), with checksums"
 	@echo "make lab WHEELHOUSE=DIR   (or setup, test) install from that folder only, no network, hash-checked"
+	@echo "make setup TORCH=cpu   torch's CPU-only build from download.pytorch.org/whl/cpu (Linux without a GPU)"
+	@echo "make site      build/site/html: the course as a static HTML book from the stored outputs, built offline"
+	@echo "make test-site the site in headless Chromium (tests/test_site.py)"
 	@echo "make wheelhouse-install   time a fresh environment built from the wheelhouse in an empty network namespace"
 	@echo "make test-min  the whole suite on the oldest supported torch (2.11), in $(MIN_VENV)"
 	@echo "make test-avx2 the whole suite as if the CPU had AVX2 only (torch, Inductor, FBGEMM capped)"
@@ -64,11 +80,22 @@ $(BIN)/python:
 	@$(PYTHON) tools/check_python.py
 	$(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); exit 1; }
 
-$(STAMP): pyproject.toml constraints.txt | $(BIN)/python
+# Rewritten only when TORCH changes, so .venv is installed again then, and only then.
+$(TORCH_FILE): FORCE | $(BIN)/python
+	@test "$$(cat $@ 2>/dev/null)" = "$(TORCH)" || echo "$(TORCH)" > $@
+
+FORCE:
+
+$(STAMP): pyproject.toml constraints.txt $(TORCH_FILE) $(if $(filter cpu,$(TORCH)),tools/cpu_constraints.py) | $(BIN)/python
 ifneq ($(WHEELHOUSE),)
 	$(BIN)/python -m course_utils.kit.wheelhouse check $(WHEELHOUSE) --requirements $(HASHED)
 	PIP_CONFIG_FILE=/dev/null $(BIN)/python -m pip install --quiet --no-index --find-links $(abspath $(WHEELHOUSE)) --require-hashes -r $(HASHED)
 	PIP_CONFIG_FILE=/dev/null $(BIN)/python -m pip install --quiet --no-index --no-build-isolation -c constraints.txt -e ".[dev]"
+else ifeq ($(TORCH),cpu)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
+	$(BIN)/python tools/cpu_constraints.py --dest build
+	$(BIN)/python -m pip install --quiet --no-deps --index-url $(TORCH_CPU_INDEX) -r build/torch-cpu-requirements.txt
+	$(BIN)/python -m pip install --quiet -c build/constraints-cpu.txt -e ".[dev]"
 else
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
@@ -213,6 +240,24 @@ wheelhouse-install:
 
 constraints: setup
 	$(BIN)/python tools/freeze_constraints.py > constraints.txt.new && mv constraints.txt.new constraints.txt
+
+# The course site (site/README.md): a static HTML book of the notebooks with their stored outputs,
+# built offline by tools/build_site.py with tools of its own in build/venv-site (pinned in
+# site/requirements.txt; .venv is untouched). `make test-site` reads every page in headless Chromium.
+SITE_VENV   ?= build/venv-site
+SITE_STAMP  := $(SITE_VENV)/.site-installed
+
+$(SITE_STAMP): site/requirements.txt
+	rm -rf $(SITE_VENV)
+	$(PYTHON) -m venv $(SITE_VENV)
+	$(SITE_VENV)/bin/python -m pip install --quiet -r site/requirements.txt
+	@touch $(SITE_STAMP)
+
+site: $(SITE_STAMP)
+	$(SITE_VENV)/bin/python tools/build_site.py --out build/site
+
+test-site: setup $(SITE_STAMP)
+	$(BIN)/python -m pytest -p no:cacheprovider tests/test_site.py $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .cache build .pytest_cache *.egg-info
