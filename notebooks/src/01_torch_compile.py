@@ -19,7 +19,10 @@
 # - the backends `eager`, `aot_eager` and `inductor`, and how to bisect a compile problem with them;
 # - where compiling pays on a CPU and where it does not, with a measured table and the reason for each row;
 # - how to train with a compiled model, and how to time it honestly;
-# - cold and warm starts: what the on-disk compile caches save, measured in fresh processes.
+# - cold and warm starts: what the on-disk compile caches save, measured in fresh processes;
+# - ahead-of-time capture with `torch.compiler.precompile`: what the file it writes holds, how loading it
+#   compares with the caches in fresh processes, what it does not check and what must match between the
+#   machine that captures and the one that loads.
 #
 # **Prerequisites:** notebook 00 (a first `torch.compile`, and how the course times code).
 #
@@ -30,16 +33,21 @@
 # %%
 import contextlib
 import copy
+import hashlib
 import inspect
 import io
 import json
+import logging
 import math
 import os
+import re
 import shutil
 import statistics
 import subprocess
 import sys
+import time
 from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -47,13 +55,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch._dynamo.utils import counters
+from torch._inductor.runtime.runtime_utils import cache_dir as inductor_cache_dir
 from torch._inductor.utils import fresh_cache
 from torch.utils.data import DataLoader, TensorDataset
 from tqdm import tqdm
 
-from course_utils import bench, compat, config, cpu, exercises, inductor_code, session
+from course_utils import bench, compat, config, cpu, exercises, fresh, inductor_code, session
 from course_utils.data import load_digits_split
 from course_utils.device import requires_cuda
+from course_utils.kit import cpu_profiles
 from course_utils.models import MLP, SmallResNet, TransformerBlock
 
 print(session.start(seed=0))
@@ -517,7 +527,8 @@ print(frozen_table)
 tuned = frozen_runs["max-autotune + freezing"]
 frozen_default = frozen_runs["default + freezing"]
 # One first call each, no spread: longer or shorter only beyond a 10% band.
-compile_word = bench.band_verdict(tuned["first_s"], frozen_default["first_s"], band=0.1)
+compile_word = bench.band_verdict(tuned["first_s"], frozen_default["first_s"], band=0.1,
+                                  name="compile.modes.autotune_first_call.tuned_vs_default")
 print(f"first call, max-autotune + freezing against default + freezing: {compile_word} (10% band): " + {
     "higher": f"it built and timed candidates for {tuned['autotuned']} matmul(s) before running",
     "no clear difference": "the candidates' build and timing were small here (or came from the on-disk "
@@ -528,7 +539,8 @@ print(f"default + freezing: {frozen_table.speedup('default + freezing'):.2f}x ea
 print(f"max-autotune + freezing: {frozen_table.speedup('max-autotune + freezing'):.2f}x eager, first call "
       f"{tuned['first_s']:.2f} s ({tuned['first_s'] / frozen_default['first_s']:.1f}x the frozen default's compile time)")
 # Compare like with like: both frozen, so the only difference is autotuning.
-word = frozen_table.verdict("max-autotune + freezing", "default + freezing")
+word = frozen_table.verdict("max-autotune + freezing", "default + freezing",
+                            name="compile.modes.autotune_freezing.tuned_vs_default")  # describe() below prints this verdict
 verdict_line = {"faster": "autotuning paid here", "no clear difference": "autotuning made no clear difference here",
                 "slower": "the autotuned version ran slower here"}[word]
 verdict_line += f" (max-autotune + freezing is {frozen_table.describe('max-autotune + freezing', 'default + freezing')})"
@@ -806,8 +818,13 @@ def reason(name: str, r: dict) -> str:
             f"library routines as in eager; Inductor only fused the glue between them into {r['loops']} loop(s), {tail}")
 
 
+# The stable name each model's verdict is recorded under (the plot, reason() and the "recorded:" line reuse it).
+VERDICT_NAMES = {"element-wise chain": "element_wise_chain", "LayerNorm+GELU": "layernorm_gelu",
+                 "small conv net": "small_conv_net", "MLP (matmul-bound)": "mlp", "transformer block": "transformer_block",
+                 "tiny MLP, 1 example": "tiny_mlp"}
 for name, r in results.items():
-    print(f"- {name}: compiled is {r['table'].describe('compiled')}. Why: {reason(name, r)}.")
+    said = r["table"].describe("compiled", name=f"compile.where.{VERDICT_NAMES[name]}.compiled_vs_eager")
+    print(f"- {name}: compiled is {said}. Why: {reason(name, r)}.")
 noisy = [name for name, r in results.items()
          if r["table"].spread_note()]
 if noisy:
@@ -944,7 +961,7 @@ steady_eager, steady_compiled = statistics.median(eager_s[1:]), statistics.media
 epoch_speedup = steady_eager / steady_compiled
 # Epochs 2.. of each run as timing samples: the same noise-aware verdict as bench.compare's tables.
 epochs_table = bench.Comparison.from_samples({"eager": eager_s[1:], "compiled": compiled_s[1:]})
-epoch_word = epochs_table.verdict("compiled")
+epoch_word = epochs_table.verdict("compiled", name="compile.train.epoch.compiled_vs_eager")  # describe() prints it
 compile_cost = first_step_s["compiled"] - first_step_s["eager"]
 print(f"steady state (median of epochs 2-{EPOCHS}): eager {steady_eager:.3f} s, compiled {steady_compiled:.3f} s "
       f"per epoch: compiled is {epochs_table.describe('compiled')}")
@@ -955,6 +972,8 @@ print("Why: most of this network's work is convolutions, forward and backward, w
                                   "no clear difference": "here it did not save enough to show.",
                                   "slower": "here the compiled step's own overhead outweighed it."}[epoch_word])
 saving = steady_eager - steady_compiled
+bench.record_verdict("compile.train.payback", "pays" if epoch_word == "faster" else "does not pay",
+                     compile_s=round(compile_cost, 3), saving_s=round(saving, 4))
 if epoch_word == "faster":
     print(f"compiling pays for itself after about {math.ceil(compile_cost / saving)} epochs of this size")
 else:
@@ -1082,7 +1101,7 @@ print(f"The cold run compiled {len(sources)} C++ files: {len(kernels)} generated
       f"{len(sources) - len(kernels)} CPU-feature probe(s); building them took {cold['cpp_build_s']:.1f} s "
       f"of its {cold['first_s']:.1f} s first call.")
 # One run each, no spread: the warm start counts as shorter only beyond a 10% band.
-warm_word = bench.band_verdict(warm["first_s"], cold["first_s"], band=0.1)
+warm_word = bench.band_verdict(warm["first_s"], cold["first_s"], band=0.1, name="compile.cache.warm_vs_cold")
 print(f"The warm run found the graph in the cache ({warm['graph_hits']} hit, 0 misses) and built no new library "
       f"({libraries['cold']} built by the cold run): first call {warm['first_s']:.2f} s against {cold['first_s']:.2f} s "
       f"cold, {warm_word} (10% band; cold/warm {warm_speedup:.1f}x): " + {
@@ -1094,7 +1113,7 @@ if cold["artifact_kinds"]:
     print(f"The cold run saved {size_kb:.0f} kB of cache artifacts, of these kinds: {', '.join(cold['artifact_kinds'])}.")
 if ARTIFACT_RUN:
     art = cache_runs["empty dir + artifacts"]
-    art_word = bench.band_verdict(art["first_s"], cold["first_s"], band=0.1)
+    art_word = bench.band_verdict(art["first_s"], cold["first_s"], band=0.1, name="compile.cache.artifacts_vs_cold")
     print(f"Loading the artifacts into an empty directory gave graph-cache hits ({art['graph_hits']}), "
           f"but the C++ was rebuilt ({art['cpp_build_s']:.1f} s): first call {art['first_s']:.2f} s against "
           f"{cold['first_s']:.2f} s cold, {art_word} (10% band). On a CPU the artifacts do not carry the built "
@@ -1122,7 +1141,459 @@ fig.tight_layout();
 # kernels and the autotuning results; on this CPU, as measured above, the C++ compiler still runs.
 # To rule the caches out while debugging, set `torch.compiler.config.force_disable_caches = True`
 # (or `TORCHINDUCTOR_FORCE_DISABLE_CACHES=1`).
+
+# %% [markdown]
+# ### Ahead of time: `torch.compiler.precompile`
 #
+# Every route above still leaves work for a new process: `torch.compile` reads the Python code with
+# Dynamo again and looks each graph up in the caches, and from an empty directory it builds the C++
+# again. torch 2.14 has a route that starts from the other end. `torch.compiler.precompile(fn,
+# *example_inputs)` runs the whole computation `fn` once on the example inputs, records the ATen
+# operations that ran (with `make_fx`, a trace of what executed rather than Dynamo's reading of the
+# bytecode), sends that graph through AOTAutograd and Inductor, and returns two things:
+#
+# - `python_code`, a string: a Python module that holds Inductor's generated wrapper with the C++
+#   *source* of each kernel, the calling convention (parameter names, input shapes, dtypes and
+#   devices) and a small driver function, `forward`;
+# - `cache`, bytes: a mega-cache bundle like `save_cache_artifacts()`'s, in an envelope that carries
+#   the SHA-256 of `python_code`, so that a code and a cache from two different captures are refused.
+#
+# In another process, `torch.compiler.precompile.load(python_code, cache)` installs the bundle and
+# executes the code; you call the result with the arguments `fn` took. It holds **no weights**: a
+# module argument's parameters and buffers become inputs of the graph, and you pass a model of the
+# same structure when you call it (the same architecture with other weights, say from a checkpoint, is
+# what it is meant for). And `fn` may be a whole training step that calls `.backward()`: the loaded
+# function adds the gradients to the model's `.grad`, as `loss.backward()` does, so an optimizer loop
+# around it stays as it is.
+#
+# The API is new and its docstring marks parts as planned (a Dynamo-based tracer instead of
+# `make_fx`), so expect it to change. Do not confuse it with its sibling `torch.compiler.load_compiled_function`,
+# which loads what `torch.compile(fn, fullgraph=True).aot_compile(...)` saved: that route keeps Dynamo's capture,
+# and its loaded function checks Dynamo's guards on every call and raises when one fails (its source says so;
+# this notebook does not run it). The cell below captures an MLP's forward pass (for inference)
+# and a training step (forward, loss, backward) in this process. Its Inductor cache directory is the
+# one this process already uses: it stands for the disk of a machine that captures once and starts
+# again later, and the fresh processes below load from it.
+
+# %%
+PRECOMPILE = hasattr(torch.compiler, "precompile")  # in torch 2.14; skipped on an older torch that lacks it
+PRE_ROOT = CACHE_ROOT / "precompile"
+DIMS, PRE_BATCH = (64, 192, 10), 32   # a shape no earlier cell compiled
+
+
+def predict(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return model(x)
+
+
+def train_step(model: nn.Module, x: torch.Tensor, target: torch.Tensor) -> None:
+    F.cross_entropy(model(x), target).backward()
+
+
+if PRECOMPILE:
+    shutil.rmtree(PRE_ROOT, ignore_errors=True)
+    PRE_ROOT.mkdir(parents=True)
+    torch.manual_seed(0)
+    pre_model = MLP(*DIMS)
+    pre_x, pre_t = torch.randn(PRE_BATCH, DIMS[0]), torch.randint(0, DIMS[-1], (PRE_BATCH,))
+    PRE_CACHE_DIR = Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or inductor_cache_dir())
+    start = time.perf_counter()
+    with torch.no_grad():
+        predict_code, predict_cache = torch.compiler.precompile(predict, pre_model, pre_x)
+    middle = time.perf_counter()
+    step_code, step_cache = torch.compiler.precompile(train_step, pre_model, pre_x, pre_t)
+    capture_s = {"forward": middle - start, "training step": time.perf_counter() - middle}
+    # load() warns on every call that it is about to execute the code it is given (see the limits below)
+    predict_here = torch.compiler.precompile.load(predict_code, predict_cache)
+    logging.getLogger("torch._precompile").setLevel(logging.ERROR)  # the warning has been shown once
+    with torch.no_grad():
+        torch.testing.assert_close(predict_here(pre_model, pre_x), predict(pre_model, pre_x), rtol=1e-4, atol=1e-5)
+    assert all(p.grad is None for p in pre_model.parameters()), "capturing a step must not leave gradients behind"
+    for name, code, cache in (("predict", predict_code, predict_cache), ("step", step_code, step_cache)):
+        (PRE_ROOT / f"{name}.py").write_text(code)
+        (PRE_ROOT / f"{name}.bin").write_bytes(cache)
+    torch.save({"dims": DIMS, "weights": pre_model.state_dict(), "x": pre_x, "target": pre_t}, PRE_ROOT / "inputs.pt")
+    for what, seconds in capture_s.items():
+        print(f"captured the {what} in {seconds:.1f} s (in this process, whose compiler was already loaded, "
+              "with its cache directory as earlier runs left it)")
+    print(f"files: predict.py {len(predict_code) / 1e3:.0f} kB + predict.bin {len(predict_cache) / 1e3:.0f} kB, "
+          f"step.py {len(step_code) / 1e3:.0f} kB + step.bin {len(step_cache) / 1e3:.0f} kB; "
+          f"the model's weights alone are {sum(p.numel() for p in pre_model.parameters()) * 4 / 1e3:.0f} kB")
+    print("loaded back in this process: matches predict() within rtol=1e-4, atol=1e-5")
+    other_weights = MLP(*DIMS)                      # same structure, new random weights: no weights are in the artifact
+    with torch.no_grad():
+        torch.testing.assert_close(predict_here(other_weights, pre_x), other_weights(pre_x), rtol=1e-4, atol=1e-5)
+    print("called with another MLP of the same shape, it computes with that model's weights")
+else:
+    print(f"skipped: torch {torch.__version__} has no torch.compiler.precompile (new in 2.14)")
+
+# %% [markdown]
+# What does the captured training step look like? `python_code` is ordinary Python that you can read
+# (and diff between two captures). The cell prints a trimmed excerpt of the training step's file, using
+# the same helpers that read Inductor's output earlier, and what the cache's envelope holds.
+
+# %%
+if PRECOMPILE:
+    kernels = inductor_code.fused_kernels(step_code)
+    private = sorted(set(re.findall(r"\btorch\._\w+", step_code)))
+    print(f"step.py: {len(step_code.splitlines())} lines; {len(kernels)} C++ kernels defined as source, "
+          f"{len(inductor_code.library_calls(step_code))} library calls (matrix multiplies) in its call()")
+    for kernel in kernels:
+        print("  kernel", kernel[:100] + ("..." if len(kernel) > 100 else ""))
+    vector_kernel = next((k for k in kernels if "Vectorized<float>" in inductor_code.kernel_source(step_code, k)), None)
+    if vector_kernel is not None:  # a kernel that uses SIMD vectors: show its signature and its first vector loop
+        cpp = [ln.strip() for ln in inductor_code.kernel_source(step_code, vector_kernel).strip().splitlines()]
+        step_loop = next(ln for ln in cpp if ln.startswith("for(") and "+=static_cast<int64_t>(1L)" not in ln)
+        print(f"\nfrom the C++ source of {vector_kernel} (built when the file is executed):")
+        print("  " + cpp[0] + "\n  " + cpp[1] + " ...\n  ...\n  " + step_loop
+              + "\n  " + next(ln for ln in cpp[cpp.index(step_loop):] if "loadu" in ln)[:110] + " ...")
+    print("\nthe start of call(), forward and backward as one program:")
+    call_lines = inductor_code.wrapper_call(step_code).splitlines()
+    for line in [call_lines[0].strip()] + [ln[4:] for ln in call_lines[1:12]]:
+        print("  " + (line if len(line) <= 110 else line[:107] + "..."))
+    print("      ...")
+    print("\nthe calling convention it records:")
+    for line in step_code.splitlines():
+        if line.startswith(("PARAM_NAMES =", "USER_INPUT_SHAPES =", "USER_INPUT_DTYPES =", "GRAD_PARAM_INDICES =")):
+            print("  " + (line if len(line) <= 110 else line[:107] + "..."))
+    print("  " + next(line for line in step_code.splitlines() if line.startswith("def forward(")))
+    print(f"\nprivate torch names it calls: {len(private)}, e.g. {', '.join(private[:4])}")
+    envelope = torch.load(io.BytesIO(step_cache), weights_only=True)
+    print("the cache's envelope:", {k: (f"{len(v) / 1e3:.0f} kB of bundle" if isinstance(v, bytes) else v)
+                                    for k, v in envelope.items() if k != "code_hash"},
+          "| code_hash is the SHA-256 of step.py:", envelope["code_hash"] == hashlib.sha256(step_code.encode()).hexdigest())
+    recorded_names = re.search(r"^PARAM_NAMES = (.*)$", step_code, flags=re.M).group(1)
+    assert json.loads(recorded_names.replace("'", '"')) == [n for n, _ in pre_model.named_parameters()]
+    assert envelope["code_hash"] == hashlib.sha256(step_code.encode()).hexdigest() and "def forward(" in step_code
+    assert kernels
+
+# %% [markdown]
+# So the artifact is Inductor's output code made into a standalone program: the kernels as C++ source
+# (with the loop steps of this CPU's vector width written into it: the `for` line above), the wrapper
+# that calls them and the matrix-multiply library in order (the training step's `call()` runs the
+# forward and then the backward, with no autograd in between), and checks on what it is given. It
+# calls torch's private internals, so it belongs to the torch version that wrote it.
+#
+# Now the real test: a fresh Python process loads both files and calls them. The script below is run
+# as a new process for each route that the cold-start comparison needs, with the Inductor cache
+# directory given to it. Every route first imports the compiler's modules (timed separately, since all
+# routes need them), then times its own path from nothing compiled to the first result. The
+# first run, with `step`, also loads the captured training step, runs it twice and saves the gradients.
+
+# %%
+PRECOMPILE_RUN = """
+import json, sys, time
+from pathlib import Path
+import torch
+start = time.perf_counter()
+import torch._dynamo, torch._inductor.compile_fx   # the compiler's modules, which every route needs
+imports_s = time.perf_counter() - start
+from torch._dynamo.utils import compile_times, counters
+from course_utils.models import MLP
+
+route, folder, tag, with_step = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4] == "step"
+saved = torch.load(folder / "inputs.pt", weights_only=True)
+model = MLP(*saved["dims"])
+model.load_state_dict(saved["weights"])
+x, target = saved["x"], saved["target"]
+
+start = time.perf_counter()                        # the route: from nothing compiled to the first result
+with torch.no_grad():
+    if route == "precompiled":
+        predict = torch.compiler.precompile.load((folder / "predict.py").read_text(),
+                                                 (folder / "predict.bin").read_bytes())
+        out = predict(model, x)
+    else:                                          # torch.compile, after installing the bundle for "mega-cache"
+        if route == "mega-cache":
+            torch.compiler.load_cache_artifacts((folder / "mega_cache.bin").read_bytes())
+        out = torch.compile(model)(x)
+first_s = time.perf_counter() - start
+names, values = compile_times(repr="csv", aggregate=True)
+cpp_build_s = float(dict(zip(names, values)).get("compile_file", 0) or 0)
+
+result = {"out": out}
+if with_step:
+    step = torch.compiler.precompile.load((folder / "step.py").read_text(), (folder / "step.bin").read_bytes())
+    step(model, x, target)                         # returns None; the gradients are on model's .grad
+    result["grads"] = [p.grad.clone() for p in model.parameters()]
+    step(model, x, target)                         # no zero_grad() in between: they should add up
+    result["grads_twice"] = [p.grad.clone() for p in model.parameters()]
+if route == "cold":
+    bundle = torch.compiler.save_cache_artifacts()
+    if bundle is not None:
+        (folder / "mega_cache.bin").write_bytes(bundle[0])
+torch.save(result, folder / f"result_{tag}.pt")
+print(json.dumps({"imports_s": imports_s, "first_s": first_s, "cpp_build_s": cpp_build_s,
+                  "dynamo_graphs": counters["stats"]["unique_graphs"],
+                  "graph_cache_hits": counters["inductor"]["fxgraph_cache_hit"]}))
+"""
+
+
+def built_libraries(cache_dir: Path) -> dict:
+    # The C++ libraries in an Inductor cache directory: generated kernels include Inductor's cpp_prefix.h;
+    # the others are the small programs that probe which SIMD instructions the CPU and compiler support.
+    found = {"kernels": set(), "probes": set()}
+    for lib in cache_dir.rglob("*.so"):
+        source = lib.with_suffix(".cpp")   # x.so was built from x.cpp, x.main.so from x.main.cpp
+        kind = "kernels" if source.exists() and "cpp_prefix.h" in source.read_text(errors="ignore") else "probes"
+        found[kind].add(lib)
+    return found
+
+
+def run_route(route: str, cache_dir: Path, tag: str | None = None, profile: str | None = None,
+              with_step: bool = False) -> dict:
+    # One fresh process with `cache_dir` as its Inductor cache (and a CPU profile's settings, if given), which
+    # also loads and runs the training step if `with_step`; returns its JSON, the C++ libraries that appeared in
+    # the directory meanwhile, and its saved tensors.
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tag = tag or route.replace("-", "_")
+    before = built_libraries(cache_dir)
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(cache_dir), **(cpu_profiles.PROFILES[profile] if profile else {})}
+    run = fresh.run_script(PRECOMPILE_RUN, [route, str(PRE_ROOT), tag, "step" if with_step else "-"], cold=False, env=env)
+    after = built_libraries(cache_dir)
+    run["kernels_built"] = len(after["kernels"] - before["kernels"])
+    run["probes_built"] = len(after["probes"] - before["probes"])
+    run["libraries_built"] = run["kernels_built"] + run["probes_built"]
+    run["result"] = torch.load(PRE_ROOT / f"result_{tag}.pt", weights_only=True)
+    return run
+
+
+if PRECOMPILE:
+    with torch.no_grad():
+        pre_expected = pre_model(pre_x)
+    reference = copy.deepcopy(pre_model)
+    train_step(reference, pre_x, pre_t)              # eager: loss.backward() on the same weights and batch
+    expected_grads = [p.grad for p in reference.parameters()]
+    pre_routes = {"precompiled": run_route("precompiled", PRE_CACHE_DIR, with_step=True)}
+    loaded = pre_routes["precompiled"]
+    got = loaded["result"]
+    torch.testing.assert_close(got["out"], pre_expected, rtol=1e-4, atol=1e-5)
+    for g, e, g2 in zip(got["grads"], expected_grads, got["grads_twice"]):
+        torch.testing.assert_close(g, e, rtol=1e-3, atol=1e-5)
+        torch.testing.assert_close(g2, 2 * g, rtol=1e-5, atol=1e-7)
+    out_err = (got["out"] - pre_expected).abs().max().item()
+    grad_err = max((g - e).abs().max().item() for g, e in zip(got["grads"], expected_grads))
+    print(f"fresh process: the loaded forward matches eager (max difference {out_err:.1e}); the loaded training step "
+          f"put {len(got['grads'])} gradients on the model, matching loss.backward() (max difference {grad_err:.1e}), "
+          "and a second call without zero_grad() doubled them, as eager's accumulation does")
+    print(f"Dynamo graphs traced in that process: {loaded['dynamo_graphs']}; C++ built: {loaded['kernels_built']} "
+          f"kernel libraries, {loaded['probes_built']} CPU probes; first result {loaded['first_s']:.2f} s after the "
+          f"compiler's imports ({loaded['imports_s']:.1f} s)")
+    assert loaded["dynamo_graphs"] == 0, "precompile.load runs the captured program: Dynamo never traces it"
+
+# %% [markdown]
+# #### Cold starts side by side
+#
+# Now the comparison the section is about, for this MLP's forward pass, each route in a fresh process:
+#
+# | route | cache directory | what it is designed to skip |
+# |---|---|---|
+# | cold `torch.compile` | empty | nothing: Dynamo, AOTAutograd, Inductor and the C++ build all run |
+# | warm `torch.compile` | the cold run's | AOTAutograd's tracing and Inductor's lowering (graph cache), the C++ build (libraries on disk); Dynamo still runs |
+# | mega-cache | empty, then the cold run's bundle installed | the same graph-level work as warm; the C++ libraries are not in the bundle on a CPU |
+# | precompiled | the capture's | Dynamo, AOTAutograd and Inductor: it executes the captured program; its C++ libraries are on disk |
+# | precompiled, empty directory | empty | Dynamo, AOTAutograd and Inductor, but not the C++ build: its kernels come as source |
+#
+# The cell counts, for each run, the graphs Dynamo traced, the graph-cache hits and the C++ libraries
+# that appeared in its directory, so the table's last column is checked rather than taken on trust.
+# Each route runs once: single runs in separate processes have no spread to judge them by and vary
+# more than the repeated timings of earlier sections (the cell prints how much the identical import
+# step varied across them), so a difference counts only beyond a 25% band. This costs several cold
+# compiles, so it runs in full mode only.
+
+# %%
+if PRECOMPILE and not config.is_quick():
+    pre_routes["cold"] = run_route("cold", PRE_ROOT / "cold")
+    pre_routes["warm"] = run_route("warm", PRE_ROOT / "cold")
+    pre_routes["mega-cache"] = run_route("mega-cache", PRE_ROOT / "mega_cache")
+    pre_routes["precompiled, empty directory"] = run_route("precompiled", PRE_ROOT / "empty", tag="precompiled_empty")
+    pre_routes = {k: pre_routes[k] for k in ("cold", "warm", "mega-cache", "precompiled", "precompiled, empty directory")}
+    for name, r in pre_routes.items():
+        torch.testing.assert_close(r["result"]["out"], pre_expected, rtol=1e-4, atol=1e-5)
+    print(f"{'route':<30} {'first result':>12} {'C++ build':>10} {'built: kernels + probes':>24} {'Dynamo graphs':>14} "
+          f"{'graph-cache hits':>17}")
+    for name, r in pre_routes.items():
+        built = f"{r['kernels_built']} + {r['probes_built']}"
+        print(f"{name:<30} {r['first_s']:>10.2f} s {r['cpp_build_s']:>8.2f} s {built:>24} "
+              f"{r['dynamo_graphs']:>14} {r['graph_cache_hits']:>17}")
+    imports = [r["imports_s"] for r in pre_routes.values()]
+    print(f"every route first imported the compiler's modules: {min(imports):.1f} to {max(imports):.1f} s across these "
+          f"processes (not included above), {max(imports) / min(imports):.2f}x between the slowest and the fastest "
+          "for the same work")
+    print("every route's output matches eager within rtol=1e-4, atol=1e-5")
+    assert pre_routes["cold"]["dynamo_graphs"] == 1 and pre_routes["cold"]["kernels_built"] >= 1
+    assert pre_routes["warm"]["graph_cache_hits"] >= 1 and pre_routes["warm"]["libraries_built"] == 0
+    assert pre_routes["precompiled, empty directory"]["dynamo_graphs"] == 0
+elif PRECOMPILE:
+    print("quick mode: the side-by-side cold starts (four more fresh processes, two cold compiles) are left for full mode")
+
+# %%
+if PRECOMPILE and not config.is_quick():
+    cold_s = pre_routes["cold"]["first_s"]
+    BAND = 0.25
+    PAIRS = {  # verdict name: (route, against)
+        "warm_vs_cold": ("warm", "cold"),
+        "mega_cache_vs_cold": ("mega-cache", "cold"),
+        "precompiled_vs_cold": ("precompiled", "cold"),
+        "precompiled_vs_warm": ("precompiled", "warm"),
+        "precompiled_empty_dir_vs_cold": ("precompiled, empty directory", "cold"),
+    }
+    SHORTER = {"lower": "shorter than", "higher": "longer than", "no clear difference": "not clearly different from"}
+    for key, (route, against) in PAIRS.items():
+        a, b = pre_routes[route], pre_routes[against]
+        word = bench.band_verdict(a["first_s"], b["first_s"], band=BAND, name=f"compile.precompile.{key}")
+        why = ", ".join(f"{label} {a[key]} against {b[key]}" for key, label in (
+            ("dynamo_graphs", "Dynamo graphs"), ("kernels_built", "kernel libraries built"),
+            ("probes_built", "CPU probes built"), ("graph_cache_hits", "graph-cache hits")))
+        print(f"- {route}: first result {a['first_s']:.2f} s, {SHORTER[word]} {against} ({b['first_s']:.2f} s; "
+              f"{b['first_s'] / a['first_s']:.1f}x, {BAND:.0%} band): {why}")
+    pre = pre_routes["precompiled"]
+    cold_ratio = cold_s / pre["first_s"]
+    with_imports = (cold_s + pre_routes["cold"]["imports_s"]) / (pre["first_s"] + pre["imports_s"])
+    bench.record("compile.precompile.cold_ratio", cold_ratio, "x", cold_s=cold_s, precompiled_s=pre["first_s"],
+                 ratio_with_imports=round(with_imports, 3), model="MLP 64-128-10, batch 32, forward",
+                 cache="precompiled: the capture's own cache directory")
+    target_word = bench.record_verdict("compile.precompile.cold_ratio.target", "met" if cold_ratio >= 5 else "not met",
+                                       target=5)
+    print(f"\nrecorded compile.precompile.cold_ratio = {cold_ratio:.1f}x (cold compile / precompiled load and first call; "
+          f"the course's target of 5x: {target_word}); counting the compiler's imports in both, {with_imports:.1f}x")
+    empty = pre_routes["precompiled, empty directory"]
+    print(f"on another machine (an empty directory) the precompiled forward built its {empty['kernels_built']} kernel "
+          f"librar{'y' if empty['kernels_built'] == 1 else 'ies'} from the source it carries, as the cold compile built "
+          f"{pre_routes['cold']['kernels_built']}, and {empty['probes_built']} CPU probes: "
+          + ("on a CPU the bundle does not carry built libraries, so there it saves only the tracing and code generation"
+             if empty["kernels_built"] else "its kernels needed no build"))
+
+    fig, ax = plt.subplots(figsize=(6.5, 0.9 + 0.45 * len(pre_routes)))
+    labels = list(pre_routes)
+    ax.barh(labels, [r["first_s"] for r in pre_routes.values()], color="tab:blue", label="first result")
+    ax.barh(labels, [min(r["cpp_build_s"], r["first_s"]) for r in pre_routes.values()], color="tab:orange",
+            label="of which C++ build")
+    ax.set_xscale("log")
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds in a fresh process, after the compiler's imports (log scale)")
+    ax.set_title("MLP forward: from nothing compiled to the first result")
+    ax.legend(loc="lower right")
+    fig.tight_layout();
+
+# %% [markdown]
+# #### What it does not check, and what must match
+#
+# `torch.compile` guards every graph (section 2): when something it read changes, it compiles again.
+# A precompiled artifact has no guards. Its driver checks what it can see cheaply, the shape, dtype
+# and device of each input and the names and shapes of the model's parameters, and raises
+# `torch.compiler.PrecompileError` when they differ; everything else that `fn` read during the capture
+# is baked in. The cell below shows both, with `backend="eager"` for the new captures (no Inductor, so no
+# C++ to build: the capture works the same way).
+
+# %%
+TEMPERATURE = 1.0
+
+
+def soft_scores(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x / TEMPERATURE, dim=-1)  # reads a Python global
+
+
+if PRECOMPILE:
+    xt = torch.randn(4, 8)
+    temp_code, temp_cache = torch.compiler.precompile(soft_scores, xt, backend="eager")
+    temp_loaded = torch.compiler.precompile.load(temp_code, temp_cache)
+    torch._dynamo.reset()
+    counters.clear()
+    temp_compiled = torch.compile(soft_scores, backend="eager")
+    temp_compiled(xt)
+    TEMPERATURE = 4.0                              # change the global after capture and compile
+    baked = torch.allclose(temp_loaded(xt), torch.softmax(xt / 1.0, dim=-1))
+    followed = torch.allclose(temp_compiled(xt), soft_scores(xt))
+    baked_line = next(ln.strip() for ln in temp_code.splitlines() if "aten.div" in ln)
+    print(f"after TEMPERATURE = 4.0: the precompiled artifact still divides by 1.0: {baked} ({baked_line.split(';')[0]}); "
+          f"torch.compile follows the change: {followed} (graphs compiled: {counters['stats']['unique_graphs']}, "
+          "the second after its guard on the global failed)")
+    assert baked and followed and counters["stats"]["unique_graphs"] == 2
+    TEMPERATURE = 1.0
+
+    refused = {
+        "a batch of 8 (captured with 32)": lambda: predict_here(pre_model, pre_x[:8]),
+        "float64 input": lambda: predict_here(pre_model, pre_x.double()),
+        "the same input, transposed layout": lambda: predict_here(pre_model, pre_x.t().contiguous().t()),
+        "a wider model": lambda: predict_here(MLP(DIMS[0], 2 * DIMS[1], DIMS[2]), pre_x),
+        "code and cache of two captures": lambda: torch.compiler.precompile.load(predict_code, step_cache),
+    }
+    for what, call in refused.items():
+        try:
+            call()
+            raise AssertionError(f"{what}: expected a PrecompileError")
+        except torch.compiler.PrecompileError as err:
+            message = str(err).removeprefix("precompile: ")
+            print(f"{what:<34} PrecompileError: {message[:100]}...")
+    try:
+        torch.compiler.precompile(clipped_step, xs, backend="eager")  # section 2's data-dependent `if`
+        raise AssertionError("expected the data-dependent branch to be refused")
+    except RuntimeError as err:
+        assert "data-dependent" in str(err)
+        print(f"{'a data-dependent if (section 2)':<34} refused at capture, {type(err).__name__}: "
+              f"{str(err).split(' - ')[0][:100]}...")
+
+# %% [markdown]
+# The pattern: a changed *value* that is not an argument passes silently (pass it as a tensor
+# argument instead, or capture again); a changed *shape*, dtype, layout or model structure is refused
+# at call time (capture once for each shape you will run); a branch on a tensor's value is refused at
+# capture time (notebook 04's `torch.cond` puts such a branch into the graph).
+#
+# What must match between the process that captures and the one that loads:
+#
+# - **the torch version**: the file calls torch's private internals (counted above), and the cache's
+#   envelope carries a format version that `load()` checks;
+# - **the CPU's instruction set**: the kernels are C++ source that Inductor wrote for the capture
+#   machine's vector width (an AVX-512 register holds 16 floats, an AVX2 register 8; the excerpt above
+#   shows the step written into a loop), and the loading machine builds that source with its own
+#   compiler flags;
+# - **shapes, dtypes, devices, layouts and the model's structure**, as shown above.
+#
+# The next cell checks the instruction-set point where this machine allows it: when this process
+# runs with AVX-512, it loads the artifacts in a process under the course's `avx2` CPU profile, which
+# caps ATen and Inductor at AVX2, and does the same with the warm `torch.compile` cache for comparison
+# (full mode only: each builds its kernels again).
+
+# %%
+capability = torch.backends.cpu.get_cpu_capability()
+if PRECOMPILE and not config.is_quick() and capability == "AVX512":
+    other_isa = {"precompiled": run_route("precompiled", PRE_ROOT / "empty", tag="precompiled_avx2", profile="avx2",
+                                          with_step=True),
+                 "warm torch.compile": run_route("warm", PRE_ROOT / "cold", tag="warm_avx2", profile="avx2")}
+    for name, r in other_isa.items():
+        err = (r["result"]["out"] - pre_expected).abs().max().item()
+        same = torch.allclose(r["result"]["out"], pre_expected, rtol=1e-4, atol=1e-5)
+        word = bench.record_verdict(f"compile.precompile.other_isa.{name.split()[-1].replace('.', '_')}",
+                                    "matches eager" if same else "differs from eager", max_abs_err=err)
+        extra = ""
+        if "grads" in r["result"]:
+            grads_same = all(torch.allclose(g, e, rtol=1e-3, atol=1e-5) for g, e in zip(r["result"]["grads"], expected_grads))
+            extra = f"; its training step's gradients {'match' if grads_same else 'differ from'} eager's"
+        print(f"captured with {capability}, loaded under the avx2 profile: {name} {word} (max difference {err:.2g}; "
+              f"kernel libraries built for AVX2: {r['kernels_built']}){extra}")
+    if not all(torch.allclose(r["result"]["out"], pre_expected, rtol=1e-4, atol=1e-5) for r in other_isa.values()):
+        print("-> a precompiled artifact belongs to the CPU class it was captured on: capture it on (or for) the machines "
+              "that will load it")
+elif PRECOMPILE:
+    print(f"skipped: this process runs with CPU capability {capability}"
+          + (" in quick mode" if config.is_quick() else "")
+          + "; the check loads an AVX-512 capture under the avx2 profile, in full mode")
+
+# %% [markdown]
+# When to use which, on a CPU:
+#
+# - **Keep the cache directory** (`TORCHINDUCTOR_CACHE_DIR` on a disk that survives) whenever the same
+#   machine, or an image of it, runs the program again. Nothing changes in your code, guards still
+#   protect you, and the built libraries are reused.
+# - **Mega-cache artifacts** move the graph-level work to other machines of the same kind; on a CPU they
+#   leave the C++ build to the machine that loads them (measured twice in this section).
+# - **`torch.compiler.precompile`** when a process must start with no compiler work at all, for a
+#   computation whose shapes are fixed and whose Python has no value-dependent behaviour: a serving
+#   worker that starts often, or a training step you ship to identical machines. Keep the cache
+#   directory beside it (or build it once per machine class), or the C++ is built on first load.
+#   Capture per torch version, per CPU class and per shape.
+
+# %% [markdown]
 # ## 8. Pitfalls and their fixes
 #
 # | symptom | cause | fix |
@@ -1134,6 +1605,9 @@ fig.tight_layout();
 # | "compiling made it slower" | timed the first call, the model is matmul- or overhead-bound, or the generated loops ran slower than eager's kernels on this CPU | time the steady state separately; check where the time goes (section 5) |
 # | `RuntimeError: Either mode or options...` | both given | put the mode's settings into `options` (section 2) |
 # | every run starts slowly | cold compile cache | keep `TORCHINDUCTOR_CACHE_DIR` between runs (section 7) |
+# | `PrecompileError` when calling a precompiled artifact | another batch size, dtype, layout or model structure than at capture | capture once per shape you run; pass inputs like the example's (section 7) |
+# | a precompiled artifact ignores a changed setting | values read during capture are baked in; there are no guards | pass the value as a tensor argument, or capture again (section 7) |
+# | a precompiled artifact loaded on another machine gives other numbers, or builds C++ for a long time | its kernels are C++ source written for the capture CPU's vector width; the libraries are not in the bundle | capture on the CPU class that loads it, and ship or keep the cache directory beside it (section 7) |
 #
 # The ragged-last-batch recompile, shown with the cheap `eager` backend:
 
@@ -1221,9 +1695,15 @@ exercises.check("01.cache_env", cache_env)
 #   around them is fused), and on tiny calls its own per-call checks weigh as much as the work. Measure
 #   the steady state and the first call separately, in the same run, and read the verdict for your machine.
 # - The first call is paid again in every new process unless the on-disk cache is warm; keep
-#   `TORCHINDUCTOR_CACHE_DIR`. The headline results recorded here: `compile.speedup.fusion`,
-#   `compile.speedup.tiny`, `compile.first_call_s.fusion`, `compile.train.epoch_speedup`,
-#   `compile.train.test_acc`, `compile.cache.warm_speedup`.
+#   `TORCHINDUCTOR_CACHE_DIR`. `torch.compiler.precompile` captures a whole computation (a training
+#   step included) once, as a Python file plus a cache bundle, that a new process loads without running
+#   Dynamo, AOTAutograd or Inductor; it has no guards (values read at capture are baked in; shapes,
+#   dtypes and the model's structure are checked), and it is tied to the torch version and the CPU class
+#   it was captured on. Section 7 printed what it saved here, next to the caches.
+# - The headline results recorded here: `compile.speedup.fusion`, `compile.speedup.tiny`,
+#   `compile.first_call_s.fusion`, `compile.train.epoch_speedup`, `compile.train.test_acc`,
+#   `compile.cache.warm_speedup` and (full mode) `compile.precompile.cold_ratio`; every verdict the
+#   notebook prints is recorded too, under a name starting with `compile.`.
 #
 # **Next:** notebook 02 looks at graph breaks, guards and recompilation in depth, and notebook 03
 # opens up the compiler stack.
@@ -1234,5 +1714,7 @@ exercises.check("01.cache_env", cache_env)
 # - [Introduction to `torch.compile`](https://pytorch.org/tutorials/intermediate/torch_compile_tutorial.html) (official tutorial)
 # - [`torch.compiler` documentation](https://pytorch.org/docs/stable/torch.compiler.html), including troubleshooting and the FAQ
 # - [Compile time caching in `torch.compile`](https://pytorch.org/tutorials/recipes/torch_compile_caching_tutorial.html) (official recipe)
+# - [`torch.compiler.precompile`](https://docs.pytorch.org/docs/main/generated/torch.compiler.precompile.html) (API reference; the
+#   programming model it asks you to read is a note in the installed `torch/_precompile.py`)
 # - [CUDAGraph Trees](https://pytorch.org/docs/stable/torch.compiler_cudagraph_trees.html)
 # - [Custom backends](https://pytorch.org/docs/stable/torch.compiler_custom_backends.html)
