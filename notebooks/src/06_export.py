@@ -1171,6 +1171,7 @@ if has_executorch:
     print(f"\n{short(pte)}: {pte_kib:.0f} KiB, of which the float32 weights are {weights_kib:.0f} KiB")
     assert weights_kib < pte_kib < 2 * weights_kib, "the weights are most of the file"
 
+
 # %% [markdown]
 # The table counts each operator inside and outside the delegated subgraphs. Every operator left
 # outside runs on ExecuTorch's portable kernels, plain C++ written for any CPU, and every boundary
@@ -1266,6 +1267,7 @@ if has_executorch:
                         f"runs {portable_ops} portable kernel call(s) outside XNNPACK and crosses into it "
                         f"{split.num_delegated_subgraphs} times"}[vs_aoti])
     bench.bar_chart(et_table, title="MLP(64, 128, 10), batch 8, CPU, one thread");
+
 
 # %% [markdown]
 # All three run the same weights and agree on the numbers; they differ in where they can run.
