@@ -21,6 +21,10 @@
 # - today's path: torchao's `quantize_` with int8 weight-only and dynamic-activation configurations,
 #   and how it combines with `torch.compile`;
 # - ONNX Runtime's dynamic and static quantization, and the per-channel switch that decides quality;
+# - PyTorch's own static int8 flow, PT2E (`torch.export`, `prepare_pt2e` with `X86InductorQuantizer`,
+#   calibration, `convert_pt2e`, `torch.compile`), and the Inductor setting without which its int8
+#   kernels never run, shown by counting kernels in the generated code;
+# - quantization-aware training with torchao's `QATConfig`, and how to tell whether it was needed;
 # - the FP8 formats (`float8_e4m3fn`, `float8_e5m2`), their ranges, and a scaled FP8 matmul;
 # - one table per model (all-MiniLM-L6-v2 and a digits CNN): size, latency and quality of every variant.
 #
@@ -45,6 +49,7 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
 import copy
 import logging
+import re
 import warnings
 from collections import Counter
 
@@ -54,7 +59,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from course_utils import bench, config, cpu, exercises, session, size
+from course_utils import bench, config, cpu, exercises, inductor_code, session, size
 from course_utils.data import digits_loaders, load_retrieval_set, ranking_agreement, similarity
 from course_utils.device import requires_cuda
 from course_utils.models import SmallResNet, load_minilm
@@ -304,7 +309,8 @@ with torch.inference_mode():
         "dequantize alone": lambda x: layer_int8.dequantized_weight(),
     }, x_mlp)
 print(t_layer)
-layer_word = t_layer.verdict("Int8Linear (dequantize + float matmul)", "fp32 nn.Linear")
+layer_word = t_layer.verdict("Int8Linear (dequantize + float matmul)", "fp32 nn.Linear",
+                            name="quant.handwritten.layer.vs_fp32")  # describe() below prints this verdict
 print(f"\nthe hand-written int8 layer is {t_layer.describe('Int8Linear (dequantize + float matmul)', 'fp32 nn.Linear')}: "
       + {"slower": "it saves storage, not time", "no clear difference": "it saves storage, and no time",
          "faster": "it saves storage and, on this machine, even time"}[layer_word])
@@ -341,7 +347,7 @@ gemm_table = bench.compare({"fp32 mm": lambda: a_f @ b_f, "int8 torch._int_mm": 
 print(gemm_table)
 route = cpu.onednn_report()  # a fresh process with ONEDNN_VERBOSE=1: which library ran the int8 product?
 print(f"\ntorch._int_mm ran through: {route['int_mm']}; oneDNN's instruction set: {route['isa']}")
-int8_gemm = gemm_table.verdict("int8 torch._int_mm", "fp32 mm")
+int8_gemm = gemm_table.verdict("int8 torch._int_mm", "fp32 mm", name="quant.int8_gemm.int_mm_vs_fp32")  # printed below
 bench.record("quant.int8_gemm.speedup", gemm_table.speedup("int8 torch._int_mm"), "x", route=route["int_mm"],
              shape="16x1024 @ 1024x4096", cpu=cpu_facts.line())
 print(f"on this CPU ({cpu_facts.cpu_class}) the int8 product is "
@@ -488,10 +494,21 @@ print(mlp_table)
 bench.bar_chart(mlp_table, title="MLP 1024-4096-1024, batch 16, CPU");
 
 # %%
-for name in ("torch.ao dynamic int8 (deprecated)", "torchao int8 dyn-act, compiled",
-             "torchao int8 dyn-act, eager", "torchao int8 weight-only, eager"):
-    print(f"{name:<36} {mlp_table.describe(name, 'fp32 eager')}")
-print(f"{'torchao int8 dyn-act, compiled':<36} {mlp_table.describe('torchao int8 dyn-act, compiled', 'fp32 compiled')}")
+for name, key in (("torch.ao dynamic int8 (deprecated)", "torch_ao_dynamic"),
+                  ("torchao int8 dyn-act, compiled", "torchao_dyn_act_compiled"),
+                  ("torchao int8 dyn-act, eager", "torchao_dyn_act_eager"),
+                  ("torchao int8 weight-only, eager", "torchao_weight_only_eager")):
+    print(f"{name:<36} {mlp_table.describe(name, 'fp32 eager', name=f'quant.mlp.{key}.vs_fp32_eager')}")
+said = mlp_table.describe("torchao int8 dyn-act, compiled", "fp32 compiled",
+                         name="quant.mlp.torchao_dyn_act_compiled.vs_fp32_compiled")
+print(f"{'torchao int8 dyn-act, compiled':<36} {said}")
+# The other rows of the table get their verdict too (a ratio alone is not a direction).
+said = mlp_table.describe("fp32 compiled", "fp32 eager", name="quant.mlp.fp32_compiled.vs_fp32_eager")
+print(f"{'fp32 compiled':<36} {said}")
+if "torchao int8 weight-only, compiled" in mlp_variants:
+    said = mlp_table.describe("torchao int8 weight-only, compiled", "fp32 compiled",
+                             name="quant.mlp.torchao_weight_only_compiled.vs_fp32_compiled")
+    print(f"{'torchao int8 weight-only, compiled':<36} {said}")
 
 # Why: which library call does the work in each int8 variant? Count it with the profiler.
 def top_ops(fn, n=3):
@@ -506,7 +523,7 @@ print(f"\ntorch.ao's heaviest calls:            {ao_ops}")
 print(f"compiled torchao dyn-act's heaviest: {tao_ops}")
 assert any("linear_dynamic" in k for k in ao_ops), "torch.ao runs FBGEMM's fused dynamic int8 Linear"
 assert any("_int_mm" in k for k in tao_ops), "torchao's dynamic int8 Linear runs torch._int_mm"
-tao_word = mlp_table.verdict("torchao int8 dyn-act, compiled", "fp32 eager")
+tao_word = mlp_table.verdict("torchao int8 dyn-act, compiled", "fp32 eager")  # recorded above, as ...vs_fp32_eager
 gemm_words = {"faster": "faster than", "slower": "slower than", "no clear difference": "not clearly different from"}
 print(f"\ntorchao's int8 layer rides on that product: the bare int8 GEMM measured earlier was {gemm_words[int8_gemm]} "
       f"fp32 on this CPU, and the compiled torchao MLP was {gemm_words[tao_word]} fp32 eager"
@@ -861,8 +878,14 @@ if saturates_here:
     print("  on this CPU the full-range variant's pair sums can saturate; any extra loss above comes from that")
 else:
     print("  on this CPU nothing saturates, so the two differ only by the 7-bit weights' coarser steps")
-print(f"ORT static int8 (reduce_range): {digits_table.describe('int8 ORT static QDQ', 'fp32 ONNX Runtime')}")
-print(f"ORT dynamic int8:               {digits_table.describe('int8 ORT dynamic', 'fp32 ONNX Runtime')}")
+print("ORT static int8 (reduce_range): "
+      + digits_table.describe("int8 ORT static QDQ", "fp32 ONNX Runtime", name="quant.digits.ort_static.vs_ort_fp32"))
+print("ORT dynamic int8:               "
+      + digits_table.describe("int8 ORT dynamic", "fp32 ONNX Runtime", name="quant.digits.ort_dynamic.vs_ort_fp32"))
+print("ORT static, 8-bit weights:      " + digits_table.describe(
+    "int8 static, 8-bit weights", "fp32 ONNX Runtime", name="quant.digits.ort_static_fullrange.vs_ort_fp32"))
+print("fp32 ONNX Runtime:              " + digits_table.describe(
+    "fp32 ONNX Runtime", "fp32 torch eager", name="quant.digits.ort_fp32.vs_torch_eager"))
 fp32_onnx_kb = size.serialized_bytes(digits_onnx)
 print(f"int8 files: {size.serialized_bytes(digits_dyn) / fp32_onnx_kb:.2f}x (dynamic) and "
       f"{size.serialized_bytes(digits_static) / fp32_onnx_kb:.2f}x (static) the fp32 ONNX file")
@@ -874,7 +897,6 @@ assert acc_drop <= 1.0
 bench.record("quant.digits.int8.acc_drop", acc_drop, "pp", variant="onnxruntime static QDQ per-channel int8, reduce_range",
              fp32_acc=acc_fp32, epochs=epochs)
 bench.bar_chart(digits_table, title="digits CNN, batch 256, CPU");
-
 
 # %% [markdown]
 # Read the size lines first: the int8 files stay above a quarter of the fp32 file (asserted). This CNN
@@ -895,9 +917,399 @@ bench.bar_chart(digits_table, title="digits CNN, batch 256, CPU");
 # appears only on CPUs without VNNI, so it passes on a new development machine and fails in
 # production. (The course's test suite runs this model on an emulated AVX2-only CPU to check it.)
 #
+# ## Static int8 inside PyTorch: PT2E with `X86InductorQuantizer`
+#
+# ONNX Runtime's static quantization needed an ONNX file and ONNX Runtime to run it. PyTorch has a
+# static flow of its own, PT2E (PyTorch 2 Export quantization), which now lives in torchao. It
+# works on the graph that `torch.export` captures and hands its result to Inductor, in five steps:
+#
+# 1. **Capture**: `torch.export.export(model, example).module()` returns a graph of ATen operators
+#    that still runs like the model.
+# 2. **Prepare**: `prepare_pt2e(graph, quantizer)`. The quantizer decides what gets quantized:
+#    `X86InductorQuantizer` marks the patterns for which oneDNN (the x86 kernel library Inductor's
+#    CPU backend calls) has int8 kernels, such as a convolution or a Linear layer with the ReLU or
+#    addition after it, and `prepare_pt2e` attaches an *observer* to every tensor it marked.
+# 3. **Calibrate**: run a few representative batches; each observer records its tensor's range.
+# 4. **Convert**: `convert_pt2e` turns the ranges into fixed scales and zero points, stores the
+#    weights in int8, and leaves a `quantize → dequantize` pair where each observer was. The graph
+#    is now a *reference*: it still computes in float, with int8's rounding built in.
+# 5. **Lower**: `torch.compile`. Inductor looks for `dequantize → linear → quantize` (and the same
+#    around a convolution) and can replace each such pattern by one oneDNN int8 kernel.
+#
+# The default configuration, `get_default_x86_inductor_quantization_config()`, makes activations
+# uint8 with one scale per tensor (chosen from a histogram of the calibration values) and weights
+# int8 with one scale per output channel. The MLP first, calibrated on a few batches like its input:
+
+# %%
+from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
+    X86InductorQuantizer, get_default_x86_inductor_quantization_config)
+
+# Two notes that are noise here: one from inside Inductor's oneDNN lowering, and the quantizer's
+# remark that it leaves a max-pool in float because its input is float.
+warnings.filterwarnings("ignore", message="To copy construct from a tensor")
+warnings.filterwarnings("ignore", message="The input of maxpool2d is not quantized")
+
+
+def pt2e_int8(model: nn.Module, example: torch.Tensor, calibration, dynamic_shapes=None) -> torch.fx.GraphModule:
+    """Return ``model`` quantized statically to int8 by PT2E, calibrated on the batches in ``calibration``."""
+    graph = torch.export.export(model, (example,), dynamic_shapes=dynamic_shapes).module()  # 1. capture
+    quantizer = X86InductorQuantizer().set_global(get_default_x86_inductor_quantization_config())
+    prepared = prepare_pt2e(graph, quantizer)  # 2. observers attached, nothing quantized yet
+    with torch.no_grad():
+        for batch in calibration:  # 3. the observers record value ranges
+            prepared(batch)
+    return convert_pt2e(prepared)  # 4. fixed scales, int8 weights, quantize/dequantize pairs
+
+
+torch.manual_seed(1)
+mlp_calibration = [torch.randn(16, 1024) for _ in range(4)]  # drawn like x_mlp, but not x_mlp itself
+mlp_pt2e = pt2e_int8(mlp, x_mlp, mlp_calibration)
+
+graph_ops = Counter(str(n.target).split(".")[1] for n in mlp_pt2e.graph.nodes if n.op == "call_function")
+print("operators in the converted graph:", dict(graph_ops))
+
+
+def graph_tensor(gm: torch.fx.GraphModule, target: str) -> torch.Tensor:
+    """Return the tensor a ``get_attr`` node reads; its target may be dotted ("0.bias")."""
+    owner, _, leaf = target.rpartition(".")
+    return getattr(gm.get_submodule(owner) if owner else gm, leaf)
+
+
+int8_tensors = {n.target: tuple(graph_tensor(mlp_pt2e, n.target).shape) for n in mlp_pt2e.graph.nodes
+                if n.op == "get_attr" and graph_tensor(mlp_pt2e, n.target).dtype == torch.int8}
+print("int8 tensors it reads:", int8_tensors)
+with torch.inference_mode():
+    reference_out = mlp_pt2e(x_mlp)
+    pt2e_err = ((reference_out - mlp(x_mlp)).norm() / mlp(x_mlp).norm()).item()
+print(f"relative error of the reference int8 graph against fp32: {pt2e_err:.4f}")
+assert graph_ops["quantize_per_tensor"] == graph_ops["linear"] == 2 and len(int8_tensors) == 2
+assert pt2e_err < 0.05
+
+
+# %% [markdown]
+# Before timing anything, check what a file of this model would hold. `size.serialized_bytes`
+# saves a module's `state_dict`, and the module `convert_pt2e` returns holds more than its graph
+# reads. The cell lists what no node of the graph reads, then drops it:
+
+# %%
+def unread_tensors(gm: torch.fx.GraphModule) -> list[str]:
+    """Return the names of the parameters and buffers of ``gm`` that no node of its graph reads."""
+    read = {n.target for n in gm.graph.nodes if n.op == "get_attr"}
+    held = [name for name, _ in gm.named_parameters()] + [name for name, _ in gm.named_buffers()]
+    return [name for name in held if name not in read]
+
+
+def drop_unread(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Delete (in place) the parameters and buffers no node reads; return ``gm``."""
+    for name in unread_tensors(gm):
+        owner, _, leaf = name.rpartition(".")
+        delattr(gm.get_submodule(owner) if owner else gm, leaf)
+    return gm
+
+
+unread = unread_tensors(mlp_pt2e)
+held_bytes = size.serialized_bytes(mlp_pt2e)
+print(f"tensors held but never read: {unread} ({', '.join(str(mlp_pt2e.get_parameter(n).dtype) for n in unread)})")
+drop_unread(mlp_pt2e)
+pt2e_mlp_bytes = size.serialized_bytes(mlp_pt2e)
+print(f"serialized: {held_bytes / 1e6:.2f} MB as converted, {pt2e_mlp_bytes / 1e6:.2f} MB with only what the graph "
+      f"reads; fp32 MLP {mlp_bytes / 1e6:.2f} MB, so {mlp_bytes / pt2e_mlp_bytes:.2f}x smaller")
+with torch.inference_mode():
+    torch.testing.assert_close(mlp_pt2e(x_mlp), reference_out, rtol=0, atol=0)  # dropping them changed nothing
+assert not unread_tensors(mlp_pt2e) and mlp_bytes / pt2e_mlp_bytes > 3.5
+bench.record("quant.pt2e.size_ratio", mlp_bytes / pt2e_mlp_bytes, "x", model="MLP 1024-4096-1024",
+             scheme="PT2E X86InductorQuantizer default: int8 per-channel weights, uint8 per-tensor activations",
+             unread_dropped=len(unread))
+
+
+# %% [markdown]
+# Where that list is not empty, the module as `convert_pt2e` returns it is not what you want to
+# ship: measure, and save, what the graph reads.
+#
+# ### The freezing switch decides which kernels run
+#
+# Inductor replaces the quantized patterns by oneDNN kernels in its *freezing* passes. Freezing
+# treats the weights as constants, so it can pack each int8 weight into oneDNN's layout once, at
+# compile time. It is off by default (`torch._inductor.config.freezing`), because a frozen graph
+# must never see its weights change, which rules out training. Compile the same converted MLP both
+# ways and count, in the generated code, the oneDNN int8 calls, the float matmul calls and the
+# generated loops that dequantize:
+
+# %%
+def census(source: str) -> dict[str, int]:
+    """Return what one generated module runs: oneDNN int8 calls, float matmul/conv calls, _int_mm calls,
+    and the generated loops that dequantize something."""
+    call = "\n".join(line for line in inductor_code.wrapper_call(source).splitlines()
+                     if not line.strip().startswith("#"))  # code only: comments name the original ops
+    return {
+        "oneDNN int8": inductor_code.count(call, r"torch\.ops\.onednn\.q(?:linear|conv)\w*\."),
+        "float matmul/conv": inductor_code.count(
+            call, r"extern_kernels\.(?:addmm|mm|bmm|convolution)\(|torch\.ops\.(?:mkl|mkldnn)\.\w+\."),
+        "_int_mm": inductor_code.count(call, r"extern_kernels\._int_mm\("),
+        "dequantize loops": sum("dequantize" in name for name in inductor_code.kernel_calls(source)),
+    }
+
+
+mlp_census = {}
+for freezing in (False, True):
+    with torch._inductor.config.patch(freezing=freezing), torch.inference_mode():
+        compiled = torch.compile(mlp_pt2e)
+        out, sources = inductor_code.generated_code(compiled, x_mlp)  # resets Dynamo, then compiles
+    assert len(sources) == 1
+    torch.testing.assert_close(out, reference_out, rtol=0.05, atol=0.02)  # right answers either way
+    mlp_census[freezing] = census(sources[0])
+    print(f"freezing {'on ' if freezing else 'off'}: {mlp_census[freezing]}")
+mlp_pt2e_frozen = compiled  # the frozen one, kept for the timing below
+n_linear = sum(isinstance(m, nn.Linear) for m in mlp.modules())
+if cpu_facts.cpu_class.startswith("x86"):  # the rewrite is oneDNN's, the same on every x86 CPU class
+    assert mlp_census[False]["oneDNN int8"] == 0 and mlp_census[False]["float matmul/conv"] == n_linear
+    assert mlp_census[True]["oneDNN int8"] == n_linear and mlp_census[True]["float matmul/conv"] == 0
+    print(f"freezing off: {n_linear} float matmuls, after {mlp_census[False]['dequantize loops']} generated loops "
+          f"that dequantize; freezing on: {n_linear} oneDNN int8 Linear kernels and no float matmul")
+else:
+    print(f"on {cpu_facts.cpu_class} the counts above are this platform's: X86InductorQuantizer targets x86 CPUs")
+
+# %% [markdown]
+# Without freezing, the compiled model does exactly what the reference graph does: generated loops
+# turn the int8 weights back into float on every call and the matmuls run in float. Nothing
+# complains, the outputs are right, and the int8 kernels you quantized for never run. So turn
+# freezing on for inference, for the whole process in a deployment script
+# (`torch._inductor.config.freezing = True`: the setting is read whenever a graph compiles,
+# including a recompile for a new input shape), and check the generated code as above.
+#
+# ### Speed, compared like with like
+#
+# The int8 MLP runs frozen, so the fair baselines are compiled with freezing too: fp32 compiled,
+# and torchao's dynamic int8 MLP from earlier. The census says what each of them runs.
+
+# %%
+pt2e_label = "PT2E int8, compiled (freezing)"
+frozen_mlps = {}
+if not config.is_quick():  # two more compiles: quick mode compares with fp32 eager only
+    with torch._inductor.config.patch(freezing=True), torch.inference_mode():
+        frozen_mlps = {"fp32 compiled (freezing)": torch.compile(copy.deepcopy(mlp)),
+                       "torchao int8 dyn-act, compiled (freezing)": torch.compile(copy.deepcopy(mlp_dyn))}
+        for label, fn in frozen_mlps.items():
+            _, sources = inductor_code.generated_code(fn, x_mlp)
+            print(f"{label:<42} {census(sources[0])}")
+print(f"{pt2e_label:<42} {mlp_census[True]}")
+pt2e_mlp_variants = {"fp32 eager": mlp, **frozen_mlps, pt2e_label: mlp_pt2e_frozen}
+with torch._inductor.config.patch(freezing=True), torch.inference_mode():
+    for fn in pt2e_mlp_variants.values():  # generated_code reset Dynamo: these calls recompile, frozen
+        torch.testing.assert_close(fn(x_mlp), mlp(x_mlp), rtol=0.05, atol=0.02)
+    pt2e_mlp_table = bench.compare(pt2e_mlp_variants, x_mlp)
+print()
+print(pt2e_mlp_table)
+for other, key in (("fp32 eager", "vs_fp32_eager"), ("fp32 compiled (freezing)", "vs_fp32_compiled"),
+                   ("torchao int8 dyn-act, compiled (freezing)", "vs_torchao_dyn_act")):
+    if other in pt2e_mlp_variants:
+        print(f"PT2E int8 MLP: {pt2e_mlp_table.describe(pt2e_label, other, name=f'quant.pt2e.mlp.{key}')}")
+if config.is_quick():
+    print("(quick mode: the compiled fp32 and torchao baselines are left out; the full run compares with them)")
+pt2e_base = "fp32 compiled (freezing)" if frozen_mlps else "fp32 eager"
+pt2e_word = pt2e_mlp_table.verdict(pt2e_label, pt2e_base)  # recorded above
+print(f"why, against {pt2e_base}: " + {
+    "faster": f"oneDNN's int8 kernels read a quarter of the weight bytes, and on this CPU ({route['isa']}) "
+              + ("do several 8-bit multiply-adds per instruction" if onednn_dot else "that outweighs their extra steps"),
+    "no clear difference": "the quarter-size weight reads and the per-call activation quantizing (a generated loop) "
+                           "come out even at batch 16 here",
+    "slower": f"oneDNN's int8 kernels on this CPU ({route['isa']}) "
+              + ("cost more than the float ones they replace" if onednn_dot else
+                 "have no 8-bit dot-product instruction: 16-bit pair sums, more instructions per multiply-add"),
+}[pt2e_word])
+
+# %% [markdown]
+# With freezing on, torchao's dynamic layers can be rewritten into oneDNN calls as well (the census
+# above shows whether they were here): the freezing passes that torchao registers when its x86
+# quantizer is imported also match the `torch._int_mm` pattern of dynamic quantization. The
+# difference that remains is *static* against *dynamic*: PT2E fixed the activation scales at
+# calibration, torchao computes one per row on every call.
+#
+# ### The digits CNN through PT2E
+#
+# Convolutions are where PT2E covers what torchao's `quantize_` does not. The same five steps on the
+# trained digits CNN, calibrated on the same 512 training images as ONNX Runtime's static model.
+# `prepare_pt2e` also folds each BatchNorm into the convolution before it. The accuracy is
+# measured twice: on the converted graph run eagerly (the reference arithmetic) and compiled.
+
+# %%
+cnn_pt2e = pt2e_int8(cnn, x_calib[:64], x_calib.split(64),
+                     dynamic_shapes=({0: torch.export.Dim("batch", max=4096)},))
+cnn_unread = len(unread_tensors(cnn_pt2e))
+drop_unread(cnn_pt2e)
+n_bn = sum(isinstance(m, nn.BatchNorm2d) for m in cnn.modules())
+bn_left = sum("batch_norm" in str(n.target) for n in cnn_pt2e.graph.nodes)
+print(f"BatchNorm layers: {n_bn} in the model, {bn_left} left in the converted graph (folded into the convolutions)")
+assert bn_left == 0
+acc_pt2e_reference = accuracy(cnn_pt2e)
+# dynamic=False: one static graph; every call below passes the whole test set, so it compiles once.
+cnn_pt2e_frozen = torch.compile(cnn_pt2e, dynamic=False)
+with torch._inductor.config.patch(freezing=True), torch.inference_mode():
+    _, sources = inductor_code.generated_code(cnn_pt2e_frozen, x_test)
+cnn_census = census(sources[0])
+n_conv = sum(isinstance(m, nn.Conv2d) for m in cnn.modules())
+n_cnn_linear = sum(isinstance(m, nn.Linear) for m in cnn.modules())
+print(f"compiled with freezing: {cnn_census} for {n_conv} convolutions and {n_cnn_linear} Linear layer")
+if cpu_facts.cpu_class.startswith("x86"):
+    assert cnn_census["oneDNN int8"] == n_conv + n_cnn_linear and cnn_census["float matmul/conv"] == 0
+
+acc_pt2e = accuracy(cnn_pt2e_frozen)
+pt2e_drop = acc_fp32 - acc_pt2e
+cnn_bytes, cnn_pt2e_bytes = size.serialized_bytes(cnn), size.serialized_bytes(cnn_pt2e)
+print(f"accuracy: fp32 {acc_fp32:.2f}%, PT2E reference graph {acc_pt2e_reference:.2f}%, "
+      f"PT2E compiled (oneDNN int8) {acc_pt2e:.2f}%: a drop of {pt2e_drop:.2f} percentage points")
+print(f"size: {cnn_bytes / 1e3:.1f} KB fp32, {cnn_pt2e_bytes / 1e3:.1f} KB int8 ({cnn_unread} unread tensors dropped), "
+      f"{cnn_bytes / cnn_pt2e_bytes:.2f}x smaller")
+assert pt2e_drop <= 1.0
+bench.record("quant.pt2e.acc_drop", pt2e_drop, "pp", model="digits SmallResNet", fp32_acc=acc_fp32,
+             reference_acc=acc_pt2e_reference, calibration_images=len(x_calib), epochs=epochs)
+
+# %%
+pt2e_cnn_variants = {"fp32 torch eager": cnn, "int8 ORT static QDQ": digits_variants["int8 ORT static QDQ"][0]}
+if not config.is_quick():  # compiling the fp32 CNN too costs seconds that quick mode saves
+    pt2e_cnn_variants["fp32 compiled (freezing)"] = torch.compile(copy.deepcopy(cnn), dynamic=False)
+pt2e_cnn_variants[pt2e_label] = cnn_pt2e_frozen
+with torch._inductor.config.patch(freezing=True), torch.inference_mode():
+    for fn in pt2e_cnn_variants.values():
+        fn(x_test)  # warm-up (and, for the fp32 one, the compile) with freezing on
+    pt2e_cnn_table = bench.compare(pt2e_cnn_variants, x_test)
+print(f"digits CNN, batch {len(x_test)}")
+print(pt2e_cnn_table)
+for other, key in (("fp32 torch eager", "vs_fp32_eager"), ("fp32 compiled (freezing)", "vs_fp32_compiled"),
+                   ("int8 ORT static QDQ", "vs_ort_static")):
+    if other in pt2e_cnn_variants:
+        print(f"PT2E int8 CNN: {pt2e_cnn_table.describe(pt2e_label, other, name=f'quant.pt2e.cnn.{key}')}")
+if config.is_quick():
+    print("(quick mode: the fp32 compiled CNN is left out; the full run compares with it too)")
+
+# %% [markdown]
+# Both static int8 paths, ONNX Runtime's QDQ model and PT2E's compiled graph, run integer
+# convolutions whose outputs stay in 8 bits where the next layer takes int8 too (the census counts
+# the loops that still dequantize, around the layers left in float); they differ in who fuses the
+# pattern (ONNX Runtime's graph optimizer, Inductor's freezing passes) and in whose kernels run
+# (MLAS, oneDNN). The verdicts above are for this CPU; the table near the end of this notebook says
+# which kernels each library has for each CPU class.
+#
+# ## Quantization-aware training with torchao
+#
+# Post-training quantization (PTQ), everything so far, rounds a trained model's weights and hopes
+# the network tolerates the rounding. Quantization-aware training (QAT) lets the network adapt to it:
+# during a short fine-tuning, every forward pass rounds the weights exactly as the quantized model
+# will ("fake" quantization: round onto the integer grid, then multiply back to float), while the
+# backward pass lets the gradient through the rounding as if it were not there (the
+# straight-through estimator), so the float weights keep learning. torchao runs it in two calls of
+# `quantize_` around your usual training loop:
+#
+# - `quantize_(model, QATConfig(base_config, step="prepare"))` swaps each `nn.Linear` for a
+#   `FakeQuantizedLinear` that simulates `base_config`'s rounding;
+# - fine-tune as usual;
+# - `quantize_(model, QATConfig(base_config, step="convert"))` swaps them back and applies
+#   `base_config` for real.
+#
+# `QATConfig` swaps `nn.Linear` and `nn.Embedding` layers only. How much of the digits CNN is that?
+
+# %%
+cnn_linear_share = sum(m.weight.numel() for m in cnn.modules() if isinstance(m, nn.Linear)) / size.count_parameters(cnn)
+print(f"the digits CNN: {cnn_linear_share:.1%} of its parameters are in Linear layers")
+assert cnn_linear_share < 0.05
+
+# %% [markdown]
+# Too little to teach anything (PT2E has its own QAT flow for convolutions, `prepare_qat_pt2e`). So
+# this section trains a digits classifier made of Linear layers: an MLP on the same 8×8 images,
+# 64 → 128 → 128 → 10. The base configuration is `IntxWeightOnlyConfig` with one scale per output
+# channel, at 4 bits (a common target for QAT) and at 2 bits (a stress test: four levels per
+# weight). The comparison is fair on training: the PTQ model gets the same extra epochs of float
+# fine-tuning that the QAT model gets with fake quantization, so QAT's gain cannot come from
+# training longer.
+
+# %%
+from torchao.quantization.qat import QATConfig
+
+
+def train_digits(model: nn.Module, n_epochs: int, lr: float) -> nn.Module:
+    """Train ``model`` on the digits for ``n_epochs`` with AdamW; return it in eval mode."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    for _ in range(n_epochs):
+        model.train()
+        for images, labels in train_loader:
+            opt.zero_grad()
+            F.cross_entropy(model(images), labels).backward()
+            opt.step()
+    return model.eval()
+
+
+torch.manual_seed(0)
+digits_mlp = nn.Sequential(nn.Flatten(), nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(),
+                           nn.Linear(128, 10))
+base_epochs, tune_epochs = config.pick(quick=6, full=15), config.pick(quick=2, full=4)
+train_digits(digits_mlp, base_epochs, lr=3e-3)
+tuned_fp32 = train_digits(copy.deepcopy(digits_mlp), tune_epochs, lr=1e-3)  # the control: float fine-tuning
+acc_mlp_fp32 = accuracy(tuned_fp32)
+print(f"digits MLP, fp32: {acc_mlp_fp32:.2f}% after {base_epochs} + {tune_epochs} epochs")
+assert acc_mlp_fp32 > 90
+
+qat_rows = {}
+for bits, dtype in ((4, torch.int4), (2, torch.int2)):
+    base_config = IntxWeightOnlyConfig(weight_dtype=dtype, granularity=PerAxis(0))
+    ptq = copy.deepcopy(tuned_fp32)
+    quantize_(ptq, base_config)  # post-training: round the fine-tuned float weights
+    qat = copy.deepcopy(digits_mlp)
+    quantize_(qat, QATConfig(base_config, step="prepare"))
+    train_digits(qat, tune_epochs, lr=1e-3)  # the same extra epochs, with the rounding simulated
+    with torch.inference_mode():
+        simulated = qat(x_test)
+    quantize_(qat, QATConfig(base_config, step="convert"))
+    with torch.inference_mode():
+        converted = qat(x_test)
+    torch.testing.assert_close(converted, simulated, rtol=1e-4, atol=1e-4)  # QAT trained the model convert built
+    levels = qat[1].weight.qdata  # the converted weights: small integers stored one per byte
+    assert -(2 ** (bits - 1)) <= levels.min() and levels.max() <= 2 ** (bits - 1) - 1
+    qat_rows[bits] = {"ptq": accuracy(ptq), "qat": accuracy(qat), "bytes": size.serialized_bytes(qat)}
+
+print(f"\n{'weights':>8} {'PTQ acc':>8} {'QAT acc':>8} {'QAT - PTQ':>10} {'size vs fp32':>13}")
+fp32_mlp_bytes = size.serialized_bytes(tuned_fp32)
+for bits, r in qat_rows.items():
+    print(f"{f'int{bits}':>8} {r['ptq']:>7.2f}% {r['qat']:>7.2f}% {r['qat'] - r['ptq']:>+9.2f}pp "
+          f"{r['bytes'] / fp32_mlp_bytes:>12.2f}x")
+
+# %%
+BAND_PP = 1.0  # 1 percentage point: four or five of the test images; closer than that is noise
+
+
+def pp_verdict(gain: float) -> str:
+    """Return "higher", "lower" or "no clear difference" for an accuracy difference in points (band: BAND_PP)."""
+    return "higher" if gain > BAND_PP else "lower" if gain < -BAND_PP else "no clear difference"
+
+
+for bits, r in qat_rows.items():
+    lost = bench.record_verdict(f"quant.qat.int{bits}.ptq_vs_fp32", pp_verdict(r["ptq"] - acc_mlp_fp32),
+                                band_pp=BAND_PP, ptq=r["ptq"], fp32=acc_mlp_fp32)
+    gained = bench.record_verdict(f"quant.qat.int{bits}.qat_vs_ptq", pp_verdict(r["qat"] - r["ptq"]),
+                                  band_pp=BAND_PP, qat=r["qat"], ptq=r["ptq"])
+    meaning = {"higher": "QAT recovered accuracy that PTQ lost" if lost == "lower" else "QAT did better still",
+               "no clear difference": "nothing to recover" if lost != "lower" else "QAT did not recover it",
+               "lower": "QAT did worse than PTQ"}[gained]
+    print(f"int{bits}: PTQ accuracy vs fp32 {lost}; QAT accuracy vs PTQ {gained} "
+          f"(band {BAND_PP:g} point): {meaning}")
+bench.record("quant.qat.acc_recovered", qat_rows[2]["qat"] - qat_rows[2]["ptq"], "pp", bits=2,
+             model="digits MLP 64-128-128-10", base_config="IntxWeightOnlyConfig per channel",
+             fp32_acc=acc_mlp_fp32, ptq_acc=qat_rows[2]["ptq"], qat_acc=qat_rows[2]["qat"], tune_epochs=tune_epochs)
+
+
+# %% [markdown]
+# Read the rows from the top. Where post-training rounding already keeps the accuracy (the verdict
+# says "no clear difference" against fp32), QAT has nothing to recover, and a few epochs of it buy
+# nothing but training time. Where the rounding is coarse enough to cost accuracy, the verdicts say
+# whether fine-tuning with the rounding in the loop won it back. Two more lessons sit in the table:
+# the converted model computes exactly what the fake-quantized one trained on (asserted), and the
+# size column shows that this configuration's 4-bit and 2-bit values are stored one per byte, so
+# they save no more storage than int8. Packed layouts that store two or four values per byte
+# come with the kernels of specific backends (int4 needed an extra package above).
+#
 # ## The transformer, every variant side by side
 #
-# Now all-MiniLM-L6-v2, with every variant of this notebook. Size is the serialized state dict
+# Now all-MiniLM-L6-v2, with the variants of this notebook that apply to a whole transformer
+# (PT2E and QAT were shown on the MLP and the digits models above). Size is the serialized state dict
 # (torch variants) or the ONNX file (ONNX Runtime variants), each compared with fp32 in the same
 # format; latency is a batch of 16 sentences; quality is measured on the whole retrieval set.
 # Quick mode leaves out the compiled variants (compiling MiniLM takes a while).
@@ -978,9 +1390,18 @@ print(f"smallest int8 variant: {smallest}: {s['size_ratio']:.3f}x the fp32 size,
 print(f"fastest int8 variant with mean cosine >= 0.99: {fastest}: "
       f"{int8_rows[fastest]['latency_ratio']:.2f}x the fp32 eager latency")
 print("int8 variants below that quality bar: " + (", ".join(n for n in int8_rows if n not in good) or "none"))
+
+
+def verdict_key(variant: str) -> str:
+    """Return a variant's label as one word of a verdict name: 'bf16 eager' -> 'bf16_eager'."""
+    return re.sub(r"[^a-z0-9]+", "_", variant.lower()).strip("_")
+
+
+int8_words = {n: minilm_table.verdict(n, "fp32 eager", name=f"quant.minilm.{verdict_key(n)}.vs_fp32_eager")
+              for n in int8_rows}
 for word, heading in (("faster", "FASTER than"), ("no clear difference", "not clearly different from"),
                       ("slower", "SLOWER than")):
-    names = [n for n in int8_rows if minilm_table.verdict(n, "fp32 eager") == word]
+    names = [n for n in int8_rows if int8_words[n] == word]
     print(f"int8 variants {heading} fp32 eager on this CPU: " + (", ".join(names) or "none"))
 lowest = min(rows, key=lambda n: rows[n]["cosine"])
 print(f"lowest quality: {lowest} (mean cosine {rows[lowest]['cosine']:.4f}, "
@@ -996,7 +1417,12 @@ bench.record("quant.minilm.int8.cosine", s["cosine"], "cosine", variant=smallest
 bench.record("quant.minilm.int8.latency_ratio", int8_rows[fastest]["latency_ratio"], "x", variant=fastest,
              baseline="fp32 eager", batch=16, tokens=ids16.shape[1], selection="fastest with cosine >= 0.99")
 print(f"on this CPU ({cpu_facts.cpu_class}) the fastest good int8 variant is "
-      f"{minilm_table.describe(fastest, 'fp32 eager')}")
+      f"{minilm_table.describe(fastest, 'fp32 eager', name='quant.minilm.int8_fastest_good.vs_fp32_eager')}")
+# The rows that are not int8 get their verdict too: a ratio in the table is not a direction on its own.
+for name in rows:
+    if name not in int8_rows and name != "fp32 eager":
+        said = minilm_table.describe(name, "fp32 eager", name=f"quant.minilm.{verdict_key(name)}.vs_fp32_eager")
+        print(f"{name} on this CPU: {said}")
 
 
 # %% [markdown]
@@ -1017,12 +1443,12 @@ print(f"on this CPU ({cpu_facts.cpu_class}) the fastest good int8 variant is "
 #   model's many small matmuls. The verdict lines above sort the int8 variants into faster, no
 #   clear difference and slower on your machine, judged against the timing spread.
 #
-# | CPU class (`cpu.info()`) | torch.ao dynamic (FBGEMM) | torchao dyn-act (`torch._int_mm`) | ONNX Runtime int8 (MLAS) |
-# |---|---|---|---|
-# | x86 with AMX or AVX-512 VNNI | VNNI kernels | oneDNN's VNNI or AMX kernels | VNNI kernels |
-# | x86 with AVX-VNNI, no AVX-512 | AVX2 kernels | torch's own plain loop | AVX-VNNI kernels |
-# | x86 with AVX2 only | AVX2 kernels, 7-bit activations | torch's own plain loop | AVX2 kernels (U8S8 pairs can saturate) |
-# | ARM (`arm64`) | QNNPACK engine instead of FBGEMM | depends on the build: measure | dot-product kernels where the core has them |
+# | CPU class (`cpu.info()`) | torch.ao dynamic (FBGEMM) | torchao dyn-act (`torch._int_mm`) | PT2E static (oneDNN, frozen) | ONNX Runtime int8 (MLAS) |
+# |---|---|---|---|---|
+# | x86 with AMX or AVX-512 VNNI | VNNI kernels | oneDNN's VNNI or AMX kernels | oneDNN's AMX or AVX-512 VNNI kernels | VNNI kernels |
+# | x86 with AVX-VNNI, no AVX-512 | AVX2 kernels | torch's own plain loop | oneDNN's AVX-VNNI kernels | AVX-VNNI kernels |
+# | x86 with AVX2 only | AVX2 kernels, 7-bit activations | torch's own plain loop | oneDNN's AVX2 kernels (16-bit pair sums) | AVX2 kernels (U8S8 pairs can saturate) |
+# | ARM (`arm64`) | QNNPACK engine instead of FBGEMM | depends on the build: measure | not this quantizer: torchao has an ARM one | dot-product kernels where the core has them |
 #
 # Which of these your machine gets is the first thing to check before choosing an int8 path; the
 # setup cell printed your class, and `python -m course_utils cpu --probe` asks oneDNN directly.
@@ -1043,6 +1469,13 @@ print(f"on this CPU ({cpu_facts.cpu_class}) the fastest good int8 variant is "
 #   not do (the CNN's verdicts show what it cost here); calibrate and quantize statically (QDQ)
 #   instead.
 # - **Tiny models.** Scales, zero points and extra nodes can make a quantized file *bigger*.
+# - **PT2E compiled without freezing.** The outputs are right and the int8 kernels never run: the
+#   compiled graph dequantizes its weights on every call. Set `torch._inductor.config.freezing = True`
+#   for inference and count the oneDNN calls in the generated code, as the PT2E section does.
+# - **Measuring the module `convert_pt2e` returns.** It can still hold float tensors its graph no
+#   longer reads (the PT2E section lists them); size, and save, only what the graph reads.
+# - **QAT by reflex.** Fine-tuning with fake quantization costs training time; first check whether
+#   post-training quantization loses anything at the bit width you need (the QAT section's verdicts).
 # - **Deprecated APIs.** `torch.quantization` / `torch.ao.quantization` still run but warn; new
 #   code uses torchao (`quantize_`, and `torchao.quantization.pt2e` for export-based static flows).
 # - **Keep numerically sensitive parts in float.** LayerNorm, softmax and the final pooling and
@@ -1116,15 +1549,26 @@ else:
 # - ONNX Runtime: dynamic quantization suits transformers (turn on `per_channel`); CNNs want static
 #   QDQ quantization with calibration data, and `reduce_range=True` for U8S8 models that must run
 #   on x86 CPUs without VNNI, where 16-bit pair sums can saturate.
+# - PT2E is PyTorch's static int8 flow, now in torchao: `torch.export`, `prepare_pt2e` with
+#   `X86InductorQuantizer`, calibration, `convert_pt2e`, then `torch.compile` **with freezing**,
+#   without which Inductor keeps the float matmuls of the reference graph. The generated code says
+#   which kernels ran; it covers convolutions, which torchao's `quantize_` does not.
+# - QAT (`QATConfig(base_config, step="prepare")`, fine-tune, `step="convert"`) trains the exact
+#   model that conversion produces. It can only win back what post-training rounding loses: check
+#   that first, and compare with PTQ after the same amount of fine-tuning.
 # - FP8 formats have tiny ranges, so FP8 data always travels with a scale; scaled FP8 matmuls need
 #   compute capability 8.9 or newer.
-# - The headline results (`quant.minilm.int8.*`, `quant.digits.int8.acc_drop`,
-#   `quant.handwritten.max_rel_err`) feed the course's results report.
+# - The headline results (`quant.minilm.int8.*`, `quant.digits.int8.acc_drop`, `quant.pt2e.*`,
+#   `quant.qat.acc_recovered`, `quant.handwritten.max_rel_err`) and every verdict (`quant.*`) feed
+#   the course's results report.
 #
 # ## Further reading
 #
 # - [torchao documentation](https://docs.pytorch.org/ao/stable/) (quantization overview, `quantize_`, configurations)
 # - [torchao PT2E quantization tutorials](https://docs.pytorch.org/ao/stable/tutorials_source/pt2e_quant_ptq.html)
+#   and the [PT2E quick start](https://docs.pytorch.org/ao/stable/pt2e_quantization/index.html) (`X86InductorQuantizer`)
+# - [torchao `QATConfig`](https://docs.pytorch.org/ao/stable/generated/torchao.quantization.qat.QATConfig.html)
+#   and the [QAT workflow guide](https://docs.pytorch.org/ao/main/workflows/qat.html)
 # - [`torch.ao.quantization` (deprecated) reference](https://docs.pytorch.org/docs/stable/quantization.html)
 # - [ONNX Runtime quantization guide](https://onnxruntime.ai/docs/performance/model-optimizations/quantization.html)
 # - [`torch.finfo`](https://docs.pytorch.org/docs/stable/type_info.html) and the [FP8 formats paper](https://arxiv.org/abs/2209.05433)
