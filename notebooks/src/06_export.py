@@ -1103,8 +1103,26 @@ def read_pins(path) -> dict[str, str]:
 
 
 tested = {**read_pins(config.REPO_ROOT / "constraints.txt"), **read_pins(config.REPO_ROOT / "constraints-executorch.txt")}
+@contextlib.contextmanager
+def runtime_log(lines: list):
+    """Collect ExecuTorch's log lines into ``lines`` instead of showing them. Its Python binding sends
+    them to ``sys.stderr`` inside Jupyter and to file descriptor 2 in a plain script: catch both."""
+    sys.stderr.flush()
+    saved, text = os.dup(2), io.StringIO()
+    with open(OUT / "runtime_log.txt", "w+") as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            with contextlib.redirect_stderr(text):
+                yield lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            lines += [ln.strip() for ln in (text.getvalue() + sink.read()).splitlines() if ln.strip()]
+
+
 try:
-    with quiet_native_stderr():  # ExecuTorch's native libraries log their CPU probing when loaded
+    with runtime_log([]):  # ExecuTorch's native libraries log their CPU probing when loaded
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
         from executorch.devtools.backend_debug import get_delegation_info
         from executorch.exir import to_edge_transform_and_lower
@@ -1131,19 +1149,20 @@ if has_executorch:
     # once delegates exist, so a re-run of this cell after loading leaves it alone).
     from executorch.extension.pybindings import portable_lib
 
-    pool_size = getattr(portable_lib, "_threadpool_get_thread_count", lambda: None)()
+    count_pool = getattr(portable_lib, "_threadpool_get_thread_count", lambda: None)
     reset_pool = getattr(portable_lib, "_unsafe_reset_threadpool", None)
-    if reset_pool is not None and pool_size != 1 and "method" not in globals():
-        with quiet_native_stderr():
+    with runtime_log([]):  # the first look at the pool probes the CPU, and logs it
+        pool_size = count_pool()
+        if reset_pool is not None and pool_size != 1 and "method" not in globals():
             reset_pool(1)
-    et_threads = getattr(portable_lib, "_threadpool_get_thread_count", lambda: None)()
+        et_threads = count_pool()
     print(f"XNNPACK thread pool: {pool_size} thread(s) by default, {et_threads} now")
     lowered = {}
 
     def lower_to_xnnpack() -> None:
         lowered["edge"] = to_edge_transform_and_lower(ep_mlp, partitioner=[XnnpackPartitioner()])
 
-    with quiet_export(), quiet_native_stderr(), warnings.catch_warnings():
+    with runtime_log([]), quiet_export(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         lower_s = bench.first_call(lower_to_xnnpack)
     edge = lowered["edge"]
@@ -1161,7 +1180,7 @@ if has_executorch:
     assert any(b.op_type == "aten_linear_default" and b.delegated and not b.non_delegated for b in aten_rows), \
         "XNNPACK takes every linear layer"
 
-    with quiet_native_stderr(), warnings.catch_warnings():
+    with runtime_log([]), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         et_program = edge.to_executorch()
     pte = OUT / "mlp_xnnpack.pte"
@@ -1170,7 +1189,6 @@ if has_executorch:
     pte_kib = pte.stat().st_size / 1024
     print(f"\n{short(pte)}: {pte_kib:.0f} KiB, of which the float32 weights are {weights_kib:.0f} KiB")
     assert weights_kib < pte_kib < 2 * weights_kib, "the weights are most of the file"
-
 
 # %% [markdown]
 # The table counts each operator inside and outside the delegated subgraphs. Every operator left
@@ -1185,24 +1203,8 @@ if has_executorch:
 # package earlier, which ran one without complaint:
 
 # %%
-@contextlib.contextmanager
-def native_stderr_to(lines: list):
-    """Collect what C++ code writes to file descriptor 2 into ``lines`` instead of showing it."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with open(OUT / "native_stderr.txt", "w+") as sink:
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield lines
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            lines += [ln.strip() for ln in sink if ln.strip()]
-
-
 if has_executorch:
-    with quiet_native_stderr():  # the runtime logs its CPU probing at start-up
+    with runtime_log([]):  # the runtime logs its CPU probing at start-up
         method = Runtime.get().load_program(str(pte)).load_method("forward")
     planned = method.metadata.input_tensor_meta(0)
     print("planned input:", planned)
@@ -1219,11 +1221,16 @@ if has_executorch:
                  delegated_subgraphs=split.num_delegated_subgraphs, portable_ops=portable_ops,
                  pte_kib=round(pte_kib, 1), executorch=et_version)
 
-    runtime_log = []
-    with native_stderr_to(runtime_log):
-        err = expect_error(method.execute, [torch.randn(129, 64)], match=r"set_inputs|resiz")
+    refusal_log = []
+
+    def execute_logged(x: torch.Tensor):
+        with runtime_log(refusal_log):
+            return method.execute([x])
+
+    err = expect_error(execute_logged, torch.randn(129, 64), match=r"set_inputs|resiz")
     print("\nbatch 129 (above max=128):", first_line(err))
-    print("the runtime's own log says why:", next((ln for ln in runtime_log if "resize" in ln), runtime_log[-1:]))
+    print("the runtime's log says why:", *(f"\n  {ln}" for ln in refusal_log))
+    assert any("resize" in ln for ln in refusal_log), refusal_log
 
 # %% [markdown]
 # Where the AOTInductor package runs code that was never checked for a batch above its range
