@@ -86,9 +86,10 @@ assert not problems, "fix the FAIL lines above before going on"
 print(f"{len(checks)} checks, all passed")
 
 # %% [markdown]
-# Which device will the course use? `get_device()` picks CUDA when it is available and the CPU
-# otherwise; setting `COURSE_DEVICE=cpu` (or `cuda`) overrides the choice. The guarded cell
-# below is the pattern every GPU-only example in the course follows.
+# Which device will the course use? `get_device()` picks the accelerator torch sees (CUDA, ROCm
+# or XPU) and the CPU otherwise (Apple's MPS only when you ask for it with `COURSE_DEVICE=mps`);
+# setting `COURSE_DEVICE=cpu` (or `cuda`) overrides the choice. The guarded cell below is the
+# pattern every GPU-only example in the course follows.
 
 # %%
 device = get_device()
@@ -217,11 +218,13 @@ print(tiny_table)
 torch.testing.assert_close(compiled_chain(tiny), activation_chain(tiny), rtol=1e-5, atol=1e-5)
 tiny_speedup = tiny_table.speedup("compiled")
 tiny_verdict = tiny_table.verdict("compiled")
-reason = {"faster": "one generated loop beat ten eager dispatches",
-          "slower": "the guard checks and the call into compiled code cost more than ten dispatches",
-          "no clear difference": "the saved dispatches and the added per-call checks roughly cancel"}[tiny_verdict]
+reason = {"faster": "one generated loop beat ten eager dispatches on this machine",
+          "slower": ("the guard checks and the call into compiled code cost more than ten dispatches "
+                     "on this machine"),
+          "no clear difference": ("the saved dispatches and the added per-call checks roughly cancel, "
+                                  "or a busy machine hid the gap in the timing spread")}[tiny_verdict]
 tiny_said = tiny_table.describe("compiled", name="setup.tiny_chain.compiled_vs_eager")
-print(f"\nthe chain on 8 numbers: compiled is {tiny_said}: {reason} on this machine")
+print(f"\nthe chain on 8 numbers: compiled is {tiny_said}: {reason}")
 
 
 # %% [markdown]
@@ -280,10 +283,11 @@ else:
 # - `make lab` and `make test` set everything up; the doctor tells you what is missing and how to
 #   fix it.
 # - `torch.compile` pays a one-off compile cost on the first call, then runs generated code.
-#   Fusion saves memory traffic, so it can only help where there is traffic to save (the
+#   Fusion saves memory traffic, so fusion only helps where there is traffic to save (the
 #   element-wise chain on a large tensor); a lone matrix multiply has nothing to fuse, and on a
-#   tiny tensor the saved dispatches compete with per-call guard checks. The verdict lines above
-#   say how each case came out on your machine, judged against the timing spread.
+#   tiny tensor what compiling can save is dispatch overhead, which competes with per-call guard
+#   checks. The verdict lines above say how each case came out on your machine, judged against
+#   the timing spread.
 # - Measure with warm-up, many runs and medians (`course_utils.bench`), and compare variants in
 #   the same run. The results you recorded here (`setup.first_call_s`, `setup.steady_speedup`)
 #   feed the course's results report.
