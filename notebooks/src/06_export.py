@@ -1073,7 +1073,8 @@ else:
 # For phones and microcontrollers, ExecuTorch takes the same `ExportedProgram` further:
 #
 # 1. `to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])` converts it to the
-#    **Edge dialect** (core ATen with dtype rules fixed) and hands every subgraph that the XNNPACK
+#    **Edge dialect** (core ATen with dtype rules fixed, except operators the partitioner asks to
+#    keep whole, such as `linear` in the table below) and hands every subgraph that the XNNPACK
 #    back end supports (optimised CPU kernels for Arm and x86) to that back end, as a *delegate*;
 #    whatever XNNPACK does not take stays on ExecuTorch's portable kernels;
 # 2. `.to_executorch()` plans memory and serialises a `.pte` flatbuffer;
@@ -1236,7 +1237,8 @@ if has_executorch:
 # Where the AOTInductor package runs code that was never checked for a batch above its range
 # (unless `AOTI_RUNTIME_CHECK_INPUTS=1`), the ExecuTorch runtime refuses it: the input does not fit
 # the memory it planned, and it says so. Export without a `Dim` and the plan is for exactly the
-# example's shape, so every other batch size is refused the same way.
+# example's shape: the runtime then has no room to resize the input (try another batch size on such
+# a `.pte` to see its message).
 #
 # ### How fast, here
 #
