@@ -1,7 +1,8 @@
 # %% [markdown]
 # # 01 · `torch.compile`: arguments, modes, backends, caches, and when it pays
 #
-# `torch.compile` is one line, but that line has six arguments, four modes and a stack of
+# `torch.compile` is one line, but that line has a handful of arguments (section 2 lists the installed
+# torch's), four modes and a stack of
 # backends behind it, and whether it makes *your* model faster depends on where your model spends
 # its time and on your CPU; whichever way it goes, the answer comes after a wait for the compile.
 # This notebook goes through the whole surface of `torch.compile`, measures each piece on
@@ -13,7 +14,7 @@
 #
 # - how to compile a plain function and an `nn.Module` (and the `state_dict` pitfall that comes with it);
 # - what each argument of `torch.compile` does (`fullgraph`, `dynamic`, `backend`, `mode`, `options`,
-#   `disable`, and the newer ones), each shown working;
+#   `disable`, and the newer ones), each shown working (`isolate_recompiles` is only described);
 # - what the four modes change, what `reduce-overhead` and `max-autotune` do **on a CPU**, and what
 #   they do on a GPU;
 # - the backends `eager`, `aot_eager` and `inductor`, and how to bisect a compile problem with them;
@@ -554,8 +555,9 @@ print(f"-> {verdict_line}. " + ("The four plain modes generated the same kernels
 # adds building and timing the candidates to the compile (the cell above printed what that did to the
 # first call here), and whether the
 # tuned choice wins depends on your matrix sizes and on how noisy the machine was while it timed
-# the candidates (the report above shows the timings it based its choice on). This MLP spends most
-# of its time in matrix multiplies, which eager PyTorch already hands to the same libraries; unless
+# the candidates (the report above shows the timings it based its choice on). This MLP's heavy
+# operations are matrix multiplies (section 5's table counts the library calls of a similar MLP),
+# which eager PyTorch already hands to the same libraries; unless
 # autotuning picks Inductor's own template for them (the count above says how many it did here), that
 # limits what any mode can gain (section 5 measures where compiling does gain).
 #
@@ -798,8 +800,11 @@ def reason(name: str, r: dict) -> str:
     word = r["table"].verdict("compiled")
     elements = sum(a.numel() for a in CASES[name][1])
     if elements <= 64:
-        return (f"the input has only {elements} numbers, so each call's fixed costs (checking the guards, "
-                "entering the generated wrapper) are of the same order as the work itself")
+        costs = (f"the input has only {elements} numbers, so each call's fixed costs (checking the guards, "
+                 "entering the generated wrapper)")
+        return costs + {"faster": " were small enough next to the work for the saving to show",
+                        "no clear difference": " are of the same order as the work itself",
+                        "slower": " outweighed the little work there was to speed up"}[word]
     if r["library"] == 0:
         traffic = r["ops"] * elements * 4
         where = (f"; the {r['ops']} intermediate tensors (about {traffic / 1e6:.1f} MB) fit in this CPU's "
@@ -807,9 +812,9 @@ def reason(name: str, r: dict) -> str:
         fused = (f"its {r['ops']} operations became {r['loops']} generated loop(s), so intermediate results stay in "
                  "registers and cache instead of going to memory and back")
         tail = {"faster": "; the saved traffic showed as time",
-                "no clear difference": ", but the generated loop's arithmetic took about as long as eager's kernels",
-                "slower": ", but the generated loop's arithmetic cost more than eager's hand-written kernels "
-                          "for these operations, more than the saved traffic"}[word]
+                "no clear difference": ", but the saved traffic did not show as time here",
+                "slower": ", but here the generated code took longer than eager's separate kernels: saving the "
+                          "traffic was not enough on this CPU"}[word]
         return fused + tail + where
     tail = {"faster": "the fused glue was a large enough share of the time to show",
             "no clear difference": "so most of the time is spent in the same routines either way",
@@ -966,11 +971,11 @@ compile_cost = first_step_s["compiled"] - first_step_s["eager"]
 print(f"steady state (median of epochs 2-{EPOCHS}): eager {steady_eager:.3f} s, compiled {steady_compiled:.3f} s "
       f"per epoch: compiled is {epochs_table.describe('compiled')}")
 print(f"compiling cost about {compile_cost:.1f} s once (the first step above)")
-print("Why: most of this network's work is convolutions, forward and backward, which the compiled code hands to "
-      "the same oneDNN routines eager uses; what Inductor can fuse (batch norm, ReLU, the residual adds on 8x8 "
-      "images) is small, and " + {"faster": "here it saved enough to show.",
-                                  "no clear difference": "here it did not save enough to show.",
-                                  "slower": "here the compiled step's own overhead outweighed it."}[epoch_word])
+print("Why: the convolutions, forward and backward, run in the same oneDNN routines either way, and the loss and "
+      "the optimizer step stay eager, so only the fused glue (batch norm, ReLU, the residual adds) can save time; "
+      "here, in training, it " + {"faster": "saved enough to show.",
+                                  "no clear difference": "did not save enough to show.",
+                                  "slower": "was outweighed by the compiled step's own overhead."}[epoch_word])
 saving = steady_eager - steady_compiled
 bench.record_verdict("compile.train.payback", "pays" if epoch_word == "faster" else "does not pay",
                      compile_s=round(compile_cost, 3), saving_s=round(saving, 4))
@@ -1083,6 +1088,7 @@ if ARTIFACT_RUN:
     fresh_dir = CACHE_ROOT / "from_artifacts"
     shutil.rmtree(fresh_dir, ignore_errors=True)
     cache_runs["empty dir + artifacts"] = first_call_in_new_process(fresh_dir, "load")
+    libraries["empty dir + artifacts"] = len(list(fresh_dir.rglob("*.so")))
 elif compat.has("cache_artifacts"):
     print("quick mode: the artifacts run (one more cold compile) is left for full mode")
 
@@ -1113,14 +1119,17 @@ if cold["artifact_kinds"]:
     print(f"The cold run saved {size_kb:.0f} kB of cache artifacts, of these kinds: {', '.join(cold['artifact_kinds'])}.")
 if ARTIFACT_RUN:
     art = cache_runs["empty dir + artifacts"]
-    art_word = bench.band_verdict(art["first_s"], cold["first_s"], band=0.1, name="compile.cache.artifacts_vs_cold")
+    # One run each: the same 25% band as the side-by-side routes table below.
+    art_word = bench.band_verdict(art["first_s"], cold["first_s"], band=0.25, name="compile.cache.artifacts_vs_cold")
     print(f"Loading the artifacts into an empty directory gave graph-cache hits ({art['graph_hits']}), "
-          f"but the C++ was rebuilt ({art['cpp_build_s']:.1f} s): first call {art['first_s']:.2f} s against "
-          f"{cold['first_s']:.2f} s cold, {art_word} (10% band). On a CPU the artifacts do not carry the built "
-          "libraries: they can save only the tracing and code generation, " + {
-              "lower": "and here that showed",
-              "no clear difference": "which here was small next to the C++ build",
-              "higher": "and here something else slowed this run down more than that saved"}[art_word] + ".")
+          f"but the C++ was rebuilt ({libraries['empty dir + artifacts']} libraries, as the cold run built "
+          f"{libraries['cold']}): first call {art['first_s']:.2f} s against {cold['first_s']:.2f} s cold, {art_word} "
+          f"(25% band); outside the C++ build, which both ran, {art['first_s'] - art['cpp_build_s']:.2f} s against "
+          f"{cold['first_s'] - cold['cpp_build_s']:.2f} s.")
+    print("The artifacts do not carry the built libraries on a CPU, so they can save only the tracing and code "
+          f"generation. The same C++ build took {art['cpp_build_s']:.2f} s here against {cold['cpp_build_s']:.2f} s "
+          "cold, so one run each cannot say how much of the difference the artifacts saved (the routes table in "
+          "the precompile section judges this side by side).")
 bench.record("compile.cache.warm_speedup", warm_speedup, "x", cold_s=cold["first_s"], warm_s=warm["first_s"])
 
 fig, ax = plt.subplots(figsize=(6, 0.8 + 0.5 * len(cache_runs)))
@@ -1456,7 +1465,16 @@ if PRECOMPILE and not config.is_quick():
         did = ("it skipped " + " and ".join([", ".join(skipped[:-1]), skipped[-1]] if len(skipped) > 1 else skipped)
                if skipped else "it did the same work")
         same_build = (a["kernels_built"], a["probes_built"]) == (b["kernels_built"], b["probes_built"])
-        if word != "lower" and same_build and a["libraries_built"]:
+        varied = f"the import step alone varied {import_spread:.1f}x between them"
+        if word == "higher" and same_build:
+            built = (f"built the same {a['libraries_built']} C++ libraries as {against}" if a["libraries_built"]
+                     else f"neither it nor {against} built a C++ library")
+            did += (f", and {built}, so nothing counted here explains the extra time; single runs in separate "
+                    f"processes vary this much ({varied})")
+        elif word == "higher":
+            did += (f"; it built {a['libraries_built']} C++ libraries against {against}'s {b['libraries_built']}, and "
+                    f"single runs in separate processes also vary ({varied})")
+        elif word != "lower" and same_build and a["libraries_built"]:
             did += (f", but both built the same {a['libraries_built']} C++ libraries; what it skipped did not show beyond "
                     f"the band in one run each (the import step alone varied {import_spread:.1f}x between processes)")
         elif word != "lower":
@@ -1478,7 +1496,8 @@ if PRECOMPILE and not config.is_quick():
     print(f"on another machine (an empty directory) the precompiled forward built its {empty['kernels_built']} kernel "
           f"librar{'y' if empty['kernels_built'] == 1 else 'ies'} from the source it carries, as the cold compile built "
           f"{pre_routes['cold']['kernels_built']}, and {empty['probes_built']} CPU probes: "
-          + ("on a CPU the bundle does not carry built libraries, so there it saves only the tracing and code generation"
+          + ("on a CPU the bundle does not carry built libraries, so there it can save at most the tracing and code "
+             "generation; the verdict above says whether that showed in this run"
              if empty["kernels_built"] else "its kernels needed no build"))
 
     fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.45 * len(pre_routes)))
@@ -1559,7 +1578,8 @@ if PRECOMPILE:
 # What must match between the process that captures and the one that loads:
 #
 # - **the torch version**: the file calls torch's private internals (counted above), and the cache's
-#   envelope carries a format version that `load()` checks;
+#   envelope carries a format version: when it does not match, `load()` warns and ignores the cache,
+#   so the kernels are built again from the code (its source says so; this notebook does not run it);
 # - **the CPU's instruction set**: the kernels are C++ source that Inductor wrote for the capture
 #   machine's vector width (an AVX-512 register holds 16 floats, an AVX2 register 8; the excerpt above
 #   shows the step written into a loop), and the loading machine builds that source with its own
@@ -1707,9 +1727,10 @@ exercises.check("01.cache_env", cache_env)
 #   overhead but reuse their output memory.
 # - Bisect a problem with `eager` → `aot_eager` → `aot_eager_decomp_partition` → `inductor`, or let
 #   `CompilerBisector` do it.
-# - On a CPU compiling has the most to save where fusion removes memory traffic, little where matrix
-#   multiplies and convolutions dominate (they run in the same libraries either way: only the glue
-#   around them is fused), and on tiny calls its own per-call checks weigh as much as the work. Measure
+# - On a CPU compiling has the most to save where fusion removes memory traffic, and can have little
+#   where matrix multiplies and convolutions dominate (they run in the same libraries either way: only
+#   the glue around them is fused); on tiny calls its own per-call checks weigh as much as the work, or
+#   more. Measure
 #   the steady state and the first call separately, in the same run, and read the verdict for your machine.
 # - The first call is paid again in every new process unless the on-disk cache is warm; keep
 #   `TORCHINDUCTOR_CACHE_DIR`. `torch.compiler.precompile` captures a whole computation (a training
