@@ -48,7 +48,7 @@ def conda_pins() -> dict[str, str]:
 
 def declared() -> list[str]:
     meta = pyproject()["project"]
-    # Core and dev are pinned; other extras (executorch) are optional and resolved at install time.
+    # Core and dev are pinned here; the executorch extra is pinned in constraints-executorch.txt (tests/test_executorch.py).
     deps = meta["dependencies"] + meta["optional-dependencies"]["dev"]
     return [norm(re.split(r"[<>=!~ ;\[]", d)[0]) for d in deps]
 
