@@ -1126,8 +1126,9 @@ if ARTIFACT_RUN:
           f"{libraries['cold']}): first call {art['first_s']:.2f} s against {cold['first_s']:.2f} s cold, {art_word} "
           f"(25% band); outside the C++ build, which both ran, {art['first_s'] - art['cpp_build_s']:.2f} s against "
           f"{cold['first_s'] - cold['cpp_build_s']:.2f} s.")
+    same = "The same" if libraries["empty dir + artifacts"] == libraries["cold"] else "The"
     print("The artifacts do not carry the built libraries on a CPU, so they can save only the tracing and code "
-          f"generation. The same C++ build took {art['cpp_build_s']:.2f} s here against {cold['cpp_build_s']:.2f} s "
+          f"generation. {same} C++ build took {art['cpp_build_s']:.2f} s here against {cold['cpp_build_s']:.2f} s "
           "cold, so one run each cannot say how much of the difference the artifacts saved (the routes table in "
           "the precompile section judges this side by side).")
 bench.record("compile.cache.warm_speedup", warm_speedup, "x", cold_s=cold["first_s"], warm_s=warm["first_s"])
