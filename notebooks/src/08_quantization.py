@@ -176,7 +176,8 @@ assert half_cos[torch.float16] > half_cos[torch.bfloat16]  # float16's finer man
 # Half the bytes for a tiny loss of accuracy: float16's finer mantissa gives the closer
 # embeddings here, since nothing in this model comes near its overflow limit. On a CPU, whether a
 # cast also saves time depends on the CPU (recent x86 chips have bf16 dot-product instructions,
-# older ones emulate them) and on the library that runs the matmuls. The final table measures it.
+# older ones emulate them) and on the library that runs the matmuls. The final table measures it
+# for bf16.
 #
 # ## Int8 by hand
 #
@@ -841,7 +842,7 @@ class OrtClassifier:
 # %%
 int16_max = torch.iinfo(torch.int16).max
 pair_full = 2 * 255 * 128    # two products of a uint8 activation and a full-range int8 weight
-pair_reduced = 2 * 255 * 64  # the same with reduce_range's 7-bit weights, in [-64, 63]
+pair_reduced = 2 * 255 * 64  # the same with reduce_range's 7-bit weights, in [-64, 64]
 print(f"largest pair sum: {pair_full} with 8-bit weights, {pair_reduced} with 7-bit ones; int16 holds {int16_max}")
 assert pair_reduced <= int16_max < pair_full
 # ONNX Runtime reads the CPU itself (a CPU profile does not change its choice).
@@ -890,19 +891,24 @@ fp32_onnx_kb = size.serialized_bytes(digits_onnx)
 print(f"int8 files: {size.serialized_bytes(digits_dyn) / fp32_onnx_kb:.2f}x (dynamic) and "
       f"{size.serialized_bytes(digits_static) / fp32_onnx_kb:.2f}x (static) the fp32 ONNX file")
 weight_share = 4 * size.count_parameters(cnn) / fp32_onnx_kb
-print(f"the weights are {weight_share:.0%} of the fp32 file, so storing every one of them in 8 bits could at best "
-      f"bring it to {1 - 0.75 * weight_share:.2f}x; scales, zero points and extra nodes come on top")
-assert size.serialized_bytes(digits_static) / fp32_onnx_kb > 1 - 0.75 * weight_share > 0.25  # above the bound
+int8_estimate = 1 - 0.75 * weight_share  # the weights at a quarter of their bytes, the rest of the file unchanged
+print(f"the weights are {weight_share:.0%} of the fp32 file, so storing every weight in 8 bits, and changing "
+      f"nothing else, would give {int8_estimate:.2f}x; the quantizer also rewrites the rest of the graph, "
+      "so a file can land above or below that estimate")
+int8_file_ratios = [size.serialized_bytes(m) / fp32_onnx_kb for m in (digits_dyn, digits_static)]
+assert 0.25 < int8_estimate < 1 and min(int8_file_ratios) > 0.25  # int8 bytes plus what does not shrink
 assert acc_drop <= 1.0
 bench.record("quant.digits.int8.acc_drop", acc_drop, "pp", variant="onnxruntime static QDQ per-channel int8, reduce_range",
              fp32_acc=acc_fp32, epochs=epochs)
 bench.bar_chart(digits_table, title="digits CNN, batch 256, CPU");
 
 # %% [markdown]
-# Read the size lines first: the int8 files stay above a quarter of the fp32 file (asserted). This CNN
-# has so few weights that the scales, zero points and extra graph nodes the quantizer adds are a
-# large share of the file. Quantization only shrinks the weights, so the file shrinks only as far as
-# the weights' share of it allows: the last line above prints that bound for this model.
+# Read the size lines first: the int8 files stay above a quarter of the fp32 file (asserted).
+# Quantization shrinks the weights, so the weights' share of the file sets roughly how far the file
+# can shrink: the last line above prints that estimate for this model. Besides its weights, the file
+# holds the graph and other constants that do not shrink, and the quantizer adds scales, zero points
+# and nodes on top: the last two lines above show the weights' share and where each int8 file
+# landed against the estimate.
 #
 # On speed, look at what each variant does per call. Dynamic quantization makes ONNX Runtime
 # compute an activation scale before every convolution and run a generic integer convolution
@@ -1117,6 +1123,9 @@ print(f"why, against {pt2e_base}: " + {
               + ("cost more than the float ones they replace" if onednn_dot else
                  "have no 8-bit dot-product instruction: 16-bit pair sums, more instructions per multiply-add"),
 }[pt2e_word])
+if cpu_facts.profile and onednn_dot and not cpu_facts.int8_dot:
+    print(f"(CPU profile {cpu_facts.profile}: oneDNN reads the real CPU, so these int8 timings are not "
+          "an AVX2-only CPU's)")
 
 # %% [markdown]
 # With freezing on, torchao's dynamic layers can be rewritten into oneDNN calls as well (the census
@@ -1264,7 +1273,9 @@ for bits, dtype in ((4, torch.int4), (2, torch.int2)):
     torch.testing.assert_close(converted, simulated, rtol=1e-4, atol=1e-4)  # QAT trained the model convert built
     levels = qat[1].weight.qdata  # the converted weights: small integers stored one per byte
     assert -(2 ** (bits - 1)) <= levels.min() and levels.max() <= 2 ** (bits - 1) - 1
+    assert levels.element_size() == 1  # one byte per value, whatever the bit width
     qat_rows[bits] = {"ptq": accuracy(ptq), "qat": accuracy(qat), "bytes": size.serialized_bytes(qat)}
+assert qat_rows[4]["bytes"] == qat_rows[2]["bytes"]  # hence the same size for int4 and int2
 
 print(f"\n{'weights':>8} {'PTQ acc':>8} {'QAT acc':>8} {'QAT - PTQ':>10} {'size vs fp32':>13}")
 fp32_mlp_bytes = size.serialized_bytes(tuned_fp32)
@@ -1302,9 +1313,10 @@ bench.record("quant.qat.acc_recovered", qat_rows[2]["qat"] - qat_rows[2]["ptq"],
 # nothing but training time. Where the rounding is coarse enough to cost accuracy, the verdicts say
 # whether fine-tuning with the rounding in the loop won it back. Two more lessons sit in the table:
 # the converted model computes exactly what the fake-quantized one trained on (asserted), and the
-# size column shows that this configuration's 4-bit and 2-bit values are stored one per byte, so
-# they save no more storage than int8. Packed layouts that store two or four values per byte
-# come with the kernels of specific backends (int4 needed an extra package above).
+# size column is the same for 4 and 2 bits: this configuration keeps each value in a byte of its own
+# (asserted: one byte per small integer in `qdata`), whatever the bit width. Packed layouts that
+# store two or four values per byte come with the kernels of specific backends (int4 needed an
+# extra package above).
 #
 # ## The transformer, every variant side by side
 #
@@ -1443,12 +1455,15 @@ for name in rows:
 #   model's many small matmuls. The verdict lines above sort the int8 variants into faster, no
 #   clear difference and slower on your machine, judged against the timing spread.
 #
-# | CPU class (`cpu.info()`) | torch.ao dynamic (FBGEMM) | torchao dyn-act (`torch._int_mm`) | PT2E static (oneDNN, frozen) | ONNX Runtime int8 (MLAS) |
+# | CPU class (`cpu.info()`) | torch.ao dynamic (FBGEMM) | torchao dyn-act, compiled without freezing (`torch._int_mm`) | PT2E static (oneDNN, frozen) | ONNX Runtime int8 (MLAS) |
 # |---|---|---|---|---|
 # | x86 with AMX or AVX-512 VNNI | VNNI kernels | oneDNN's VNNI or AMX kernels | oneDNN's AMX or AVX-512 VNNI kernels | VNNI kernels |
 # | x86 with AVX-VNNI, no AVX-512 | AVX2 kernels | torch's own plain loop | oneDNN's AVX-VNNI kernels | AVX-VNNI kernels |
-# | x86 with AVX2 only | AVX2 kernels, 7-bit activations | torch's own plain loop | oneDNN's AVX2 kernels (16-bit pair sums) | AVX2 kernels (U8S8 pairs can saturate) |
+# | x86 with AVX2 only | AVX2 kernels, 7-bit activations | torch's own plain loop | oneDNN's AVX2 kernels (16-bit pair sums: torchao advises `reduce_range=True` in the quantization config there) | AVX2 kernels (U8S8 pairs can saturate) |
 # | ARM (`arm64`) | QNNPACK engine instead of FBGEMM | depends on the build: measure | not this quantizer: torchao has an ARM one | dot-product kernels where the core has them |
+#
+# With freezing on, torchao's dynamic layers get the PT2E column's oneDNN kernels (on x86; the
+# PT2E section's census shows whether they did on yours).
 #
 # Which of these your machine gets is the first thing to check before choosing an int8 path; the
 # setup cell printed your class, and `python -m course_utils cpu --probe` asks oneDNN directly.
@@ -1468,7 +1483,9 @@ for name in rows:
 #   generic integer convolutions between float operations, are work that static quantization does
 #   not do (the CNN's verdicts show what it cost here); calibrate and quantize statically (QDQ)
 #   instead.
-# - **Tiny models.** Scales, zero points and extra nodes can make a quantized file *bigger*.
+# - **Tiny models.** The scales, zero points and extra nodes cost about the same whatever the layer
+#   size, so the smaller the model, the further its int8 file stays above a quarter (the digits
+#   CNN's size lines show it).
 # - **PT2E compiled without freezing.** The outputs are right and the int8 kernels never run: the
 #   compiled graph dequantizes its weights on every call. Set `torch._inductor.config.freezing = True`
 #   for inference and count the oneDNN calls in the generated code, as the PT2E section does.
@@ -1544,7 +1561,8 @@ else:
 #   Measure the bare int8 product first; the verdicts above are for your CPU only.
 # - `torch.ao.quantization` is deprecated but still runs (FBGEMM, with 7-bit activations);
 #   torchao's `quantize_` is the maintained PyTorch API. Its int8 dynamic configuration plus
-#   `torch.compile` rides on `torch._int_mm`, so it can pay only where that product is fast.
+#   `torch.compile` rides on `torch._int_mm` by default; with freezing on, Inductor rewrites it into
+#   oneDNN int8 calls (the PT2E section counts them), so check the generated code for your setting.
 #   Float8 configurations need a recent GPU, int4 an extra package.
 # - ONNX Runtime: dynamic quantization suits transformers (turn on `per_channel`); CNNs want static
 #   QDQ quantization with calibration data, and `reduce_range=True` for U8S8 models that must run
