@@ -496,7 +496,6 @@ print(f"{trace['allreduce_calls']} all-reduce call(s) in one step, all launched 
       f"started before the last gradient was computed ({', '.join(trace['comm_names'])})")
 assert trace["allreduce_calls"] >= 1 and trace["started_inside_backward"] == trace["allreduce_calls"]
 
-
 # %% [markdown]
 # On a GPU that overlap is the point: the network works while the GPU computes the remaining
 # gradients. On two CPU processes sharing two cores the all-reduce is a memory copy through loopback
@@ -1135,9 +1134,9 @@ class Stage(nn.Module):
 
 
 def my_stage(model, rank, world):
-    cut = len(model.blocks) // world * (rank + 1)           # two ranks: blocks [0, d/2) and [d/2, d)
-    lo = len(model.blocks) // world * rank
-    return Stage(model, lo, len(model.blocks) if rank == world - 1 else cut, last=rank == world - 1)
+    """This rank's stage: an equal share of the blocks; the last rank also takes any left over, and the head."""
+    share, last = len(model.blocks) // world, rank == world - 1
+    return Stage(model, rank * share, len(model.blocks) if last else (rank + 1) * share, last)
 
 
 def note_chunks(stage, events):
@@ -1233,6 +1232,7 @@ for name, run in pp["schedules"].items():
             assert in_flight(got["events"]) == pp["world"] - r
 bench.record("dist.pp.grad_max_abs_diff", pp_diff, "abs", world=pp["world"], microbatches=PP_MICRO,
              schedules="GPipe,1F1B", width=WIDTH, depth=DEPTH);
+
 
 # %% [markdown]
 # Both schedules gave one process's gradients to float32 rounding (asserted), and the mean of the
