@@ -296,10 +296,10 @@ print("verdict: " + ("health checks wait for whole generations" if ratio > 5 els
 
 
 # %% [markdown]
-# The health check does no work at all, yet now it waits behind whole generations: while the
-# model runs on the loop, nothing else is even read from the network, so few health checks get
-# answered in the whole run (the table above counts them). A load balancer would take such a server
-# for dead. On a busy machine the threaded server's checks wait too, for the GIL and the cores its
+# The health check does no work at all, yet on the loop it can only be answered between generations:
+# while the model runs, nothing else is even read from the network. The table counts how many checks
+# were answered and the verdict says how much slower they were here; a load balancer whose checks time
+# out takes a server for dead. On a busy machine the threaded server's checks wait too, for the GIL and the cores its
 # model threads hold, which is why the size of the gap is this machine's verdict. Nor does `async` make the model itself
 # concurrent: the two throughput figures only differ in how requests take turns on the same cores
 # (one after another on the loop, or several threads contending for the model), and neither lets
@@ -465,7 +465,7 @@ print(f"{streamed.n_ok} streams, all valid: first token after {streamed.ttft_ms[
       f"last token after {streamed.latency_ms['p50']:.0f} ms (median)")
 
 # %% [markdown]
-# The first token arrives in a fraction of the time the whole answer takes. This notebook's servers are enough to understand the design, but they have gaps that
+# The cell prints both times: to the first token and to the whole answer. This notebook's servers are enough to understand the design, but they have gaps that
 # matter under real load:
 #
 # - a **static batch** runs until its longest request is done: a request that arrives one step after
@@ -578,13 +578,13 @@ print(f"p99 latency {best32.latency_ms['p99']:,.0f} ms against {none32.latency_m
 it1, it32 = reports["iteration", 1], reports["iteration", 32]
 one_word = bench.band_verdict(it1.tokens_per_s, reports["none", 1].tokens_per_s, band=0.15,
                               name="serve.load.iteration_vs_none.c1")
+ONE_ROW_GAP = ("with one row there is nothing to batch, so the gap is each mode's own per-step machinery or the "
+               "machine's load (the modes are measured one after another); this cell cannot tell which")
 print(f"with one client, batching has nothing to batch: iteration mode {it1.tokens_per_s:,.0f} tokens/s, "
       f"no batching {reports['none', 1].tokens_per_s:,.0f}: " + {
           "no clear difference": "no clear difference (15% band), as expected",
-          "higher": "iteration higher beyond the 15% band: with one row both do the same work per token, so the "
-                    "gap comes from the machine, not from batching (the modes are measured one after another)",
-          "lower": "iteration lower beyond the 15% band: with one row both do the same work per token, so the "
-                   "gap comes from the machine, not from batching (the modes are measured one after another)"}[one_word])
+          "higher": "iteration higher beyond the 15% band: " + ONE_ROW_GAP,
+          "lower": "iteration lower beyond the 15% band: " + ONE_ROW_GAP}[one_word])
 for c in (8, 32):
     st, it = reports["static", c], reports["iteration", c]
     lower_p99 = bench.record_verdict(f"serve.load.lower_p99.c{c}", "iteration" if it.latency_ms["p99"] <
@@ -654,7 +654,7 @@ if count and total:
 # its threads, so the cell can say where the time went.
 
 # %%
-from course_utils.serving.extras.breakdown import measure, own_core_plan, pinned
+from course_utils.serving.extras.breakdown import WALL_PARTS, measure, own_core_plan, pinned
 
 EFF_ROUNDS = config.pick(quick=3, full=24)   # requests per client: long enough for a steady batch
 plan = own_core_plan()                       # ({server core}, {client cores}) or None
@@ -683,18 +683,24 @@ assert 0 < efficiency < 1.5, "served throughput cannot sensibly exceed the bare 
 assert breakdown.tokens == eff_run.n_ok * NEW_TOKENS, "the server counted other tokens than the clients received"
 
 # %%
-# Where the wall time went: the bare model's time for the same tokens (the floor), then each loss.
-# The worker's phases are clock time; its CPU seconds say how much of that it actually ran (the
-# rest it waited for the GIL or a core). `Breakdown.wall_seconds` does the sums.
+# Where the wall time went: the worker's forward passes while it ran on a CPU (counted up to the
+# bare model's time for the same tokens), then each loss. The worker's phases are clock time; its CPU
+# seconds say how much of that it actually ran (the rest it waited for the GIL or a core).
+# `Breakdown.wall_seconds` does the sums.
+FLOOR_LABEL = "forward passes, worker on a CPU (at most the bare model's time for these tokens)"
+part_label = {WALL_PARTS[0]: FLOOR_LABEL}
 parts = breakdown.wall_seconds(bare32)
 for name, seconds in parts.items():
-    print(f"{breakdown.share(seconds):5.0%}  {name}")
+    print(f"{breakdown.share(seconds):5.0%}  {part_label.get(name, name)}")
+print(f"the bare model needs {breakdown.share(breakdown.tokens / bare32):.0%} of this wall time for these tokens; "
+      "its figure, taken on this machine, includes its own waits")
 if breakdown.worker_on_cpu() is None:
     print("(this OS does not report CPU seconds per thread, so waiting cannot be told from working)")
 print(f"largest loss on this machine: {breakdown.largest_loss(bare32)}")
 if len(breakdown.thread_cpu_s) >= 2:
     print(f"the event loop thread (HTTP, JSON, SSE) ran {breakdown.share(breakdown.thread_cpu_s[1]):.0%} of the "
-          "wall time, holding the GIL the worker needs between operators")
+          "wall time: at most that much of the worker's wait was for the GIL; the rest was a wait for a core, "
+          "which on a busy machine other programs take (the notebook's first line says whether this one was busy)")
 # the worker is always in exactly one phase, so its phases cannot add up to more than the run
 ph = breakdown.phases_s
 assert sum(ph.values()) <= 1.05 * breakdown.wall_s + 0.05, (ph, breakdown.wall_s)
@@ -714,8 +720,8 @@ assert sum(parts.values()) <= 1.05 * breakdown.wall_s + 0.05, parts
 # - **The worker not running.** The model worker and the event loop are threads of one Python
 #   process. Torch releases the GIL inside each operator, but the Python between operators needs
 #   it, and the event loop holds it while it parses requests and writes tokens; on a small machine
-#   the worker also waits for a core, which in the measurement above it shares with the event loop
-#   (and with the load generator too where pinning is not available).
+#   the worker also waits for a core, which it shares with the event loop (with the load generator
+#   too where pinning is not available) and with whatever else runs on the machine.
 #   vLLM runs its engine in a separate process from its API server for the first reason;
 #   `ServeSettings(engine_process=True)` (`serve --engine-process`) does the same for the course's
 #   server, and the next cell measures what that buys on this machine.
@@ -765,8 +771,9 @@ print("served / bare model (the bare figure above), unpinned: " +
 
 # %%
 # The engine process once more, now alone on one core, with the HTTP side and the load generator on
-# the other: the worker waits for neither the GIL nor a core. Its breakdown beside the first one's.
-from course_utils.serving.extras.breakdown import WALL_PARTS, engine_child
+# the other: the worker shares its GIL and its core with no other part of the server (other programs
+# on a busy machine can still take the core). Its breakdown beside the first one's.
+from course_utils.serving.extras.breakdown import engine_child
 
 own = None
 if plan is None:
@@ -788,7 +795,7 @@ else:
     first, alone = breakdown.wall_seconds(bare32), own.wall_seconds(bare32)
     print("\nshare of the wall time     thread, server on one core | engine process alone on one core")
     for name in WALL_PARTS:
-        print(f"{breakdown.share(first[name]):>27.0%} | {own.share(alone[name]):>5.0%}   {name}")
+        print(f"{breakdown.share(first[name]):>27.0%} | {own.share(alone[name]):>5.0%}   {part_label.get(name, name)}")
     print(f"largest loss: {breakdown.largest_loss(bare32)} -> {own.largest_loss(bare32)}")
     rows_word = bench.band_verdict(own.mean_rows, breakdown.mean_rows, band=0.15, name="serve.engine_process.rows_own_core")
     print(f"rows per forward pass: {breakdown.mean_rows:.1f} -> {own.mean_rows:.1f} ({rows_word}, 15% band)"
@@ -808,8 +815,8 @@ else:
 # by every other batch size and length. Steps that also compute prompt tokens run
 # eager (`EngineCore` uses the compiled step only when every row decodes). Second, *when* it compiles: the server compiles during start-up, before
 # `/health` answers, so no client waits for it; `serve_in_subprocess` waits for that.
-# Compiling adds to the start-up (the cell prints how long it took here; a first run, before
-# Inductor's cache holds the compiled code, takes longest), so quick mode skips this cell. The compiled and
+# Compiling adds to the start-up (the cell prints how long it took here; with Inductor's cache empty
+# the start-up also builds the code, which notebook 01 measures), so quick mode skips this cell. The compiled and
 # the eager server run side by side, taking turns, so a slow spell of the machine hits both.
 
 # %%
@@ -850,12 +857,12 @@ else:
 # writes, every step would have paid for a graph break or for a copy of the whole cache;
 # `TORCH_LOGS="graph_breaks,recompiles"` on the server process shows such problems (notebook 02), and
 # `tests/test_serving_batching.py` checks that the server's compiled step makes no new graph under
-# load. On a GPU the balance is different: per-step
-# kernel-launch overhead dominates, and fusing kernels plus CUDA graphs (`mode="reduce-overhead"`)
-# is where compiling a decoding step pays most.
+# load. On a GPU the balance is different: per-step kernel-launch overhead is larger, and fusing
+# kernels plus CUDA graphs (`mode="reduce-overhead"`) target exactly that; this notebook does not
+# measure it.
 
 # %%
-if requires_cuda("batched decoding on a GPU, where a batch of 32 costs little more than one row"):
+if requires_cuda("batched decoding on a GPU: a batch of 32 against one row"):
     gpu_model = load_tiny_gpt()[0].to("cuda")
     for b in (1, 32):
         gpu_idx = torch.randint(0, tok.vocab_size, (b, 8), device="cuda")
@@ -1179,10 +1186,11 @@ ax.set_title("the same TinyGPT checkpoint, four ways of serving it")
 fig.tight_layout();
 
 # %% [markdown]
-# Where the two differ, it is in the machinery around the model, not the model: LitServe passes
-# every request and every streamed chunk between its HTTP process and its worker process through
-# queues, while our worker hands tokens to the event loop in the same process. LitServe's design buys
-# isolation (a crashed worker does not take the HTTP server down) and scaling to several workers and
+# Both run the same model on the same machine; what differs is around it: the batching policy when
+# ours ran in iteration mode (LitServe's batching here is static; the cell prints which mode ours
+# used), and the hops between processes: LitServe passes every request and every streamed chunk
+# between its HTTP process and its worker process through queues, while our worker hands tokens to
+# the event loop in the same process. LitServe's design buys isolation (a crashed worker does not take the HTTP server down) and scaling to several workers and
 # devices with one setting; on a small CPU the extra hops can show (the verdict above is this machine's).
 #
 # ## A thousand requests
@@ -1496,8 +1504,8 @@ else:
 #   `serve.vs_litserve.c32`, `serve.load.lost`, `serve.p99_ms.c32`, `serve.ttft_p50_ms.c32` and
 #   `serve.openai.client_ok` (the official `openai` client against the course's server).
 # - A server's gap to the bare model is per-step and per-token work around the model: partial
-#   batches, prompt tokens in the steps, and a worker that waits for the GIL and the cores it shares with the
-#   event loop. `course_utils.serving.extras.breakdown` measures each; a separate engine process removes the GIL wait
+#   batches, prompt tokens in the steps, and a worker that waits for the GIL and for a core (shared with the
+#   event loop and, on a busy machine, with other programs). `course_utils.serving.extras.breakdown` measures each; a separate engine process removes the GIL wait
 #   where there are cores to spare.
 # - `torch.compile` in a server must be paid before traffic arrives (compile during start-up), and
 #   the compiled region must be free of graph breaks and side effects; then measure whether it pays
