@@ -36,7 +36,7 @@ def test_the_device_line_here():
     ("nvidia", "ok    device: cuda; accelerator: CUDA: NVIDIA H200 (sm_90); torch {v} is built for CUDA 13.0"),
     ("amd", "ok    device: cuda; accelerator: ROCm/HIP: AMD Instinct MI300X (gfx942); torch {v} is built for "
             "ROCm/HIP 6.4.1"),
-    ("apple", "ok    device: mps; accelerator: MPS (Apple GPU); torch {v} is built for MPS (macOS)"),
+    ("apple", "ok    device: cpu; accelerator: MPS (Apple GPU); torch {v} is built for MPS (macOS)"),
 ])
 def test_the_doctor_names_the_accelerator(monkeypatch, machine, line):
     fake_machine(monkeypatch, machine)
