@@ -533,9 +533,8 @@ for n in DEPTHS:
 # (floor + N blocks' work) to (floor + one block's work). It reaches 2 only once the N blocks' work is
 # larger than the floor plus twice one block's, which takes a deep model on a machine whose floor is
 # many seconds: full mode's deeper model has 48 blocks for that reason, and the 6-block model shows
-# what a shallow one gets. The next cell prints the ratio for each depth, says whether it reaches the
-# course's target for compiling only the block, and (in full mode, from the two depths) estimates how
-# many blocks this machine needs for the target.
+# what a shallow one gets. The next cell prints the ratio for each depth and says whether it reaches the
+# course's target for compiling only the block.
 
 # %%
 for n in DEPTHS:
@@ -566,13 +565,6 @@ if len(DEPTHS) > 1:
                              name="compile.regional.cold_start.regional_deeper_vs_shallower")
     print(f"the ratio at {DEPTHS[-1]} blocks against {DEPTHS[0]}: {deeper} (band 10%); regional's own cold start "
           f"at {DEPTHS[-1]} against {DEPTHS[0]} blocks: {own}")
-    # Whole-model compile grows by about the same time for every block it adds; regional's hardly grows.
-    shallow, deep = cold[("whole model", DEPTHS[0])]["first_s"], whole["first_s"]
-    per_block = (deep - shallow) / (DEPTHS[-1] - DEPTHS[0])
-    if per_block > 0:
-        needed = DEPTHS[0] + max(0.0, 2 * regional["first_s"] - shallow) / per_block
-        print(f"whole-model compile adds about {per_block:.2f} s a block here, so whole/regional reaches 2x from "
-              f"about {math.ceil(needed)} blocks (regional's cold start held at {regional['first_s']:.1f} s)")
 if ("nested region", N_LAYER) in cold:
     nested = cold[("nested region", N_LAYER)]["first_s"]
     nested_word = {"lower": "shorter than", "higher": "longer than", "no clear difference": "not clearly different from"}[
