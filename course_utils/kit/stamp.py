@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,20 +52,27 @@ def _minutes(seconds: float | None) -> str:
     return f"{seconds / 60:.1f}"
 
 
-def stated_minutes(readme: str) -> dict[str, tuple[str, str, str]]:
-    """Return {notebook: (first run, full, quick)} minutes as README's notebook table states them ("?" where unknown)."""
-    stated, in_table = {}, False
+def _notebook_rows(readme: str, min_cells: int) -> Iterator[tuple[str, list[str]]]:
+    """Yield (notebook, cells) for each row of README's notebook table with at least ``min_cells`` cells."""
+    in_table = False
     for line in readme.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
         if cells and cells[0] == "notebook":
             in_table = True
         elif in_table and not cells:
-            break
-        elif in_table and len(cells) >= 3 and (match := NOTEBOOK_RE.search(cells[0])):
-            figures = [v.strip() for v in cells[2].split("/")]
-            figures = ["?"] * (3 - len(figures)) + figures if len(figures) < 3 else figures[:3]
-            stated[match.group(1)] = tuple(figures)  # type: ignore[assignment]
-    return stated
+            return
+        elif in_table and len(cells) >= min_cells and (match := NOTEBOOK_RE.search(cells[0])):
+            yield match.group(1), cells
+
+
+def stated_minutes(readme: str) -> dict[str, tuple[str, str, str]]:
+    """Return {notebook: (first run, full, quick)} minutes as README's notebook table states them ("?" where unknown)."""
+    stated = {}
+    for name, cells in _notebook_rows(readme, 3):
+        figures = [v.strip() for v in cells[2].split("/")]
+        figures = ["?"] * (3 - len(figures)) + figures if len(figures) < 3 else figures[:3]
+        stated[name] = tuple(figures)
+    return stated  # type: ignore[return-value]
 
 
 def parse_passed(cell: str) -> dict[str, Measured]:
@@ -90,16 +97,7 @@ def format_passed(measured: dict[str, Measured]) -> str:
 
 def stated_dates(readme: str) -> dict[str, dict[str, Measured]]:
     """Return {notebook: {mode: (torch, date)}} from README's "last passed" column."""
-    out, in_table = {}, False
-    for line in readme.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
-        if cells and cells[0] == "notebook":
-            in_table = True
-        elif in_table and not cells:
-            break
-        elif in_table and len(cells) >= 5 and (match := NOTEBOOK_RE.search(cells[0])):
-            out[match.group(1)] = parse_passed(cells[-1])
-    return out
+    return {name: parse_passed(cells[-1]) for name, cells in _notebook_rows(readme, 5)}
 
 
 def stated_quick_seconds(readme: str) -> dict[str, float]:
