@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from typing import NamedTuple
 
 import torch
 
@@ -133,6 +134,38 @@ def accelerator_description() -> str:
     except Exception as err:  # noqa: BLE001 (a description must not raise)
         return f"{acc.type.upper()} (its details cannot be read: {type(err).__name__}: {err})"
     return line + (f", {count} devices" if count > 1 else "")
+
+
+class DeviceMemory(NamedTuple):
+    """How much memory an accelerator offers: ``total_bytes``, and in words what that figure counts."""
+
+    total_bytes: int
+    meaning: str
+
+
+def accelerator_memory(device: torch.device | str | None = None) -> DeviceMemory | None:
+    """Return the memory of ``device`` (default: ``accelerator()``), or None where torch reports none.
+
+    CUDA (NVIDIA, or AMD under ROCm) and XPU report the device's own memory
+    (``get_device_properties(i).total_memory``). An Apple GPU shares the Mac's memory with the CPU,
+    so for MPS the figure is the working set Metal recommends one process stays within
+    (``torch.mps.recommended_max_memory()``), not the size of the RAM. The CPU, other device types
+    and a driver that fails to answer give None: a description must not stop a notebook.
+    """
+    dev = accelerator() if device is None else torch.device(device)
+    if dev is None:
+        return None
+    try:
+        if dev.type in ("cuda", "xpu"):
+            module = torch.cuda if dev.type == "cuda" else torch.xpu
+            idx = dev.index if dev.index is not None else module.current_device()
+            return DeviceMemory(int(module.get_device_properties(idx).total_memory), "the device's own memory")
+        if dev.type == "mps":
+            return DeviceMemory(int(torch.mps.recommended_max_memory()),
+                                "the share of the Mac's unified memory Metal recommends for one process")
+    except Exception:  # noqa: BLE001 (a description must not raise)
+        return None
+    return None
 
 
 def torch_build() -> str:

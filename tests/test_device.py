@@ -283,3 +283,44 @@ def test_synchronize_waits_for_mps_and_xpu(monkeypatch):
     monkeypatch.setenv("COURSE_DEVICE", "mps")
     device.synchronize()  # opted in: the course's device is the Apple GPU
     assert waited[-1] == "mps"
+
+
+# ---- accelerator_memory ---------------------------------------------------------------------------
+
+GIB = 2**30
+
+
+@pytest.mark.parametrize("machine, module, attr", [
+    ("nvidia", torch.cuda, "get_device_properties"),
+    ("amd", torch.cuda, "get_device_properties"),
+    ("intel", torch.xpu, "get_device_properties"),
+])
+def test_accelerator_memory_is_the_device_total(monkeypatch, machine, module, attr):
+    fake_machine(monkeypatch, machine)
+    asked = []
+    monkeypatch.setattr(module, attr, lambda i: asked.append(i) or SimpleNamespace(total_memory=141 * GIB))
+    memory = device.accelerator_memory()
+    assert memory == device.DeviceMemory(141 * GIB, "the device's own memory")
+    assert asked == [0]
+    device.accelerator_memory(f"{MACHINES[machine][0]}:1")  # an explicit index is asked for as given
+    assert asked == [0, 1]
+
+
+def test_accelerator_memory_on_a_mac_is_metals_recommended_working_set(monkeypatch):
+    fake_machine(monkeypatch, "apple")
+    monkeypatch.setattr(torch.mps, "recommended_max_memory", lambda: 12 * GIB)
+    memory = device.accelerator_memory()
+    assert memory.total_bytes == 12 * GIB and "unified memory" in memory.meaning
+
+
+def test_accelerator_memory_is_none_without_an_accelerator_or_an_answer(monkeypatch):
+    fake_machine(monkeypatch, "none")
+    assert device.accelerator_memory() is None
+    assert device.accelerator_memory("cpu") is None
+    fake_machine(monkeypatch, "nvidia")
+
+    def broken(i):
+        raise RuntimeError("driver gone")
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", broken)
+    assert device.accelerator_memory() is None

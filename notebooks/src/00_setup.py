@@ -25,7 +25,7 @@
 import torch
 
 from course_utils import bench, config, exercises, session
-from course_utils.device import get_device, requires_cuda
+from course_utils.device import accelerator, accelerator_description, accelerator_memory, get_device, requires_accelerator
 from course_utils.kit import doctor, env
 
 print(session.start(seed=0))
@@ -45,8 +45,11 @@ print(session.start(seed=0))
 #   leave it off to see effects at their real size. The switch is read in exactly one place,
 #   `course_utils.config`, and notebooks size their experiments with `config.pick(quick, full)`.
 # - **CPU first, GPU extras.** Everything runs on a CPU-only laptop. Material that only exists on a
-#   GPU (CUDA graphs, GPU kernels, FP8 matrix multiplies) sits in cells guarded by
-#   `requires_cuda(...)`, which print `skipped: needs CUDA (...)` on a CPU machine.
+#   GPU sits in guarded cells that print `skipped: needs ...` and the reason on a CPU machine. Each
+#   guard names what its cell needs: `requires_accelerator(...)` for cells that run on any GPU torch
+#   drives (NVIDIA or AMD through `torch.cuda`, Apple's MPS, Intel's XPU), narrowed with `kinds=` where
+#   only some of them do (Inductor writes Triton kernels for CUDA and XPU, not for MPS), and
+#   `requires_cuda(...)` for material that exists only on CUDA (CUDA graphs, NCCL, FP8 matrix multiplies).
 # - **Everything is checked.** Cells `assert` what must hold (results match, counts are right), and
 #   `make test` runs every notebook top to bottom. To test just this one:
 #   `make test-nb NB=notebooks/00_setup.ipynb`.
@@ -88,16 +91,23 @@ print(f"{len(checks)} checks, all passed")
 # %% [markdown]
 # Which device will the course use? `get_device()` picks the accelerator torch sees (CUDA, ROCm
 # or XPU) and the CPU otherwise (Apple's MPS only when you ask for it with `COURSE_DEVICE=mps`);
-# setting `COURSE_DEVICE=cpu` (or `cuda`) overrides the choice. The guarded cell below is the
-# pattern every GPU-only example in the course follows.
+# setting `COURSE_DEVICE=cpu` (or `cuda`) overrides the choice. The guarded cell below shows the
+# pattern the course's GPU examples follow: a guard that says why it skipped, and a body that asks
+# `accelerator()` for the device instead of assuming CUDA, so the same lines describe an NVIDIA, AMD,
+# Apple or Intel GPU.
 
 # %%
 device = get_device()
 print(f"the course will run on: {device}")
 
-if requires_cuda("the name, memory and compute capability of your GPU"):
-    props = torch.cuda.get_device_properties(0)
-    print(f"{props.name}: {props.total_memory / 2**30:.1f} GiB, sm_{props.major}{props.minor}")
+if requires_accelerator("the name, architecture and memory of your GPU"):
+    dev = accelerator()
+    print(f"accelerator torch sees: {accelerator_description()}")  # name; sm_XY on NVIDIA, gfx on AMD
+    memory = accelerator_memory(dev)
+    print(f"its memory: {memory.total_bytes / 2**30:.1f} GiB ({memory.meaning})" if memory is not None
+          else f"its memory: torch reports none for a {dev.type} device")
+    if dev.type != device.type:
+        print(f"the lessons run on the {device.type.upper()} here; COURSE_DEVICE={dev.type} moves them to it")
 
 # %% [markdown]
 # ## A first `torch.compile`

@@ -52,7 +52,7 @@ import torch._dynamo
 from course_utils import bench, compat, config, exercises, session
 from course_utils.breaks import break_report
 from course_utils.inductor_code import fused_kernels, generated_code
-from course_utils.device import requires_cuda
+from course_utils.device import accelerator, requires_accelerator
 
 print(session.start(seed=0))
 
@@ -1094,15 +1094,20 @@ print("why, on 8 numbers: the fixed block makes one call into one graph where th
 # out from the timing spread on yours, and which way it went.
 #
 # The guarded cell repeats the measurement on a GPU, where each `.item()` drains the GPU's queue.
+# It runs where Inductor writes GPU kernels with Triton: NVIDIA and AMD GPUs (CUDA, ROCm) and Intel's
+# XPU. On Apple's MPS, Inductor's backend is a prototype, so the cell skips there.
 
 # %%
-if requires_cuda("the same comparison on a GPU, where .item() makes the CPU wait for the GPU"):
-    big_gpu, hot_gpu = big.cuda(), hot.cuda()
-    gpu = bench.compare(variants, big_gpu, hot_gpu)
+if requires_accelerator("the same comparison on a GPU, where .item() makes the CPU wait for the GPU",
+                        kinds=("cuda", "xpu")):
+    dev = accelerator()
+    big_gpu, hot_gpu = big.to(dev), hot.to(dev)
+    gpu = bench.compare(variants, big_gpu, hot_gpu)  # the first calls compile GPU versions of both functions
     torch.testing.assert_close(compiled_fixed(big_gpu, hot_gpu), broken_block(big_gpu, hot_gpu),
                                rtol=1e-4, atol=1e-5)
     print(gpu)
-    print(f"on the GPU, removing the breaks: {gpu.ratio('compiled, 3 breaks', 'compiled, fixed'):.2f}x")
+    gpu_said = gpu.describe("compiled, fixed", "compiled, 3 breaks", name="breaks.gpu.fixed_vs_broken")
+    print(f"on the {dev.type.upper()}, the fixed version is {gpu_said}")
 
 # %% [markdown]
 # ## Check yourself

@@ -51,7 +51,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from course_utils import bench, config, exercises, session
-from course_utils.device import requires_cuda
+from course_utils.device import accelerator, requires_accelerator
 from course_utils.inductor_code import fused_kernels, generated_code, kernel_source, library_calls, wrapper_call
 
 print(session.start(seed=0))
@@ -786,14 +786,17 @@ assert len(train_codes) == 2 and train_kernels < sum(train_ops.ops.values())
 #
 # ## GPU extra: the Triton kernel
 #
-# On a CUDA GPU the same stack writes **Triton** instead of C++: a Python function decorated with
+# On a GPU the same stack writes **Triton** instead of C++: a Python function decorated with
 # `@triton.jit` that Triton compiles for the GPU. The kernel name tells its kind (`triton_poi_`
 # pointwise, `triton_red_` reduction, `triton_per_` a reduction whose whole row fits in one block).
+# Inductor writes Triton for NVIDIA and AMD GPUs (CUDA, ROCm) and for Intel's XPU; on Apple's MPS it
+# writes Metal shaders instead (a prototype), so the cell below runs on the first three only.
 
 # %%
-if requires_cuda("the Triton kernel Inductor writes for the same function"):
+if requires_accelerator("the Triton kernel Inductor writes for the same function", kinds=("cuda", "xpu")):
     torch._dynamo.reset()
-    xg, wg, bg = x.cuda(), weight.cuda(), bias.cuda()
+    dev = accelerator()
+    xg, wg, bg = x.to(dev), weight.to(dev), bias.to(dev)
     compiled_gpu = torch.compile(norm_gelu_residual)
     with torch.no_grad():
         out_gpu, gpu_codes = generated_code(compiled_gpu, xg, wg, bg)

@@ -49,7 +49,7 @@ from tqdm import tqdm
 
 from course_utils import bench, config, exercises, session
 from course_utils.data import load_digits_split
-from course_utils.device import requires_cuda
+from course_utils.device import accelerator, requires_accelerator
 from course_utils.models import MLP
 
 # The first forward-mode call (jacfwd, jvp, hessian) makes torch load a few internal rules through
@@ -963,14 +963,16 @@ else:
 # ### On a GPU
 #
 # On a GPU every small operation of every sample in the loop is a separate kernel launch, while
-# `vmap` launches a few large kernels. The guarded cell below measures what that means on your GPU.
+# `vmap` launches a few large kernels. The guarded cell below measures what that means on your GPU
+# (any kind torch drives: NVIDIA, AMD, Apple or Intel; nothing in it is compiled).
 
 # %%
-if requires_cuda("per-sample gradients on the GPU: a loop of tiny kernel launches against a few batched kernels"):
-    gpu_clf = copy.deepcopy(clf).cuda()
+if requires_accelerator("per-sample gradients on the GPU: a loop of tiny kernel launches against a few batched kernels"):
+    dev = accelerator()
+    gpu_clf = copy.deepcopy(clf).to(dev)
     gpu_params = {name: p.detach() for name, p in gpu_clf.named_parameters()}
     gpu_param_list = list(gpu_clf.parameters())
-    xg, yg = xb128.cuda(), yb128.cuda()
+    xg, yg = xb128.to(dev), yb128.to(dev)
 
     def gpu_sample_loss(params, x, y):
         return F.cross_entropy(functional_call(gpu_clf, params, (x,)), y)
@@ -986,7 +988,8 @@ if requires_cuda("per-sample gradients on the GPU: a loop of tiny kernel launche
         torch.testing.assert_close(got[name], ref[name], rtol=1e-3, atol=1e-4)
     gpu_table = bench.compare({"loop": lambda: gpu_loop(xg, yg), "vmap(grad)": lambda: gpu_psg(gpu_params, xg, yg)})
     print(gpu_table)
-    print(f"GPU, batch {PSG_BATCH}: vmap(grad) is {gpu_table.speedup('vmap(grad)'):.1f}x the loop")
+    gpu_said = gpu_table.describe("vmap(grad)", "loop", name="func.gpu.vmap_vs_loop")
+    print(f"{dev.type.upper()}, batch {len(xg)}: vmap(grad) is {gpu_said}")
 
 
 # %% [markdown]

@@ -823,7 +823,7 @@ assert train_warnings
 # file runs unchanged. The cell below compares it with eager PyTorch on the GPU when both exist.
 
 # %%
-if requires_cuda("MiniLM on ONNX Runtime's CUDA provider against eager PyTorch on the GPU"):
+if requires_cuda("MiniLM on ONNX Runtime's CUDA provider against eager PyTorch on the GPU", allow_rocm=False):
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         print("skipped: this onnxruntime build has no CUDA provider; install onnxruntime-gpu to use the GPU")
     else:
@@ -841,7 +841,10 @@ if requires_cuda("MiniLM on ONNX Runtime's CUDA provider against eager PyTorch o
         gpu_encoder = onnx_tools.OrtEncoder(gpu_sess)
         # ONNX Runtime may use TF32 matrix multiplies on recent GPUs: a looser tolerance.
         torch.testing.assert_close(gpu_encoder(g_ids, g_mask), eager_gpu(g_ids, g_mask), atol=5e-3, rtol=5e-3)
-        print(bench.compare({"eager PyTorch (GPU)": eager_gpu, "ONNX Runtime (CUDA)": gpu_encoder}, g_ids, g_mask))
+        gpu_table = bench.compare({"eager PyTorch (GPU)": eager_gpu, "ONNX Runtime (CUDA)": gpu_encoder}, g_ids, g_mask)
+        print(gpu_table)
+        gpu_said = gpu_table.describe("ONNX Runtime (CUDA)", "eager PyTorch (GPU)", name="onnx.gpu.ort_cuda_vs_eager")
+        print(f"batch of {len(g_ids)}: ONNX Runtime's CUDA provider is {gpu_said}")
 
 
 # %% [markdown]

@@ -49,7 +49,7 @@ import torch
 
 from course_utils import bench, config, exercises, session
 from course_utils.data.text import load_corpus
-from course_utils.device import requires_cuda
+from course_utils.device import accelerator, requires_accelerator
 from course_utils.models import load_tiny_gpt
 from course_utils.serving.server.settings import default_threads
 from course_utils.serving.extras.tokentimes import TokenClock
@@ -893,18 +893,27 @@ print(f"{len(pre_specs)} requests needing up to {max(len(p) + n for p, n, _ in p
 # The server degraded (more steps, recomputed tokens) instead of failing. Only a single request
 # too big for the whole cache stops the loop, with a clear error (the check at the top of `serve`).
 #
-# On a GPU the same loop runs unchanged (move the model and the caches to `cuda`); the cell below
-# times the batched one-token step there at batches of 1 and 32 (with kernels this small, a batch of 32
-# can cost little more than a batch of 1).
+# On a GPU the same loop runs unchanged (move the model and the caches to the GPU's device); the cell
+# below (any GPU torch drives: NVIDIA or AMD, Apple's MPS, Intel's XPU) times the batched one-token
+# step there at batches of 1 and 32, side by side, and says whether 32 rows cost more time per step
+# than one on your GPU: with kernels this small, a GPU may have room for the extra rows.
 
 # %%
-if requires_cuda("the batched decoding step on a GPU"):
-    gpu_model = load_tiny_gpt()[0].to("cuda")
+if requires_accelerator("the batched decoding step on a GPU"):
+    dev = accelerator()
+    gpu_model = load_tiny_gpt()[0].to(dev)
+    gpu_steps = {}
     for b in (1, 32):
-        toks = torch.zeros(b, 1, dtype=torch.long, device="cuda")
-        past = [(torch.zeros(b, cfg.n_head, 256, HEAD_DIM, device="cuda"),) * 2 for _ in range(cfg.n_layer)]
-        t = bench.time_fn(gpu_model.forward_cached, toks, torch.full((b, 1), 256, device="cuda"), past)
-        print(f"batch {b:2d}: {t.median_ms:.3f} ms per step")
+        toks = torch.zeros(b, 1, dtype=torch.long, device=dev)                                   # (b, 1)
+        at = torch.full((b, 1), 256, device=dev)                                                 # (b, 1)
+        past = [(torch.zeros(b, cfg.n_head, 256, HEAD_DIM, device=dev),) * 2 for _ in range(cfg.n_layer)]
+        gpu_steps[f"batch {b}"] = lambda t=toks, p=at, kv=past: gpu_model.forward_cached(t, p, kv)
+    with torch.inference_mode():
+        step_table = bench.compare(gpu_steps)
+    print(f"one decoding step on the {dev.type.upper()}:\n{step_table}")
+    gpu_said = step_table.describe("batch 32", "batch 1", name="engine.gpu.step_b32_vs_b1")
+    print(f"one step for 32 rows against one for 1 row: {gpu_said}")
+    del gpu_model
 
 # %% [markdown]
 # ## 8 · Scaling out: replicas behind a router (Ray Serve)
