@@ -810,6 +810,8 @@ if requires_accelerator("the Triton kernel Inductor writes for the same function
     print("\n".join(triton_src[jit:].splitlines()[:45]))
     gpu_table = bench.compare({"eager": norm_gelu_residual, "compiled": compiled_gpu}, xg, wg, bg)
     print(gpu_table)
+    gpu_said = gpu_table.describe("compiled", "eager", name="internals.gpu.compiled_vs_eager")
+    print(f"on the {dev.type.upper()}, {len(triton_kernels)} Triton kernel(s) against {eager_count} eager ones: compiled is {gpu_said}")
 
 # %% [markdown]
 # ## Reading the output yourself, and a stale switch
