@@ -31,7 +31,7 @@ from .. import config
 from . import sources
 
 #: The one source of the cell.
-CELL_FILE = Path(__file__).with_name("colab_cell.py")
+CELL_FILE = config.REPO_ROOT / "course_utils" / "kit" / "colab_cell.py"
 #: The tag that marks the cell in a notebook (kept by the notebooks' paired sources).
 TAG = "colab-setup"
 #: What the cell names when pyproject.toml has no repository URL.
