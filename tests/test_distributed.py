@@ -70,15 +70,24 @@ def test_run_job_says_which_cell_to_run_when_the_script_is_missing(tmp_path):
         launch.run_job(tmp_path / "never_written.py", echo=None)
 
 
-def test_multinode_command_names_the_rendezvous_and_the_node_rank():
+def test_multinode_command_is_one_line_for_every_machine_without_a_node_rank():
     cmd = launch.multinode_command("fsdp.py", ["--steps", "100"], nnodes=4, nproc_per_node=8,
-                                   endpoint="node0.cluster:29400", node_rank=2)
+                                   endpoint="node0.cluster:29400", job_id="run-7")
     text = " ".join(cmd)
     assert text.startswith("torchrun --nnodes 4 --nproc-per-node 8 --rdzv-backend c10d")
-    assert "--rdzv-endpoint node0.cluster:29400" in text and "--node-rank 2" in text
+    assert "--rdzv-endpoint node0.cluster:29400" in text and "--rdzv-id run-7" in text and "--max-restarts 3" in text
+    assert "--node-rank" not in text       # c10d numbers the machines itself; torchrun would ignore it anyway
     assert text.endswith("fsdp.py --steps 100")
-    with pytest.raises(ValueError, match="host:port"):
-        launch.multinode_command("ddp.py", nnodes=2, nproc_per_node=1, endpoint="node0")
+    with pytest.raises(TypeError):
+        launch.multinode_command("fsdp.py", nnodes=2, nproc_per_node=1, endpoint="node0:29400", node_rank=1)
+    for bad in ({"endpoint": "node0"}, {"endpoint": "node0:port"}, {"endpoint": ":29400"}):
+        with pytest.raises(ValueError, match="host:port"):
+            launch.multinode_command("ddp.py", nnodes=2, nproc_per_node=1, **bad)
+    for bad in ({"nnodes": 0}, {"nproc_per_node": True}, {"max_restarts": -1}):
+        with pytest.raises(ValueError):
+            launch.multinode_command("ddp.py", **{"nnodes": 2, "nproc_per_node": 1, "endpoint": "n:1", **bad})
+    with pytest.raises(ValueError, match="not a Python script"):
+        launch.multinode_command("--oops", nnodes=2, nproc_per_node=1, endpoint="n:1")
 
 
 def test_children_get_the_course_pythonpath_one_thread_and_gloo_on_loopback(monkeypatch):

@@ -101,26 +101,27 @@ def torchrun_command(script: str | os.PathLike[str], args: Sequence[Any] = (), *
 
 
 def multinode_command(script: str | os.PathLike[str], args: Sequence[Any] = (), *, nnodes: int,
-                      nproc_per_node: int, endpoint: str, job_id: str = "course-job",
-                      node_rank: int | None = None, max_restarts: int = 3) -> list[str]:
-    """Return the ``torchrun`` command that each of ``nnodes`` machines runs for the same job.
+                      nproc_per_node: int, endpoint: str, job_id: str = "course-job", max_restarts: int = 3) -> list[str]:
+    """Return the ``torchrun`` command that each of ``nnodes`` machines runs, the same on every one, for one job.
 
-    ``endpoint`` is ``host:port`` of the rendezvous (the c10d store, on one of the machines);
-    with ``node_rank`` given the ranks of the machines are fixed, otherwise torchrun assigns them.
-    This is plain torchrun: its store listens on every interface of the machine that hosts it,
-    which a cluster needs, so that port belongs behind the cluster's firewall.
+    ``endpoint`` is ``host:port`` of the rendezvous (the c10d store, on one of the machines). The command
+    names no node rank: the c10d rendezvous numbers the machines itself once all of them have joined
+    (torchrun ignores ``--node-rank`` unless the rendezvous is static), so one line serves every machine,
+    a replacement machine included. This is plain torchrun: its store listens on every interface of the
+    machine that hosts it, which a cluster needs, so that port belongs behind the cluster's firewall.
     """
-    if nnodes < 1 or nproc_per_node < 1:
-        raise ValueError("nnodes and nproc_per_node must be at least 1")
-    if ":" not in endpoint:
+    for name, value in (("nnodes", nnodes), ("nproc_per_node", nproc_per_node)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive whole number, got {value!r}")
+    if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or max_restarts < 0:
+        raise ValueError(f"max_restarts must be 0 or more, got {max_restarts!r}")
+    host, _, port = endpoint.rpartition(":")
+    if not host or not port.isdigit():
         raise ValueError(f"endpoint must be host:port, got {endpoint!r}")
     path = _script(script)
-    cmd = ["torchrun", "--nnodes", str(nnodes), "--nproc-per-node", str(nproc_per_node),
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", job_id,
-           "--max-restarts", str(max_restarts)]
-    if node_rank is not None:
-        cmd += ["--node-rank", str(node_rank)]
-    return [*cmd, str(path), *[str(a) for a in args]]
+    return ["torchrun", "--nnodes", str(nnodes), "--nproc-per-node", str(nproc_per_node),
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", job_id,
+            "--max-restarts", str(max_restarts), str(path), *[str(a) for a in args]]
 
 
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

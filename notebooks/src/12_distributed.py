@@ -101,13 +101,14 @@ def echo(line: str) -> None:
 # - **reduce-scatter**: the sum is computed, and rank r receives only its r-th slice of it.
 #
 # DDP is built on all-reduce; FSDP on all-gather (parameters, before they are used) and
-# reduce-scatter (gradients, after the backward pass). The next cell writes the job: a script that
-# gives rank r the tensor `[r·n+1, ..., r·n+n]` and runs all three. From the course it imports only
-# `runtime`: `init()` joins the process group, `log(...)` prints a line tagged with the rank, and
-# `emit(result)` has rank 0 write its result as one line of JSON (each in a single write, so the
-# ranks' lines never cut into each other). The cell after it launches the file: `launch.run_job` builds the
-# `torchrun` command, streams the output here, stops every process when it ends (also after an
-# error, the timeout or an interrupt) and returns the JSON result.
+# reduce-scatter (each layer's gradients, as soon as that layer's backward has run). The next cell
+# writes the job: a script that gives rank r the tensor `[r·n+1, ..., r·n+n]` and runs all three.
+# From the course it imports only `runtime`: `init()` joins the process group, `log(...)` prints a
+# line tagged with the rank, and `emit(result)` has rank 0 write its result as one line of JSON
+# (each in a single write, so the ranks' lines never cut into each other). The cell after it
+# launches the file: `launch.run_job` builds the `torchrun` command, streams the output here, stops
+# every process when it ends (also after an error, the timeout or an interrupt) and returns the JSON
+# result.
 
 # %%
 # %%writefile {JOBS}/collectives.py
@@ -143,10 +144,10 @@ gathered = [torch.empty_like(mine) for _ in range(world)]
 dist.all_gather(gathered, mine)                    # every rank: everyone's tensor
 
 scattered = torch.empty(n // world, device=device)  # rank r: slice r of the sum
-if dist.get_backend() == "gloo":
-    dist.reduce_scatter(scattered, list(mine.chunk(world)))   # gloo has the list form only
-else:
-    dist.reduce_scatter_tensor(scattered, mine)
+# The one-tensor form, on gloo and NCCL alike. Recent torch names it reduce_scatter_single and warns that
+# its older name, reduce_scatter_tensor, is deprecated; older releases have only reduce_scatter_tensor.
+reduce_scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+reduce_scatter(scattered, mine)
 
 per_rank = {}
 for name, t in {"input": mine, "all_reduce": reduced, "all_gather": torch.cat(gathered),
@@ -300,7 +301,7 @@ def train(model, steps, batch, width, lr, rank, world):
         loss.backward()
         opt.step()
         total = loss.detach().clone()
-        dist.all_reduce(total)             # gloo has no AVG: sum, then divide
+        dist.all_reduce(total)             # the whole batch's loss: the mean of the ranks' losses (sum, then divide)
         losses.append(float(total) / world)
     return losses
 
@@ -467,7 +468,7 @@ for row in res["caps"]:
           f"of {sizes}")
 
 assert res["grad_max_abs_diff"] <= 1e-5
-big, small = res["caps"]
+big, small = res["caps"][0], res["caps"][-1]   # "default" and 1 (any caps added in between are printed only)
 assert small["buckets"] > big["buckets"] and small["graphs"] > big["graphs"]
 bench.record("dist.ddp.grad_max_abs_diff", res["grad_max_abs_diff"], "abs", world=res["world"], width=WIDTH, depth=DEPTH)
 bench.record("dist.ddp.compiled_graphs", small["graphs"], "graphs", buckets=small["buckets"],
@@ -477,11 +478,15 @@ bench.record("dist.ddp.compiled_graphs", small["graphs"], "graphs", buckets=smal
 # The gradients agree to float32 rounding: splitting a batch over ranks and averaging their
 # gradients is the same mathematics as one process on the whole batch, only summed in another order.
 # A smaller `bucket_cap_mb` gives more buckets, and Dynamo follows with more graphs: its DDP
-# optimizer cuts the graph by the same cap, in the order of the graph's parameters, while DDP builds
-# its final buckets from the order gradients arrived in the first step, so the two counts are close
-# rather than always equal (the cell prints both). More, smaller buckets start
-# communication earlier but pay a per-call overhead and give Inductor smaller graphs to fuse: the
-# default is a compromise tuned on GPUs.
+# optimizer reads the same `bucket_cap_mb` and cuts the graph by it, adding up parameter sizes from
+# the graph's output backwards (the order in which the backward pass produces their gradients). Two
+# things keep its pieces from matching DDP's buckets one for one. It closes its first piece once
+# that holds at least 1 MiB of parameters, whatever the cap, while DDP's first bucket is that small
+# only when the cap is left unset (give the cell above `"--caps", "default,25,1"` and compare the
+# counts it prints for 25). And DDP builds its final buckets from the order in which gradients
+# arrived in the first step. So the two counts are close rather than always equal (the cell prints
+# both). More, smaller buckets start communication earlier but pay a per-call overhead and give
+# Inductor smaller graphs to fuse: the default is a compromise tuned on GPUs.
 #
 # Where did the all-reduces start? The trace of one step (open `build/nb12/ddp_step_trace.json` in
 # Perfetto) shows when each `gloo:all_reduce` was launched (this step runs DDP without compile, with
@@ -644,7 +649,7 @@ def meta_init(args, rank, world):
     result["warnings"] = sorted({str(w.message) for w in caught})
 
     # The fix when the weights exist (a checkpoint, or one process's initialisation): rank 0 holds them
-    # whole, and every rank receives just its slices.
+    # whole and broadcasts them one tensor at a time; every rank keeps just its slices of each.
     whole = make_model(args.width, args.depth).state_dict() if rank == 0 else {}
     set_model_state_dict(model, whole, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
     loaded = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
@@ -738,7 +743,8 @@ assert gap <= LOSS_TOL
 # operation, FSDP's own all-gathers and reduce-scatters included).
 #
 # How close should the two loss curves be? bf16 keeps 8 significant bits, so rounding a value to
-# bf16 moves it by up to 2^-9 of itself, and a product of bf16 inputs carries a few such errors. At
+# bf16 moves it by up to 2^-8 of itself (half the gap between neighbouring bf16 values,
+# `torch.finfo(torch.bfloat16).eps / 2`), and a product of bf16 inputs carries a few such errors. At
 # the first step both runs start from the same weights, so the losses should agree to about bf16's
 # relative precision, 2^-8 (0.4%) of the loss. Each later step starts from weights that the bf16
 # steps before it moved slightly differently, so the tolerance grows by another 2^-8 of the loss
@@ -795,7 +801,8 @@ assert all(g <= a for g, a in zip(gaps, allowed)) and max(gaps) > LOSS_TOL
 # storage. `fully_shard` shards those meta tensors; `model.to_empty(device="cpu")` then allocates
 # each rank's shards only, with whatever bytes were in that memory; the weights come last. Two ways
 # to fill them are tried in the job (`--meta-init`): each rank initialises its own shards at
-# random, and rank 0 sends slices of full weights it holds (what loading a checkpoint does, with
+# random, and rank 0 broadcasts the full weights it holds, one tensor at a time, each rank keeping
+# only its own slice of each (what loading a full, unsharded checkpoint does, with
 # `set_model_state_dict(..., broadcast_from_rank0=True)`).
 
 # %%
@@ -819,8 +826,9 @@ assert meta["shards_equal_after_random_init"] == f"{n_params} of {n_params}" and
 # half. Random initialisation of the shards is the pitfall: DTensor gives each shard its own slice
 # of the random stream only on CUDA-like devices (the warning above is about that), so on a CPU mesh
 # each rank drew the same numbers for its own rows and the two halves of every parameter came out
-# identical (counted), a model no single process would build. Broadcasting weights from rank 0 gave exactly the one-process model. Rank 0
-# then holds the full weights once, on the CPU; sharded checkpoints (section 8) avoid even that.
+# identical (counted), a model no single process would build. Broadcasting weights from rank 0 gave
+# exactly the one-process model. Rank 0 then holds the full weights once, on the CPU, and every rank
+# briefly holds one full tensor while it is broadcast; sharded checkpoints (section 8) avoid both.
 #
 # ## 4 · DTensor: placements and what they cost
 #
@@ -950,7 +958,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
@@ -1030,13 +1038,28 @@ for t in (out_diff, grad_diff):
 model.zero_grad(set_to_none=True)          # the same step with data as the input: it needs no gradient
 with CommDebugMode() as data_input:
     nn.functional.mse_loss(model(x[mine]), target[mine]).backward()
+
+# Where down's bias goes: the row-wise product of the two halves, as RowwiseParallel computes it, before
+# its all-reduce. Each rank's summand is its own half of the product plus a share of the (whole) bias.
+tp_mesh, t = mesh["tp"], mesh["tp"].size()
+h = torch.randn(rows, args.hidden, generator=torch.Generator().manual_seed(2))   # a hidden activation
+w, b = reference.down.weight.detach(), reference.down.bias.detach()
+summand = nn.functional.linear(distribute_tensor(h, tp_mesh, [Shard(1)]), distribute_tensor(w, tp_mesh, [Shard(1)]),
+                               distribute_tensor(b, tp_mesh, [Replicate()]))
+me = tp_mesh.get_local_rank()
+own_product = h.chunk(t, dim=1)[me] @ w.chunk(t, dim=1)[me].T
+bias_share = summand.to_local() - own_product       # what this rank adds on top of its own product
+share_diff = torch.tensor(float((bias_share - b / t).abs().max()))
+dist.all_reduce(share_diff, op=dist.ReduceOp.MAX)
 runtime.log(f"forward {comms(forward)}, backward {comms(backward)}; output differs by {float(out_diff):.1e}, "
             f"gradients by {float(grad_diff):.1e}")
 runtime.emit({"world": world, "mesh": str(mesh), "placements": placements,
               "out_type": type(out).__name__, "out_shape": list(out.shape),
               "comms_forward": comms(forward), "comms_backward": comms(backward),
               "comms_step_without_input_grad": comms(data_input),
-              "out_max_abs_diff": float(out_diff), "grad_max_abs_diff": float(grad_diff)})
+              "out_max_abs_diff": float(out_diff), "grad_max_abs_diff": float(grad_diff),
+              "row_product_placements": str(summand.placements), "bias_share_vs_bias_over_tp": float(share_diff),
+              "tp_size": t})
 runtime.finish()
 
 # %%
@@ -1050,6 +1073,8 @@ print(f"collectives: forward {tp['comms_forward']}, backward {tp['comms_backward
       f"needs no gradient: {tp['comms_step_without_input_grad']}")
 print(f"against one process: output differs by {tp['out_max_abs_diff']:.1e}, gradients (parameters and input) "
       f"by {tp['grad_max_abs_diff']:.1e}")
+print(f"down's product before its all-reduce: {tp['row_product_placements']}; on each rank it is the rank's own "
+      f"product plus bias / {tp['tp_size']}, to {tp['bias_share_vs_bias_over_tp']:.1e}")
 
 tp_diff = max(tp["out_max_abs_diff"], tp["grad_max_abs_diff"])
 assert tp_diff <= 1e-5
@@ -1057,6 +1082,7 @@ assert tp["placements"]["up.weight"]["placements"] == "(Shard(dim=0),)"
 assert tp["placements"]["down.weight"]["placements"] == "(Shard(dim=1),)"
 assert tp["comms_forward"] == {"all_reduce": 1} and tp["comms_backward"] == {"all_reduce": 1}
 assert tp["comms_step_without_input_grad"] == {"all_reduce": 1}
+assert tp["row_product_placements"].startswith("(Partial(") and tp["bias_share_vs_bias_over_tp"] <= 1e-6
 bench.record("dist.tp.max_abs_diff", tp_diff, "abs", world=tp["world"], width=64, hidden=256,
              collectives_per_step=2);
 
@@ -1064,12 +1090,15 @@ bench.record("dist.tp.max_abs_diff", tp_diff, "abs", world=tp["world"], width=64
 # Each rank held half of each weight, and the 256-wide hidden activation between the two layers was
 # never communicated: the only traffic was one all-reduce of the `(batch, width)` output in the
 # forward pass and one of the input's gradient in the backward pass (none when the input is data),
-# which is why the plan puts the column split first. `down.bias` stays whole on every rank: it is
-# added once, after the sum. In a transformer the attention block gets the same pair (its
-# query/key/value projections column-wise, its output projection row-wise), so a block split this
-# way runs two all-reduces forward and two backward, and each one is on the critical path: a rank
-# waits for it before it can go on. That is why tensor parallelism usually stays inside one
-# machine, on its fastest links (NVLink between GPUs), while data parallelism spans machines.
+# which is why the plan puts the column split first. `down.bias` is stored whole on every rank
+# (`Replicate()`), yet the row-wise product before the all-reduce is a `Partial` sum: DTensor adds
+# the bias divided by the number of tensor-parallel ranks to each rank's summand (printed and
+# asserted), so the all-reduce adds it exactly once. In a transformer the attention block gets the
+# same pair (its query/key/value projections column-wise, its output projection row-wise), so a
+# block split this way runs two all-reduces forward and two backward, and each one is on the
+# critical path: a rank waits for it before it can go on. That is why tensor parallelism usually
+# stays inside one machine, on its fastest links (NVLink between GPUs), while data parallelism spans
+# machines.
 #
 # **Tensor parallelism with FSDP2 (2-D).** Large jobs combine the two on a 2-D mesh: tensor parallel
 # inside each group of ranks, `fully_shard` across the groups. That needs at least 2 x 2 = 4 ranks,
@@ -1235,12 +1264,14 @@ bench.record("dist.pp.grad_max_abs_diff", pp_diff, "abs", world=pp["world"], mic
 
 
 # %% [markdown]
-# Both schedules gave one process's gradients to float32 rounding (asserted), and the mean of the
-# last stage's microbatch losses is the whole batch's loss: the schedule divides the summed gradients
-# by the number of microbatches. The orders above are what each rank ran, read from the job, and
-# they are each schedule's definition: GPipe held all microbatches in flight on both ranks, 1F1B at
-# most two on rank 0 and one on rank 1, and that count is what the activation memory of a stage
-# grows with.
+# Both schedules gave one process's gradients to float32 rounding (asserted). Each microbatch's loss
+# is a mean over its own rows, so the microbatches' gradients add up to the number of microbatches
+# times the whole batch's gradient, and the schedule divides their sum by that number
+# (`scale_grads=True`, its default). With microbatches of equal size, the mean of the last stage's
+# microbatch losses is the whole batch's loss (asserted too). The orders above are what each rank
+# ran, read from the job, and they are each schedule's definition: GPipe held all microbatches in
+# flight on both ranks, 1F1B at most two on rank 0 and one on rank 1, and that count is what the
+# activation memory of a stage grows with.
 #
 # Where is the bubble? The next cell places each rank's calls, in the order it ran them, on a clock
 # of equal ticks: a forward starts once the previous stage has finished that microbatch's forward, a
@@ -1289,7 +1320,9 @@ for name, run in pp["schedules"].items():
 # More microbatches shrink the bubble's share; interleaved and zero-bubble schedules
 # (`ScheduleInterleaved1F1B`, `ScheduleZBVZeroBubble`) give each rank several smaller stages, or
 # split the backward in two, to shrink it further. The chart below draws the same calls on the clock
-# they really ran by (both processes read one clock): the gaps in a row are that rank waiting.
+# they really ran by (both processes read one clock): the gaps in a row are that rank waiting for
+# its neighbour, or sending and receiving activations and gradients (the schedule does that between
+# the calls the job times).
 
 # %%
 fig, axes = plt.subplots(len(pp["schedules"]), 1, figsize=(9, 3.4), squeeze=False)
@@ -1624,11 +1657,13 @@ bench.record("dist.elastic.restarts_survived", faulty["restarts"], "restarts", k
 # password, so that port belongs on the cluster's private network, behind its firewall:
 
 # %%
-for rank in range(2):
-    print(f"machine {rank}: " + " ".join(launch.multinode_command("fsdp.py", ["--steps", 1000], nnodes=4, nproc_per_node=8,
-                                                                   endpoint="node0.example:29400", job_id="fsdp-run-1",
-                                                                   node_rank=rank)))
-print("... and the same on machines 2 and 3 (with --node-rank 2, 3; or leave --node-rank out and let torchrun assign it)")
+NODES = 4
+cluster_cmd = launch.multinode_command("fsdp.py", ["--steps", 1000], nnodes=NODES, nproc_per_node=8,
+                                       endpoint="node0.example:29400", job_id="fsdp-run-1")
+print(f"on each of the {NODES} machines: " + " ".join(cluster_cmd))
+print("the same command on every machine: the c10d rendezvous numbers the machines itself once they have all\n"
+      "joined, and again after a restart (torchrun ignores --node-rank unless the rendezvous is static)")
+assert "--node-rank" not in cluster_cmd
 
 # %% [markdown]
 # On a cluster scheduler the scheduler provides the machine list: with Slurm, one `srun` task per node
@@ -1650,7 +1685,8 @@ print(f"verdict on this machine ({os.cpu_count()} cores): a step on 2 processes 
       f"{speed.describe('2 processes', name='dist.scale.two_process_step_time')}")
 print("Why this verdict says little either way: the two ranks share this machine's cores with each other (and\n"
       "the notebook), their all-reduce is a memory copy through loopback rather than a network, and the model is\n"
-      "tiny, so communication and the ranks' competition for the cores weigh as much as the compute that is split.\n"
+      "tiny, so communication and the ranks' competition for the cores can cost as much as the compute that is\n"
+      "split, or far more.\n"
       "What it does show: the same numbers, the same checkpoints and the same recovery as on a cluster, where each\n"
       "rank has its own GPU and the speed-up depends on the interconnect.")
 assert one["losses"] == clean["losses"] or max(abs(a - b) for a, b in zip(one["losses"], clean["losses"])) < 1e-4
