@@ -263,15 +263,17 @@ def requires_cuda(what: str, *, allow_rocm: bool = True) -> bool:
 
     ROCm builds drive AMD GPUs through ``torch.cuda``, so they pass; ``allow_rocm=False`` is for
     cells that need NVIDIA's own software (ONNX Runtime's CUDA provider, FP8 on sm_89+).
-    Without CUDA it prints ``skipped: needs CUDA (<what>)``, naming the accelerator torch does see
-    (MPS, XPU) when there is one, and returns False.
+    Without CUDA it prints ``skipped: needs CUDA (<what>)`` (``skipped: needs an NVIDIA GPU with CUDA
+    (<what>)`` with ``allow_rocm=False``), naming the accelerator torch does see (MPS, XPU) when there
+    is one, and returns False.
     """
     if has_cuda() and (allow_rocm or not is_rocm()):
         return True
     if has_cuda():  # a ROCm build, and the cell needs NVIDIA
         print(f"skipped: needs an NVIDIA GPU ({what}); torch sees {accelerator_description()}")
         return False
-    print(f"skipped: needs CUDA ({what}){_seen()}")
+    needs = "CUDA" if allow_rocm else "an NVIDIA GPU with CUDA"
+    print(f"skipped: needs {needs} ({what}){_seen()}")
     return False
 
 

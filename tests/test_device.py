@@ -233,6 +233,17 @@ def test_a_cell_that_needs_nvidia_skips_on_rocm(monkeypatch, capsys):
     assert device.requires_cuda("ONNX Runtime's CUDA provider", allow_rocm=False) is True
 
 
+@pytest.mark.parametrize(("machine", "printed"), [
+    ("none", "skipped: needs an NVIDIA GPU with CUDA (FP8 matrix multiplies)"),
+    ("apple", "skipped: needs an NVIDIA GPU with CUDA (FP8 matrix multiplies); torch sees MPS (Apple GPU), "
+              "which this cell does not use"),
+])
+def test_a_cell_that_needs_nvidia_says_so_without_cuda(monkeypatch, capsys, machine, printed):
+    fake_machine(monkeypatch, machine)
+    assert device.requires_cuda("FP8 matrix multiplies", allow_rocm=False) is False
+    assert capsys.readouterr().out.strip() == printed
+
+
 @pytest.mark.parametrize("machine", list(MACHINES))
 def test_requires_accelerator_on_each_machine(monkeypatch, capsys, machine):
     fake_machine(monkeypatch, machine)

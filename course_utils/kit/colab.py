@@ -3,8 +3,9 @@
 A notebook opened in Google Colab comes alone, without ``course_utils`` or ``data/``. The cell in
 ``course_utils/kit/colab_cell.py`` acts only inside Colab (``"google.colab" in sys.modules``): it
 clones the course's tagged release, installs it beside Colab's own torch (pinning the torch,
-torchvision and torchaudio Colab has, unless torch is older than the course's floor) and changes
-into the clone's ``notebooks/``, so ``data/`` is where the course looks. Anywhere else it prints one
+torchvision and torchaudio Colab has, unless torch is older than the course's floor), puts the clone
+first on ``sys.path`` (so ``course_utils`` and its ``data/`` come from the clone) and changes into the
+clone's ``notebooks/`` (so relative paths work as they do locally). Anywhere else it prints one
 line and does nothing.
 
     python -m course_utils.kit.colab sync  [NB ...]   # write the cell into each notebook (and its twin)

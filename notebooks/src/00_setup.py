@@ -110,7 +110,9 @@ print(session.start(seed=0))
 #   guard names what its cell needs: `requires_accelerator(...)` for cells that run on any GPU torch
 #   drives (NVIDIA or AMD through `torch.cuda`, Apple's MPS, Intel's XPU), narrowed with `kinds=` where
 #   only some of them do (Inductor writes Triton kernels for CUDA and XPU, not for MPS), and
-#   `requires_cuda(...)` for material that exists only on CUDA (CUDA graphs, NCCL, FP8 matrix multiplies).
+#   `requires_cuda(...)` for cells written against `torch.cuda` (CUDA graphs, NCCL, CUDA memory snapshots),
+#   which AMD GPUs under ROCm pass too; `requires_cuda(..., allow_rocm=False)` marks the cells that need an
+#   NVIDIA GPU (ONNX Runtime's CUDA provider, FP8 matrix multiplies on compute capability 8.9 or newer).
 # - **Everything is checked.** Cells `assert` what must hold (results match, counts are right), and
 #   `make test` runs every notebook top to bottom. To test just this one:
 #   `make test-nb NB=notebooks/00_setup.ipynb`.

@@ -542,8 +542,8 @@ bench.record("dist.ddp.compiled_graphs", small["graphs"], "graphs", buckets=smal
 # optimizer reads the same `bucket_cap_mb` and cuts the graph by it, adding up parameter sizes from
 # the graph's output backwards (the order in which the backward pass produces their gradients). Two
 # things keep its pieces from matching DDP's buckets one for one. It closes its first piece once
-# that holds at least 1 MiB of parameters, whatever the cap, while DDP's first bucket is that small
-# only when the cap is left unset (give the cell above `"--caps", "default,25,1"` and compare the
+# that holds at least 1 MiB of parameters, whatever cap of 1 MiB or more it is given (it refuses a
+# smaller one), while DDP's first bucket is that small only when the cap is left unset (give the cell above `"--caps", "default,25,1"` and compare the
 # counts it prints for 25). And DDP builds its final buckets from the order in which gradients
 # arrived in the first step. So the two counts are close rather than always equal (the cell prints
 # both). More, smaller buckets start communication earlier but pay a per-call overhead and give
@@ -572,7 +572,7 @@ assert trace["allreduce_calls"] >= 1 and trace["started_inside_backward"] == tra
 #
 # DDP keeps a full copy of the parameters, gradients and optimizer state on every rank. Fully sharded
 # data parallel keeps only 1/world of each: before a layer runs, its parameters are all-gathered;
-# after the backward pass its gradients are reduce-scattered, so each rank updates only its shard.
+# once a layer's backward has run, its gradients are reduce-scattered, so each rank updates only its shard.
 # FSDP2's `fully_shard(module)` (in `torch.distributed.fsdp` since torch 2.6) turns each parameter
 # into a DTensor sharded on its first dimension. The job `fsdp.py` applies it to every block and then to the
 # whole model, compiles the result, and trains on the same data with the same learning rate as the
@@ -1325,11 +1325,11 @@ bench.record("dist.pp.grad_max_abs_diff", pp_diff, "abs", world=pp["world"], mic
 
 
 # %% [markdown]
-# Both schedules gave one process's gradients to float32 rounding (asserted). Each microbatch's loss
-# is a mean over its own rows, so the microbatches' gradients add up to the number of microbatches
-# times the whole batch's gradient, and the schedule divides their sum by that number
-# (`scale_grads=True`, its default). With microbatches of equal size, the mean of the last stage's
-# microbatch losses is the whole batch's loss (asserted too). The orders above are what each rank
+# Both schedules gave one process's gradients to float32 rounding (asserted). The microbatches are of
+# equal size and each one's loss is a mean over its own rows, so their gradients add up to the number
+# of microbatches times the whole batch's gradient, and the schedule divides their sum by that number
+# (`scale_grads=True`, its default); for the same reason the mean of the last stage's microbatch
+# losses is the whole batch's loss (asserted too). The orders above are what each rank
 # ran, read from the job, and they are each schedule's definition: GPipe held all microbatches in
 # flight on both ranks, 1F1B at most two on rank 0 and one on rank 1, and that count is what the
 # activation memory of a stage grows with.
