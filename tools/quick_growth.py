@@ -3,7 +3,8 @@
     python tools/quick_growth.py --base REV [--rounds 2] [--record NAME] notebooks/01_torch_compile.ipynb ...
 
 Each round executes every notebook twice in quick mode (``COURSE_QUICK=1``), the version at ``REV``
-and the working tree's, alternating which goes first, in the course's kernel; the first round warms
+(from a git worktree of ``REV``, importing that commit's own ``course_utils``, so an API the notebook
+used then still exists) and the working tree's, alternating which goes first, in the course's kernel; the first round warms
 the compile caches for both, and the later rounds are the ones reported (per notebook: the median
 seconds of each version and the growth). A notebook that did not exist at ``REV`` counts from zero.
 Both versions run on the same machine in the same minutes, so load on the machine reaches both;
@@ -26,9 +27,15 @@ REPO = Path(__file__).resolve().parent.parent
 KERNEL = "pytorch2-course"
 
 
-def execute(notebook: Path, out_dir: Path) -> float:
-    """Execute ``notebook`` in quick mode into ``out_dir``; return its wall seconds (raise on failure)."""
+def execute(notebook: Path, out_dir: Path, package_root: Path | None = None) -> float:
+    """Execute ``notebook`` in quick mode into ``out_dir``; return its wall seconds (raise on failure).
+
+    ``package_root`` (a checkout) goes first on the kernel's PYTHONPATH, so its ``course_utils`` is the
+    one imported.
+    """
     env = {**os.environ, "COURSE_QUICK": "1", "COURSE_PROGRESS": "/dev/null"}
+    if package_root is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(package_root), env.get("PYTHONPATH")]))
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute",
                            "--output-dir", str(out_dir), f"--ExecutePreprocessor.kernel_name={KERNEL}",
@@ -40,15 +47,10 @@ def execute(notebook: Path, out_dir: Path) -> float:
     return seconds
 
 
-def old_copy(rev: str, notebook: Path, where: Path) -> Path | None:
-    """Write ``notebook`` as it was at ``rev`` beside the course's notebooks' data paths; None if absent."""
-    rel = notebook.resolve().relative_to(REPO).as_posix()
-    shown = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:{rel}"], capture_output=True)
-    if shown.returncode != 0:
-        return None
-    path = where / f"base-{notebook.name}"
-    path.write_bytes(shown.stdout)
-    return path
+def old_copy(worktree: Path, notebook: Path) -> Path | None:
+    """Return ``notebook``'s path in the base commit's worktree, or None if it did not exist then."""
+    path = worktree / notebook.resolve().relative_to(REPO)
+    return path if path.is_file() else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,19 +65,36 @@ def main(argv: list[str] | None = None) -> int:
     times: dict[str, dict[str, list[float]]] = {nb.name: {"base": [], "now": []} for nb in args.notebooks}
     with tempfile.TemporaryDirectory(prefix="quick-growth-") as tmp:
         work = Path(tmp)
-        olds = {nb.name: old_copy(args.base, nb, work) for nb in args.notebooks}
-        for rnd in range(args.rounds):
-            for i, nb in enumerate(args.notebooks):
-                order = [("base", olds[nb.name]), ("now", nb)]
-                if (rnd + i) % 2:
-                    order.reverse()
-                for label, path in order:
-                    if path is None:
-                        continue
-                    seconds = execute(path, work / label)
-                    print(f"round {rnd + 1}: {nb.name} {label}: {seconds:.1f} s", flush=True)
-                    if rnd > 0:
-                        times[nb.name][label].append(seconds)
+        base = work / "base-checkout"
+        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--quiet", "--detach", str(base), args.base],
+                       check=True)
+        try:
+            run_rounds(args, times, work, base)
+        finally:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(base)], check=False)
+    report(args, times)
+    return 0
+
+
+def run_rounds(args: argparse.Namespace, times: dict[str, dict[str, list[float]]], work: Path, base: Path) -> None:
+    """Run the alternating rounds, adding the warm rounds' seconds to ``times``."""
+    olds = {nb.name: old_copy(base, nb) for nb in args.notebooks}
+    for rnd in range(args.rounds):
+        for i, nb in enumerate(args.notebooks):
+            order = [("base", olds[nb.name]), ("now", nb)]
+            if (rnd + i) % 2:
+                order.reverse()
+            for label, path in order:
+                if path is None:
+                    continue
+                seconds = execute(path, work / label, base if label == "base" else None)
+                print(f"round {rnd + 1}: {nb.name} {label}: {seconds:.1f} s", flush=True)
+                if rnd > 0:
+                    times[nb.name][label].append(seconds)
+
+
+def report(args: argparse.Namespace, times: dict[str, dict[str, list[float]]]) -> None:
+    """Print each notebook's warm medians and the growth; record the sum when asked."""
     total = 0.0
     print(f"\nquick mode, median of {args.rounds - 1} warm round(s), base {args.base} against the working tree:")
     for name, t in times.items():
@@ -90,7 +109,6 @@ def main(argv: list[str] | None = None) -> int:
 
         bench.record(args.record, total, "s", base=args.base, notebooks=sorted(times), rounds=args.rounds)
         print(f"recorded {args.record}")
-    return 0
 
 
 if __name__ == "__main__":
