@@ -33,8 +33,69 @@
 # enough for the first half. Section 5 loads the MiniLM encoder (notebooks 06–08) and the tiny GPT
 # (notebook 10); neither notebook needs to have been run.
 #
-# **Time on a laptop CPU:** <!-- stamp:time -->3.0 min the first time (every cache empty), 2.3 min after that (compile cache warm), 1.1 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-avx512-vnni, torch 2.14.1, 2026-11-30). A slower or busy laptop takes longer.<!-- /stamp:time --> Quick mode uses shorter sequences and a smaller model, leaves the `nested_compile_region` cold start to full mode, and runs section 5's table for the tiny GPT alone.
+# **Time on a laptop CPU:** <!-- stamp:time -->3.0 min the first time (every cache empty), 2.3 min after that (compile cache warm), 1.1 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-avx512-vnni, torch 2.14.1, 2026-11-30). A slower or busy laptop takes longer.<!-- /stamp:time --> Sections 4 and 5 compile from empty caches in every full-mode run, on purpose, so a warm compile cache shortens only the rest of the notebook. Quick mode uses shorter sequences and a smaller model, leaves the `nested_compile_region` cold start to full mode, and runs section 5's table for the tiny GPT alone.
 # **GPU:** not needed. One guarded cell lists the GPU attention backends (flash, memory-efficient, cuDNN) that a CUDA machine would also run.
+
+# %% tags=["colab-setup"]
+# Google Colab only: the next lines set the course up when this notebook runs in Colab (they clone the
+# course's tagged release, install it beside Colab's own torch and make data/ available). Anywhere
+# else this cell prints one line and does nothing. `python -m course_utils.kit.colab sync` writes it
+# into every notebook, from course_utils/kit/colab_cell.py: edit it there, never in a notebook.
+import sys
+
+if "google.colab" in sys.modules:
+    import importlib.metadata
+    import os
+    import pathlib
+    import re
+    import subprocess
+    import tempfile
+
+    COURSE_REPOSITORY = "https://github.com/YOUR-ORG/YOUR-REPOSITORY"
+    COURSE_RELEASE = "v0.1.0"
+    TORCH_FLOOR = (2, 11)
+    SETUPTOOLS_FLOOR = 77  # what pyproject.toml's build needs; an older one is replaced in pip's build env
+
+    def _version(dist):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    def _release(version, parts):
+        return tuple(int(p) for p in re.findall(r"\d+", version or "0.0.0")[:parts])
+
+    home = pathlib.Path(os.environ.get("COURSE_COLAB_HOME", "/content/pytorch2-course"))
+    repository = os.environ.get("COURSE_COLAB_REPOSITORY", COURSE_REPOSITORY)
+    if not (home / "course_utils").is_dir():
+        if "YOUR-ORG" in repository:
+            raise SystemExit("This copy of the course names no repository to install from: set "
+                             "[project.urls] Repository in pyproject.toml and run "
+                             "`python -m course_utils.kit.colab sync`, or set COURSE_COLAB_REPOSITORY.")
+        subprocess.run(["git", "clone", "--quiet", "--depth", "1", "--branch", COURSE_RELEASE,
+                        repository, str(home)], check=True)
+    if _version("pytorch2-course") is None:
+        torch_version = _version("torch")
+        found = _release(torch_version, 2)
+        # Keep Colab's torch (a CUDA build matched to its GPU) unless it is older than the course's floor.
+        keep = [f"{d}=={_version(d)}" for d in ("torch", "torchvision", "torchaudio")
+                if _version(d) is not None and found >= TORCH_FLOOR]
+        if found < TORCH_FLOOR:
+            print(f"Colab's torch {torch_version} is older than the course's floor "
+                  f"{'.'.join(map(str, TORCH_FLOOR))}: pip installs a newer one (several minutes).")
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as pins:
+            pins.write("\n".join(keep) + "\n")
+        # Build with the runtime's setuptools when it is new enough (nothing to download); else pip fetches one.
+        isolation = [] if _release(_version("setuptools"), 1) < (SETUPTOOLS_FLOOR,) else ["--no-build-isolation"]
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", *isolation,
+                        "-c", pins.name, "-e", str(home)], check=True)
+    if str(home) not in sys.path:
+        sys.path.insert(0, str(home))  # the editable install is seen by new processes; this one needs the path
+    os.chdir(home / "notebooks")
+    print(f"Colab: the course {COURSE_RELEASE} is installed from {home} (torch {_version('torch')}); "
+          f"its data/ is {home / 'data'}.")
+else:
+    print("Not running in Google Colab: this cell has nothing to do here.")
 
 # %%
 import contextlib
@@ -200,7 +261,7 @@ fig.tight_layout();
 
 # %% [markdown]
 # The memory panel is the structural result: the hand-written version allocates at least one full
-# score matrix (several, in fact: the scores, their scaled copy and the softmax), while the fused
+# score matrix (several, in fact: the scores, their scaled copy, the masked copy and the softmax), while the fused
 # kernel allocates less than one, growing only linearly. The time panel is this machine's verdict,
 # printed per length above.
 #
@@ -213,7 +274,9 @@ fig.tight_layout();
 #
 # - `score_mod(score, b, h, q_idx, kv_idx)` returns a new score (a bias, a scaling);
 # - `mask_mod(b, h, q_idx, kv_idx)` returns True where attention is allowed. `create_block_mask`
-#   evaluates it once per (block × block) tile and records which tiles are empty, so the kernel skips them.
+#   evaluates it at every (query, key) position, once, when the mask is built, and keeps for each
+#   (block × block) tile only whether it is empty, full or partial: the kernel skips the empty tiles
+#   and calls `mask_mod` only inside the partial ones.
 #
 # `torch.compile(flex_attention)` generates one fused kernel for each combination; on the CPU it
 # uses Inductor's C++ template. Without compiling, FlexAttention runs an unfused reference (and warns).
@@ -330,7 +393,8 @@ print(type(err).__name__ + ":", str(err).splitlines()[0])
 # %% [markdown]
 # ## 3 · Autocast to bfloat16 with `torch.compile`
 #
-# bfloat16 keeps float32's exponent range with an 8-bit mantissa: about three significant digits.
+# bfloat16 keeps float32's exponent range but only 8 significant bits (7 stored, one implicit), which
+# is between two and three significant decimal digits.
 # `torch.autocast("cpu", dtype=torch.bfloat16)` follows two lists (PyTorch's "Autocast Op
 # Reference" prints them for each device). Ops on the CPU's lower-precision list (matrix products,
 # `linear`, convolutions, `scaled_dot_product_attention`) run in bf16; ops on its float32 list
@@ -412,7 +476,7 @@ print(f"native bf16 instructions on this CPU: {', '.join(native) if native else 
       + ("; the avx2 profile leaves oneDNN, which runs these products, on the real CPU" if cpu.active_profile() else ""))
 print(f"verdict on this machine ({cpu.cpu_class()}): bf16 is "
       f"{amp.describe('bf16 autocast compiled', name='compile.bf16.block.vs_fp32')}")
-assert rel < 2e-2, "bf16 keeps about 3 significant digits: the error should be well under 2%"
+assert rel < 2e-2, "bf16 keeps 2 to 3 significant digits: the error should be well under 2%"
 
 # %% [markdown]
 # The error is what bf16's short mantissa predicts, far below what matters for most inference.
@@ -423,7 +487,9 @@ assert rel < 2e-2, "bf16 keeps about 3 significant digits: the error should be w
 # ## 4 · Regional compilation: compile the block, not the model
 #
 # A transformer is the same block repeated N times. `torch.compile(model)` traces all N copies into
-# one graph and generates code for each, so the work of compiling grows with the depth of the model.
+# one graph and lowers each of them (a kernel whose code comes out identical to one already built is
+# built only once), so the work of compiling grows with the depth of the model; the cell below prints
+# each cold start with the time it spent in the C++ compiler.
 # *Regional compilation* compiles the repeated block instead (`block.compile()` on each): Dynamo
 # traces one block, and since every block has the same code and the same shapes, the other N−1 reuse
 # that compiled code. The price is the Python loop between blocks and no fusion across them.
@@ -522,17 +588,19 @@ for n in DEPTHS:
         hows.append("nested region")
     for how in hows:
         r = cold[(how, n)] = fresh.run_script(COLD_START, [how, n, DIM, TOKENS], cold=True)
-        print(f"{how:<14} {n:2} blocks: cold first call {r['first_s']:6.1f} s (C++ build {r['cpp_build_s']:5.1f} s) | "
-              f"graphs {r['graphs']}, operations traced {r['ops_traced']}")
+        print(f"{how:<14} {n:2} blocks: cold first call {r['first_s']:6.1f} s (C++ compiler time, summed over "
+              f"builds that overlap: {r['cpp_build_s']:5.1f} s) | graphs {r['graphs']}, operations traced {r['ops_traced']}")
 
 # %% [markdown]
 # The counts explain the times: whole-model compile traces every block's operations; regional
 # compile traces one block and reuses it, so it traces about 1/N as many. What does not shrink is the
 # floor measured first: any cold start loads the compiler and builds a few small C++ programs that
 # probe the CPU, whatever it compiles. The ratio of the two cold starts is therefore the ratio of
-# (floor + N blocks' work) to (floor + one block's work). It reaches 2 only once the N blocks' work is
-# larger than the floor plus twice one block's, which takes a deep model on a machine whose floor is
-# many seconds: full mode's deeper model has 48 blocks for that reason, and the 6-block model shows
+# (floor + the whole model's work) to (floor + one block's work). Each work term also holds a fixed
+# cost of lowering and building any graph at all, so the whole model's work is less than N times one
+# block's; the next cell prints both, above the floor. The ratio reaches 2 only once the whole model's
+# work exceeds the floor plus twice one block's, and when the floor is many seconds that takes a deep
+# model: full mode's deeper model has 48 blocks for that reason, and the 6-block model shows
 # what a shallow one gets. The next cell prints the ratio for each depth and says whether it reaches the
 # course's target for compiling only the block.
 
@@ -563,8 +631,11 @@ if len(DEPTHS) > 1:
                                 name="compile.regional.cold_ratio.deeper_vs_shallower")
     own = bench.band_verdict(regional["first_s"], cold[("regional", DEPTHS[0])]["first_s"], band=0.1,
                              name="compile.regional.cold_start.regional_deeper_vs_shallower")
+    same_ops = {cold[("regional", n)]["ops_traced"] for n in DEPTHS}
     print(f"the ratio at {DEPTHS[-1]} blocks against {DEPTHS[0]}: {deeper} (band 10%); regional's own cold start "
-          f"at {DEPTHS[-1]} against {DEPTHS[0]} blocks: {own}")
+          f"at {DEPTHS[-1]} against {DEPTHS[0]} blocks: {own}"
+          + (f" (both trace the same {same_ops.pop()} operations, so a difference here comes from the machine's "
+             "load, not from the depth)" if len(same_ops) == 1 else ""))
 if ("nested region", N_LAYER) in cold:
     nested = cold[("nested region", N_LAYER)]["first_s"]
     nested_word = {"lower": "shorter than", "higher": "longer than", "no clear difference": "not clearly different from"}[
@@ -577,7 +648,7 @@ if ("nested region", N_LAYER) in cold:
 fig, ax = plt.subplots(figsize=(6.5, 1.0 + 0.45 * (len(cold) + 1)))
 labels = ["one-line function (floor)"] + [f"{how}, {n} blocks" for how, n in cold]
 ax.barh(labels, [floor_s] + [r["first_s"] for r in cold.values()], label="first call (cold)")
-ax.barh(labels[1:], [r["cpp_build_s"] for r in cold.values()], label="of which C++ build")
+ax.barh(labels[1:], [r["cpp_build_s"] for r in cold.values()], label="C++ compiler time (summed; builds overlap)")
 ax.invert_yaxis()
 ax.set_xlabel("seconds, in a new process with empty caches")
 ax.set_title("transformer cold starts")
@@ -621,8 +692,9 @@ print(f"regional takes {steady_ratio:.2f}x the whole model's time per call: {ban
 # %% [markdown]
 # Regional compilation has the most to save on deep models, where whole-model compile has the
 # most to trace (full mode compares two depths above, 6 and 48 blocks); whole-model compile keeps the chance of
-# fusing across blocks, which the steady-state verdict above weighs on this machine, and the
-# compile cache (notebook 01) hides either cost on the second run.
+# fusing across blocks, which the steady-state verdict above weighs on this machine. The compile cache
+# (notebook 01) hides the compile time of either approach on the second run, but not a difference in
+# the steady state.
 
 # %% [markdown]
 # ## 5 · Real models: what does `torch.compile` give them on this CPU?
@@ -653,10 +725,10 @@ print(f"regional takes {steady_ratio:.2f}x the whole model's time per call: {ban
 # - **max-autotune** (with freezing): times Inductor's own C++ matrix-multiply templates against the
 #   library call for every matrix multiply and keeps the faster one. That adds compile time for each
 #   distinct matrix shape, so it runs on one model only: MiniLM, an encoder built mostly of linear
-#   layers, where a better matrix-multiply kernel has the most of the call to change. In the
-#   convolution nets it would find only the classifier to tune (convolutions stay with oneDNN in every
-#   mode; notebook 01, section 3), and on the ViT and the tiny GPT it would add its tuning to the
-#   table's time to ask MiniLM's question again;
+#   layers (the library share printed beside its verdicts says how much of its eager time goes to
+#   those and to attention). In the convolution nets it would find only the classifier to tune
+#   (convolutions stay with oneDNN in every mode; notebook 01, section 3), and on the ViT and the
+#   tiny GPT it would add its tuning to the table's time to ask MiniLM's question again;
 # - **bf16 autocast** (with freezing), on one model of each kind, where the CPU has native bf16
 #   instructions (AVX-512 BF16 or AMX); without them every product converts to and from bf16 (section 3).
 #
@@ -724,8 +796,11 @@ for name, (kind, _, build, _) in REAL.items():
     params = sum(p.numel() for p in model.parameters()) / 1e6
     print(f"{name:<27} {kind:<6} {params:5.1f}M parameters, input {' and '.join('x'.join(map(str, t.shape)) for t in inputs)}")
 print(cpu.info().line())
-why_not = (f"this process runs under a CPU profile that caps torch's vector code at "
-           f"{torch.backends.cpu.get_cpu_capability()}, which has no bf16 instructions" if capped and native_bf16
+profile = cpu.active_profile()
+why_not = (f"torch's vector code is capped at {torch.backends.cpu.get_cpu_capability()} here"
+           + (f" (the {profile} CPU profile)" if profile else "")
+           + ", which stands for a CPU without bf16 instructions, although oneDNN, which that cap does not "
+           "reach, still uses the real CPU's (section 3)" if capped and native_bf16
            else "no native bf16 here")
 print(f"native bf16 instructions: {', '.join(native_bf16) if native_bf16 else 'none'}; "
       f"bf16 rows {'run' if bf16_here else 'skipped: ' + why_not}")
@@ -739,12 +814,18 @@ print(f"native bf16 instructions: {', '.join(native_bf16) if native_bf16 else 'n
 #
 # The error bounds. In float32 the compiled code adds in another order and folds batch norms into the
 # weights, each a rounding of about 1e-7 of a value, so a relative error (in norm) above 1e-4 would be a
-# wrong computation, not rounding. bf16 keeps 8 significant bits (a step of 2⁻⁸ ≈ 0.4%) and rounds the
+# wrong computation, not rounding. bf16 keeps 8 significant bits (a rounding error of up to 2⁻⁸ ≈ 0.4%
+# of a value) and rounds the
 # inputs of every product, layer after layer, so its bound is 5e-2.
 #
 # The cell also profiles one eager call of each model and counts the share of its operator time in
-# convolutions, matrix multiplies and attention. Those run in the same library kernels compiled or
-# not; compiling can only remove the rest (notebook 01, section 5).
+# convolutions, matrix multiplies and attention. Those are library kernels, and in the default
+# setting the compiled code mostly calls the same ones eager does; what it fuses away is the rest,
+# together with the Python time between operators, which this share leaves out (notebook 01,
+# section 5). The other settings change the library calls themselves: freezing hands them packed
+# weights, with batch norms folded in and activations fused into the call, max-autotune may replace
+# them with its own templates, and bf16 swaps them for bf16 ones. So the share is a guide to where a
+# model's time goes, not a bound on what compiling can gain.
 
 # %%
 FP32_TOL, BF16_TOL = 1e-4, 5e-2
@@ -838,8 +919,16 @@ print(f"the table took {table_s:.0f} s on this machine: {first_calls_s:.0f} s in
       f"{table_s - first_calls_s:.0f} s in timing, error checks and profiling")
 bench.record("compile.real.table_s", table_s, "s", first_calls_s=first_calls_s, rows=len(rows), models=len(real),
              batch=REAL_BATCH, threads=torch.get_num_threads())
+eager_spread = {}
+for row in rows:
+    low, high = eager_spread.get(row["model"], (math.inf, 0.0))
+    eager_spread[row["model"]] = (min(low, row["eager_ms"]), max(high, row["eager_ms"]))
+moved = max(eager_spread.items(), key=lambda item: item[1][1] / item[1][0])
+if moved[1][1] > moved[1][0]:
+    print(f"eager is timed again in each group, and its median moves between groups (most for {moved[0]}: "
+          f"{moved[1][0]:.1f} to {moved[1][1]:.1f} ms): read each speed-up against its own row's eager")
 print("verdicts on this machine, with the share of eager's operator time in library kernels (convolutions, "
-      "matrix multiplies, attention), which compiling leaves as they are:")
+      "matrix multiplies, attention), the part that the default setting mostly leaves to the library:")
 for row in rows:
     saved_s = (row["eager_ms"] - row["ms"]) / 1e3
     repaid = (f"; the first call is repaid after about {math.ceil(row['first_s'] / saved_s)} calls"
@@ -859,9 +948,9 @@ fig.tight_layout();
 
 # %% [markdown]
 # Two settings build on freezing, so the next cell also judges them against it: bf16 against frozen
-# fp32 (timed side by side in one group) and max-autotune against freezing (two groups, each timed
-# against its own eager, so their speed-ups are compared with a 10% band). Then the geometric mean of
-# each kind, beside the published figures.
+# fp32 where bf16 ran (timed side by side in one group) and max-autotune against freezing (two groups,
+# each timed against its own eager, so their speed-ups are compared with a 10% band). Then the
+# geometric mean of each kind, beside the published figures.
 
 # %%
 def geomean(values):
@@ -935,17 +1024,18 @@ print(f"largest first call: {largest['model']}, {largest['setting']}, {largest['
 #
 # - **Threads.** The published runs used all the threads of a server socket, or exactly one. This
 #   notebook uses the threads torch has here, printed above. The costs compiling removes (a dispatch
-#   and a pass over memory for every operation) do not shrink when more threads share the arithmetic,
-#   so their share of a call, and what removing them is worth, changes with the thread count.
+#   and a pass over memory for every operation) shrink less than the arithmetic does when more
+#   threads share the work: a dispatch not at all, a pass over memory only until the memory bandwidth
+#   runs out. So their share of a call, and what removing them is worth, changes with the thread count.
 # - **Batch.** With few inputs a call does little arithmetic, so fixed per-operation costs are a larger
 #   share, which is what compiling removes; with large batches the library kernels dominate. The
 #   suites run each model at its own batch size.
 # - **CPU.** A different CPU has different vector units, caches and memory bandwidth, and oneDNN picks
 #   other kernels; the cell printed this one's class.
-# - **Model set.** Five models are not 170: the library share printed beside each verdict says how much
-#   of a model's time compiling can touch at all, and a suite's mean depends on how many of its models
-#   spend their time in library kernels. A geometric mean of two or three models is a sample, not a
-#   benchmark.
+# - **Model set.** Five models are not 170. The library share printed beside each verdict is the part
+#   of eager's operator time spent in library kernels, which the default setting mostly leaves to the
+#   library, and a suite's mean depends on how many of its models spend their time there. A
+#   geometric mean of two or three models is a sample, not a benchmark.
 # - **Release.** Inductor and oneDNN have changed since the figures were published; so has eager.
 #
 # What carries over is the method: compile your own model, check its output against eager, time it
@@ -1140,8 +1230,9 @@ bench.record("compile.tlparse.report_pages", len(pages), "pages", compile_ids=le
 # %% [markdown]
 # The report shows what this program did: frame 0 is `scaled_tanh` up to the `print`, frame 1 the
 # code after it (Dynamo's *resume function*); each got a second compile ID when the rank changed, and
-# the recompile entry names the guard that failed. The `print` entry links to the graph-break page on
-# the documentation site.
+# the recompile entry names the guard that failed. An ID with a suffix, such as `[0/0_1]`, is a second
+# attempt at the same compile: on meeting the graph break Dynamo restarted the trace, now knowing
+# where to stop. The `print` entry links to the graph-break page on the documentation site.
 #
 # **Attaching it to a bug report.** The HTML folder is large and depends on the tlparse version;
 # what maintainers want is the raw trace. Reproduce the problem in a small script, run it with
@@ -1249,8 +1340,8 @@ exercises.check("11.block_sparsity", block_sparsity)
 # - FlexAttention expresses masks and biases as small functions; compiled, each variant matched its
 #   masked-SDPA reference, and a block mask skips the empty tiles (counted above). On the installed
 #   torch its CPU kernel is inference only.
-# - Autocast to bf16 under `torch.compile` costs about three significant digits; whether it is faster
-#   depends on the CPU's bf16 support (the verdict above).
+# - Autocast to bf16 under `torch.compile` keeps two to three significant digits (section 3 printed its
+#   error); whether it is faster depends on the CPU's bf16 support (the verdict above).
 # - Regional compilation compiles one block and reuses it: far fewer operations traced (asserted), so
 #   less to compile; its cold start, measured in fresh processes with empty caches, and its steady-state
 #   cost were printed as verdicts.
