@@ -796,9 +796,9 @@ for name, (kind, _, build, _) in REAL.items():
     params = sum(p.numel() for p in model.parameters()) / 1e6
     print(f"{name:<27} {kind:<6} {params:5.1f}M parameters, input {' and '.join('x'.join(map(str, t.shape)) for t in inputs)}")
 print(cpu.info().line())
-profile = cpu.active_profile()
+cpu_profile = cpu.active_profile()
 why_not = (f"torch's vector code is capped at {torch.backends.cpu.get_cpu_capability()} here"
-           + (f" (the {profile} CPU profile)" if profile else "")
+           + (f" (the {cpu_profile} CPU profile)" if cpu_profile else "")
            + ", which stands for a CPU without bf16 instructions, although oneDNN, which that cap does not "
            "reach, still uses the real CPU's (section 3)" if capped and native_bf16
            else "no native bf16 here")
