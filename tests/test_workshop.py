@@ -118,6 +118,17 @@ def test_stamp_writes_measured_minutes_and_version():
     assert "| 5.0 / 1.5 / 0.5 |" in only_quick.splitlines()[4]  # figures of runs not given are kept
 
 
+def test_a_carried_figure_that_a_fresh_run_contradicts_is_dropped():
+    quick, full, _ = _summaries()
+    readme = README.replace("| 0.5 / 0.3 | nothing |",
+                            "| 0.9 / 1.2 / 0.3 | nothing | torch 2.14.1, 2026-11-01 (first run+full+quick) |")
+    text, _ = stamp.stamp_table(readme, None, full, None)
+    # the fresh full run (1.5 min) outlasts the carried first run (0.9): that one is stale; quick 0.3 still fits
+    assert "| ? / 1.5 / 0.3 | nothing | torch 2.14.1, 2026-11-30 (full); torch 2.14.1, 2026-11-01 (quick) |" in text
+    assert stamp.drop_contradicted(["5.0", "1.5", "2.0"], [False, True, False]) == ["5.0", "1.5", "?"]
+    assert stamp.drop_contradicted(["1.0", "1.5", "0.5"], [True, True, True]) == ["1.0", "1.5", "0.5"]  # all fresh: kept
+
+
 def test_stamp_writes_each_notebooks_own_time_line(tmp_path):
     quick, full, cold = _summaries()
     nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": [
@@ -254,7 +265,7 @@ def test_stamp_takes_quick_minutes_from_one_run_and_the_workshop_line_from_anoth
     """`stamp --quick serial.json --workshop two.json`: per-notebook minutes from the one-at-a-time
     run, README's workshop line from the two-at-a-time run; a two-at-a-time --quick alone gives no minutes."""
     serial = {"torch": "2.14.1", "date": "2026-11-30", "machine": "x86_64, 2 cores", "cpu_class": "x86-avx2",
-              "jobs": 1, "runs": [{"notebook": "00_setup.ipynb", "ok": True, "seconds": 42.0}], "total_s": 42.0}
+              "jobs": 1, "runs": [{"notebook": "00_setup.ipynb", "ok": True, "seconds": 24.0}], "total_s": 24.0}
     two = dict(serial, jobs=2, wall_s=240.0, runs=[{"notebook": "00_setup.ipynb", "ok": True, "seconds": 60.0}])
     for name, summary in (("serial.json", serial), ("two.json", two)):
         (tmp_path / name).write_text(json.dumps(summary))
@@ -265,7 +276,7 @@ def test_stamp_takes_quick_minutes_from_one_run_and_the_workshop_line_from_anoth
             "--readme", str(readme), "--notebooks", str(tmp_path / "nbs")]
     assert stamp.main(["--quick", str(tmp_path / "serial.json"), "--workshop", str(tmp_path / "two.json"), *args]) == 0
     text = readme.read_text()
-    assert "| ? / 0.5 / 0.7 |" in text and stamp.stated_workshop_seconds(text, 2) == 240.0
+    assert "| ? / 0.5 / 0.4 |" in text and stamp.stated_workshop_seconds(text, 2) == 240.0
     readme.write_text(README.replace("intro", "intro <!-- stamp:workshop -->?<!-- /stamp:workshop -->"))
     assert stamp.main(["--quick", str(tmp_path / "two.json"), *args]) == 0
     text = readme.read_text()

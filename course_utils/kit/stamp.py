@@ -230,6 +230,29 @@ def stamp_notebook(path: Path, cold: dict[str, Any] | None, full: dict[str, Any]
     return True
 
 
+def drop_contradicted(figures: Sequence[str], fresh: Sequence[bool]) -> list[str]:
+    """Return (first run, full, quick) minutes with each carried figure that a fresh one contradicts as "?".
+
+    A first run (every cache empty) is never shorter than a run with warm caches, and quick mode never
+    longer than full mode, so a carried figure on the wrong side of a freshly measured one of the same
+    notebook is stale (the notebook grew or shrank since): it is dropped rather than stated beside it.
+    """
+    out = list(figures)
+
+    def value(i: int) -> float | None:
+        try:
+            return float(out[i])
+        except ValueError:
+            return None
+
+    for longer, shorter in ((0, 1), (0, 2), (1, 2)):  # first run >= full >= quick
+        a, b = value(longer), value(shorter)
+        if a is None or b is None or a >= b or fresh[longer] == fresh[shorter]:
+            continue
+        out[shorter if fresh[longer] else longer] = "?"
+    return out
+
+
 def stamp_table(readme: str, quick: dict[str, Any] | None, full: dict[str, Any] | None,
                 cold: dict[str, Any] | None = None) -> tuple[str, int]:
     """Return README text with the notebook table stamped, and how many rows were stamped."""
@@ -253,12 +276,16 @@ def stamp_table(readme: str, quick: dict[str, Any] | None, full: dict[str, Any] 
             if name and any(name in r for r in runs.values()):
                 old = [v.strip() for v in cells[2].split("/")]
                 old = ["?"] * (3 - len(old)) + old if len(old) < 3 else old[:3]  # "full / quick" rows
-                cells[2] = " / ".join(_minutes(r[name]["seconds"]) if name in r else previous
-                                      for r, previous in zip(runs.values(), old, strict=True))
+                fresh = [name in r for r in runs.values()]
+                figures = drop_contradicted([_minutes(r[name]["seconds"]) if name in r else previous
+                                             for r, previous in zip(runs.values(), old, strict=True)], fresh)
+                cells[2] = " / ".join(figures)
                 measured = parse_passed(cells[-1])  # modes not re-run keep their own torch and date
-                for mode, summary in zip(MODES, (cold, full, quick), strict=True):
+                for mode, summary, figure in zip(MODES, (cold, full, quick), figures, strict=True):
                     if name in runs[mode]:
                         measured[mode] = (summary["torch"], summary["date"])  # type: ignore[index]
+                    elif figure == "?":
+                        measured.pop(mode, None)  # a dropped figure keeps no date
                 cells[-1] = format_passed(measured)
                 stamped += 1
             line = "| " + " | ".join(cells) + " |"
