@@ -287,6 +287,10 @@ def test_report_page_ends_with_the_section(tmp_path, flipped):
 
 def test_report_command_compares_copies_named_by_executed(tmp_path, flipped, monkeypatch):
     monkeypatch.delenv("COURSE_RESULTS", raising=False)
+    # the stored side is the fixture's reference run, not notebooks/ (whose cells and verdicts move with each run)
+    stored, _ = folders(tmp_path / "fixture", flipped)
+    section = report.verdict_section
+    monkeypatch.setattr(report, "verdict_section", lambda executed, _stored=None: section(executed, stored))
     results = tmp_path / "results.jsonl"
     results.write_text(json.dumps({"name": "a.speedup", "value": 2.0, "unit": "x"}) + "\n", encoding="utf-8")
     assert report.main(["--results", str(results), "--out", str(tmp_path / "out"),
