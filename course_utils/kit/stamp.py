@@ -185,6 +185,8 @@ def time_line(name: str, cold: dict[str, Any] | None, full: dict[str, Any] | Non
                                           (full, "after that (compile cache warm)"),
                                           (quick, "in quick mode"))):
         run = _passed(summary).get(name)
+        if i == 1 and not parts:  # no first-run figure before it: "after that" would follow nothing
+            words = "with the compile cache warm"
         if run:
             parts.append((f"{_minutes(run['seconds'])} min {words}", (summary["torch"], summary["date"])))  # type: ignore[index]
             src = src or summary

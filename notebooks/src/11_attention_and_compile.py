@@ -33,7 +33,7 @@
 # enough for the first half. Section 5 loads the MiniLM encoder (notebooks 06–08) and the tiny GPT
 # (notebook 10); neither notebook needs to have been run.
 #
-# **Time on a laptop CPU:** <!-- stamp:time -->8.3 min after that (compile cache warm), 1.1 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-avx512-vnni; 8.3 min: torch 2.14.1, 2026-12-02; 1.1 min: torch 2.14.1, 2026-11-30). A slower or busy laptop takes longer.<!-- /stamp:time --> Sections 4 and 5 compile from empty caches in every full-mode run, on purpose, so a warm compile cache shortens only the rest of the notebook. Quick mode uses shorter sequences and a smaller model, leaves the `nested_compile_region` cold start to full mode, and runs section 5's table for the tiny GPT alone.
+# **Time on a laptop CPU:** <!-- stamp:time -->8.3 min with the compile cache warm, 1.1 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-avx512-vnni; 8.3 min: torch 2.14.1, 2026-12-02; 1.1 min: torch 2.14.1, 2026-11-30). A slower or busy laptop takes longer.<!-- /stamp:time --> Section 4's cold starts (each in a fresh process) and section 5's table compile from empty caches in every full-mode run, on purpose, so a warm compile cache shortens only the rest of the notebook. Quick mode uses shorter sequences and a smaller model, leaves the `nested_compile_region` cold start to full mode, and runs section 5's table for the tiny GPT alone.
 # **GPU:** not needed. One guarded cell lists the GPU attention backends (flash, memory-efficient, cuDNN) that a CUDA machine would also run.
 
 # %% tags=["colab-setup"]
@@ -489,7 +489,8 @@ assert rel < 2e-2, "bf16 keeps 2 to 3 significant digits: the error should be we
 # A transformer is the same block repeated N times. `torch.compile(model)` traces all N copies into
 # one graph and lowers each of them (a kernel whose code comes out identical to one already built is
 # built only once), so the work of compiling grows with the depth of the model; the cell below prints
-# each cold start with the time it spent in the C++ compiler.
+# each cold start beside its C++ compiler time (summed over builds that run at the same time), so you
+# can see which part follows the depth.
 # *Regional compilation* compiles the repeated block instead (`block.compile()` on each): Dynamo
 # traces one block, and since every block has the same code and the same shapes, the other N−1 reuse
 # that compiled code. The price is the Python loop between blocks and no fusion across them.
@@ -632,10 +633,11 @@ if len(DEPTHS) > 1:
     own = bench.band_verdict(regional["first_s"], cold[("regional", DEPTHS[0])]["first_s"], band=0.1,
                              name="compile.regional.cold_start.regional_deeper_vs_shallower")
     same_ops = {cold[("regional", n)]["ops_traced"] for n in DEPTHS}
+    traced = f"both trace the same {same_ops.pop()} operations" if len(same_ops) == 1 else ""
+    why = ("" if not traced else f" (as expected: {traced})" if own == "no clear difference"
+           else f" ({traced}, so the difference comes from the machine's load, not from the depth)")
     print(f"the ratio at {DEPTHS[-1]} blocks against {DEPTHS[0]}: {deeper} (band 10%); regional's own cold start "
-          f"at {DEPTHS[-1]} against {DEPTHS[0]} blocks: {own}"
-          + (f" (both trace the same {same_ops.pop()} operations, so a difference here comes from the machine's "
-             "load, not from the depth)" if len(same_ops) == 1 else ""))
+          f"at {DEPTHS[-1]} against {DEPTHS[0]} blocks: {own}{why}")
 if ("nested region", N_LAYER) in cold:
     nested = cold[("nested region", N_LAYER)]["first_s"]
     nested_word = {"lower": "shorter than", "higher": "longer than", "no clear difference": "not clearly different from"}[
@@ -725,8 +727,8 @@ print(f"regional takes {steady_ratio:.2f}x the whole model's time per call: {ban
 # - **max-autotune** (with freezing): times Inductor's own C++ matrix-multiply templates against the
 #   library call for every matrix multiply and keeps the faster one. That adds compile time for each
 #   distinct matrix shape, so it runs on one model only: MiniLM, an encoder built mostly of linear
-#   layers (the library share printed beside its verdicts says how much of its eager time goes to
-#   those and to attention). In the convolution nets it would find only the classifier to tune
+#   layers (the library share printed beside its verdicts says how much of its eager operator time
+#   goes to those and to attention). In the convolution nets it would find only the classifier to tune
 #   (convolutions stay with oneDNN in every mode; notebook 01, section 3), and on the ViT and the
 #   tiny GPT it would add its tuning to the table's time to ask MiniLM's question again;
 # - **bf16 autocast** (with freezing), on one model of each kind, where the CPU has native bf16
@@ -819,10 +821,11 @@ print(f"native bf16 instructions: {', '.join(native_bf16) if native_bf16 else 'n
 # inputs of every product, layer after layer, so its bound is 5e-2.
 #
 # The cell also profiles one eager call of each model and counts the share of its operator time in
-# convolutions, matrix multiplies and attention. Those are library kernels, and in the default
-# setting the compiled code mostly calls the same ones eager does; what it fuses away is the rest,
-# together with the Python time between operators, which this share leaves out (notebook 01,
-# section 5). The other settings change the library calls themselves: freezing hands them packed
+# convolutions, matrix multiplies and attention. Those are library kernels. In the default setting
+# the compiled code still calls them, but for a convolution net on the CPU Inductor first switches the
+# activations to the channels-last memory layout, for which oneDNN picks other convolution kernels.
+# What compiling fuses away is the rest, together with the Python time between operators, which this
+# share leaves out (notebook 01, section 5). The other settings change the library calls further: freezing hands them packed
 # weights, with batch norms folded in and activations fused into the call, max-autotune may replace
 # them with its own templates, and bf16 swaps them for bf16 ones. So the share is a guide to where a
 # model's time goes, not a bound on what compiling can gain.
@@ -928,7 +931,8 @@ if moved[1][1] > moved[1][0]:
     print(f"eager is timed again in each group, and its median moves between groups (most for {moved[0]}: "
           f"{moved[1][0]:.1f} to {moved[1][1]:.1f} ms): read each speed-up against its own row's eager")
 print("verdicts on this machine, with the share of eager's operator time in library kernels (convolutions, "
-      "matrix multiplies, attention), the part that the default setting mostly leaves to the library:")
+      "matrix multiplies, attention), the part that compiling hands to library kernels rather than generating "
+      "code for:")
 for row in rows:
     saved_s = (row["eager_ms"] - row["ms"]) / 1e3
     repaid = (f"; the first call is repaid after about {math.ceil(row['first_s'] / saved_s)} calls"
@@ -1033,8 +1037,8 @@ print(f"largest first call: {largest['model']}, {largest['setting']}, {largest['
 # - **CPU.** A different CPU has different vector units, caches and memory bandwidth, and oneDNN picks
 #   other kernels; the cell printed this one's class.
 # - **Model set.** Five models are not 170. The library share printed beside each verdict is the part
-#   of eager's operator time spent in library kernels, which the default setting mostly leaves to the
-#   library, and a suite's mean depends on how many of its models spend their time there. A
+#   of eager's operator time spent in library kernels, which compiling calls rather than generates,
+#   and a suite's mean depends on how many of its models spend their time there. A
 #   geometric mean of two or three models is a sample, not a benchmark.
 # - **Release.** Inductor and oneDNN have changed since the figures were published; so has eager.
 #
