@@ -174,10 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("command", choices=("sync", "check"))
     parser.add_argument("notebooks", nargs="*", type=Path)
     args = parser.parse_args(argv)
-    paths = [p.resolve() for p in args.notebooks] or sources.notebooks()
-    missing = [str(p) for p in paths if p.suffix != ".ipynb" or not p.is_file()]
-    if missing:
-        print(f"error: not a notebook: {', '.join(missing)}", file=sys.stderr)
+    paths = sources.chosen(args.notebooks)
+    if paths is None:
         return 2
     if args.command == "check":
         found = check(paths)

@@ -85,16 +85,25 @@ def update(paths: Sequence[Path]) -> None:
         jupytext.write(combined, nb_path, fmt="ipynb")
 
 
+def chosen(given: Sequence[Path]) -> list[Path] | None:
+    """Return the notebooks a command names (every notebook when none), or None after printing which
+    of them is not a notebook."""
+    paths = [p.resolve() for p in given] or notebooks()
+    missing = [str(p) for p in paths if p.suffix != ".ipynb" or not p.is_file()]
+    if missing:
+        print(f"error: not a notebook: {', '.join(missing)}", file=sys.stderr)
+        return None
+    return paths
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line (see the module docstring); returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m course_utils.kit.sources", description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=("write", "update", "check"))
     parser.add_argument("notebooks", nargs="*", type=Path)
     args = parser.parse_args(argv)
-    paths = [p.resolve() for p in args.notebooks] or notebooks()
-    missing = [str(p) for p in paths if p.suffix != ".ipynb" or not p.is_file()]
-    if missing:
-        print(f"error: not a notebook: {', '.join(missing)}", file=sys.stderr)
+    paths = chosen(args.notebooks)
+    if paths is None:
         return 2
     if args.command == "check":
         problems = out_of_sync(paths)
