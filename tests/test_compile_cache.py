@@ -80,6 +80,7 @@ def test_the_installed_kernel_carries_the_folder(tmp_path, monkeypatch):
 def test_a_cold_run_still_gets_an_empty_cache(monkeypatch, tmp_path):
     """`make report-cold` and workshop-check's cold figure: the runner's empty folder wins over the default."""
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)  # the default below is HOME's, as on most machines
     monkeypatch.setenv("HOME", str(tmp_path))
     with runner._empty_caches(True), runner._environment(quick=True, blocked=False, results=None):
         folder = os.environ["TORCHINDUCTOR_CACHE_DIR"]

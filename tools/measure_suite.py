@@ -60,8 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
     junit = clone / "build" / "junit.xml"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COURSE_", "PYTEST_"))}
+    # not under the temporary directory: the suite checks that the course's cache never is (a reboot empties it)
+    cold_cache = REPO / "build" / f"suite-cold-cache-{os.getpid()}"
     if args.cold:
-        env = cold_env(env, clone / ".cold-cache")
+        env = cold_env(env, cold_cache)
     start = time.perf_counter()
     setup = subprocess.run(["make", "setup"], cwd=clone, env=env)
     setup_s = time.perf_counter() - start
@@ -87,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                         "1" if args.cold else "0"],
                        cwd=clone, env={**env, "COURSE_RESULTS": str(args.results.resolve())}, check=True)
         print(f"recorded suite.make_test_s in {args.results}")
+    shutil.rmtree(cold_cache, ignore_errors=True)
     if args.keep:
         print(f"clone kept at {clone}")
     else:

@@ -24,6 +24,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from course_utils import config  # noqa: E402
 KERNEL = "pytorch2-course"
 
 
@@ -35,7 +38,7 @@ def execute(notebook: Path, out_dir: Path, package_root: Path | None = None) -> 
     """
     env = {**os.environ, "COURSE_QUICK": "1", "COURSE_PROGRESS": "/dev/null"}
     if package_root is not None:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(package_root), env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = config.child_pythonpath(package_root, environ=env)
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute",
                            "--output-dir", str(out_dir), f"--ExecutePreprocessor.kernel_name={KERNEL}",
@@ -104,7 +107,6 @@ def report(args: argparse.Namespace, times: dict[str, dict[str, list[float]]]) -
         print(f"  {name}: {base:.1f} s -> {now:.1f} s ({now - base:+.1f} s)")
     print(f"  together: {total:+.1f} s")
     if args.record:
-        sys.path.insert(0, str(REPO))
         from course_utils import bench
 
         bench.record(args.record, total, "s", base=args.base, notebooks=sorted(times), rounds=args.rounds)
