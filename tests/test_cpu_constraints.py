@@ -160,9 +160,9 @@ def check_makefile(makefile: Path, tmp_path: Path) -> None:
     venv = stand_in_venv(tmp_path / "venv")
     dry = run_make(makefile, venv, "setup", "TORCH=cpu", dry=True)
     assert dry.returncode == 0, dry.stderr
-    assert (f"{venv}/bin/python -m pip install --quiet --no-deps --index-url https://download.pytorch.org/whl/cpu "
+    assert (f"{venv}/bin/python -m pip install --quiet --no-compile --no-deps --index-url https://download.pytorch.org/whl/cpu "
             "-r build/torch-cpu-requirements.txt") in dry.stdout
-    assert f'{venv}/bin/python -m pip install --quiet -c build/constraints-cpu.txt -e ".[dev]"' in dry.stdout
+    assert f'{venv}/bin/python -m pip install --quiet --no-compile -c build/constraints-cpu.txt -e ".[dev]"' in dry.stdout
     assert "-c constraints.txt" not in dry.stdout
     assert run_make(makefile, venv, "setup", "TORCH=cpu").returncode == 0
     assert (venv / ".course-torch").read_text().strip() == "cpu"
