@@ -1,0 +1,39 @@
+"""tools/compile_bytecode.py: the bytecode `make setup` writes after ``pip install --no-compile``."""
+
+import subprocess
+import sys
+
+from course_utils import config
+
+SCRIPT = config.REPO_ROOT / "tools" / "compile_bytecode.py"
+
+
+def test_every_module_it_can_compile_gets_its_pyc_and_one_it_cannot_is_left_out(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("X = 1\n")
+    (tmp_path / "pkg" / "good.py").write_text("def f():\n    return 2\n")
+    (tmp_path / "pkg" / "future_syntax.py").write_text("def f(:\n")  # what this Python cannot compile
+    out = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "left out" in out.stdout and str(tmp_path) in out.stdout
+    cache = tmp_path / "pkg" / "__pycache__"
+    for name in ("__init__", "good"):
+        assert (cache / f"{name}.{sys.implementation.cache_tag}.pyc").is_file()
+    assert not list(cache.glob("future_syntax.*"))
+
+
+def test_a_folder_that_compiles_cleanly_gets_no_note(tmp_path):
+    (tmp_path / "m.py").write_text("Y = 3\n")
+    out = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == f"bytecode written for {tmp_path}"
+    assert (tmp_path / "__pycache__" / f"m.{sys.implementation.cache_tag}.pyc").is_file()
+
+
+def test_the_default_folders_are_this_pythons_site_packages():
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import compile_bytecode
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    folders = compile_bytecode.site_packages()
+    assert folders and all(f.is_dir() and "site-packages" in f.parts for f in folders)
