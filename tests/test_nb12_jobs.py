@@ -85,9 +85,17 @@ def test_fsdp_shards_parameters_and_follows_ddps_loss_curve(jobs):
     assert max(abs(a - b) for a, b in zip(f["losses"], d["losses"], strict=True)) < 1e-4
 
 
-def test_fsdp_mixed_precision_computes_in_bf16_and_reduces_in_float32(jobs):
+@pytest.fixture(scope="module")
+def fsdp_extras(jobs) -> dict:
+    """One small FSDP job with both extras, as notebook 12 runs it (one launch for the two tests below)."""
     r = job(jobs, "fsdp.py", ["--width", 64, "--depth", 2, "--steps", 1, "--backend", "none",
-                              "--mixed-precision-steps", 3])
+                              "--mixed-precision-steps", 3, "--meta-init"])
+    assert {"mixed_precision", "meta"} <= set(r), "each flag adds its own part of the result"
+    return r
+
+
+def test_fsdp_mixed_precision_computes_in_bf16_and_reduces_in_float32(fsdp_extras):
+    r = fsdp_extras
     f32, b16 = r["mixed_precision"]["float32"], r["mixed_precision"]["bf16"]
     assert set(f32["dtypes"].values()) == {"float32"}
     assert b16["dtypes"]["weight as stored (this rank's shard)"] == "float32"
@@ -104,16 +112,15 @@ def test_fsdp_mixed_precision_computes_in_bf16_and_reduces_in_float32(jobs):
     assert len(gaps) == 3 and all(g <= (k + 1) * 2.0 ** -8 * a for k, (g, a) in enumerate(zip(gaps, f32["losses"])))
     assert max(gaps) > 1e-4  # bf16 really ran: further from float32 than float32 runs are from each other
     assert max(abs(a - b) for a, b in zip(f32["losses"][:1], r["losses"])) < 1e-4  # eager float32 = the first run
-    assert "meta" not in r
 
 
-def test_fsdp_on_the_meta_device_allocates_only_shards_and_loads_exactly(jobs):
-    r = job(jobs, "fsdp.py", ["--width", 64, "--depth", 2, "--steps", 1, "--backend", "none", "--meta-init"])
+def test_fsdp_on_the_meta_device_allocates_only_shards_and_loads_exactly(fsdp_extras):
+    r = fsdp_extras
     meta = r["meta"]
     assert meta["meta_before_sharding"] and meta["meta_after_sharding"]
     assert meta["bytes_after_to_empty"] == meta["bytes_after_loading"] == r["bytes_per_rank"][0] == r["full_bytes"] // 2
     assert meta["shards_equal_after_random_init"] == "6 of 6"  # the pitfall the notebook shows, on a CPU mesh
-    assert meta["loaded_max_abs_diff"] == 0.0 and "mixed_precision" not in r
+    assert meta["loaded_max_abs_diff"] == 0.0
 
 
 def test_tensor_parallel_pair_matches_one_process_with_one_all_reduce_each_way(jobs):
