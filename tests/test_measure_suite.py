@@ -33,3 +33,9 @@ def test_cold_env_points_every_compile_cache_at_an_empty_folder(tmp_path):
     assert (tmp_path / "cache").is_dir() and not any((tmp_path / "cache").iterdir())
     # the course's Inductor cache follows XDG_CACHE_HOME, so it starts empty too
     assert config.inductor_cache_dir(env) == tmp_path / "cache" / "pytorch2-course" / "inductor"
+
+
+def test_calibration_times_the_same_loop_and_returns_its_median():
+    seconds = measure_suite.calibration_s(repeats=3, n=100_000)
+    assert 0 < seconds < 5
+    assert measure_suite.calibration_s(repeats=1, n=10) < seconds  # a thousandth of the work takes less time

@@ -110,4 +110,6 @@ def test_make_reference_keeps_verdicts_and_dates_and_update_replaces_only_what_w
     assert merged["results"]["a.x"] == {"value": 1.0, "unit": "x", "mode": "full", "date": "2026-11-30"}
     assert merged["results"]["b.x"]["value"] == 3.0 and merged["results"]["b.x"]["date"] == "2026-12-01"
     assert merged["machine"]["date"] == "2026-11-30 to 2026-12-01"
+    again = make_reference.merge(merged, {**new, "machine": {**machine, "date": "2026-12-02"}})
+    assert again["machine"]["date"] == "2026-11-30 to 2026-12-01", "a span merged again stays one span"
     json.dumps(merged)

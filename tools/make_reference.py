@@ -87,7 +87,7 @@ def merge(old: dict, new: dict) -> dict:
         for key in ("results", "verdicts"):
             mine.setdefault(key, {}).update(section.get(key, {}))
     dates = sorted({e["date"] for key in ("results", "verdicts") for e in out[key].values() if e.get("date")}
-                   | {old["machine"].get("date", "")} - {""})
+                   | set(old["machine"].get("date", "").split(" to ")) - {""})  # the old span's two ends
     modes = "/".join(sorted({e["mode"] for e in out["results"].values() if e.get("mode")}))
     out["machine"] = {**new["machine"], "date": dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}",
                       "mode": modes or new["machine"].get("mode")}

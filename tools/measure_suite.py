@@ -6,7 +6,9 @@ Clones this repository's committed HEAD into a temporary folder, runs `make test
 environment build included, as CI and a newcomer pay it), prints the wall time of the whole command,
 the environment build's share, and the slowest test files and notebooks (summed from pytest's JUnit
 report), and records the headline result ``suite.make_test_s`` with the clone's own Python.
-Run it on a quiet machine: it measures this machine, not the code alone.
+Run it on a quiet machine: it measures this machine, not the code alone. It times a fixed Python
+loop before and after the run and records both (``calibration_before_s``, ``calibration_after_s``),
+so that two runs of different days can be told apart from a change in the code.
 
 ``--cold`` is what a CI runner sees: the clone gets an empty user cache folder (``XDG_CACHE_HOME``,
 so the course's Inductor cache under it starts empty; ``TORCHINDUCTOR_CACHE_DIR`` and
@@ -20,6 +22,7 @@ import argparse
 import collections
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,6 +50,23 @@ def cold_env(env: dict[str, str], cache: Path) -> dict[str, str]:
     return {**out, "XDG_CACHE_HOME": str(cache), "PIP_NO_CACHE_DIR": "1"}
 
 
+def calibration_s(repeats: int = 5, n: int = 10_000_000) -> float:
+    """Return the median seconds of a fixed pure-Python loop: how fast this machine runs right now.
+
+    The same code has taken 15 and 19 minutes on the same 2-core virtual machine on two days: the
+    host's other guests change how fast a core runs. Recorded beside the suite's time (before and after
+    it), this says whether two runs can be compared; it does not correct either.
+    """
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        total = 0
+        for i in range(n):
+            total += i
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python tools/measure_suite.py")
     parser.add_argument("--workers", default="2", help="WORKERS for make test (0: one process)")
@@ -64,14 +84,18 @@ def main(argv: list[str] | None = None) -> int:
     cold_cache = REPO / "build" / f"suite-cold-cache-{os.getpid()}"
     if args.cold:
         env = cold_env(env, cold_cache)
+    speed_before = calibration_s()
     start = time.perf_counter()
     setup = subprocess.run(["make", "setup"], cwd=clone, env=env)
     setup_s = time.perf_counter() - start
     test = subprocess.run(["make", "test", f"WORKERS={args.workers}", f"PYTEST_ARGS=--junitxml={junit}"],
                           cwd=clone, env=env) if setup.returncode == 0 else setup
     total_s = time.perf_counter() - start
+    speed_after = calibration_s()
     print(f"\nmake test (clean clone, WORKERS={args.workers}{', cold caches' if args.cold else ''}): {total_s / 60:.1f} min "
           f"({setup_s / 60:.1f} building .venv, {(total_s - setup_s) / 60:.1f} pytest); exit {test.returncode}")
+    print(f"machine speed (a fixed Python loop, median of 5): {speed_before:.2f} s before, {speed_after:.2f} s after; "
+          "compare runs only at similar speeds")
     if junit.exists():
         args.results.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(junit, args.results.parent / "suite-junit.xml")  # per test case, for a closer look
@@ -84,9 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     if test.returncode == 0:
         args.results.parent.mkdir(parents=True, exist_ok=True)
         code = ("import sys; from course_utils import bench; bench.record('suite.make_test_s', float(sys.argv[1]), "
-                "'s', workers=sys.argv[2], setup_s=float(sys.argv[3]), cold=sys.argv[4] == '1')")
+                "'s', workers=sys.argv[2], setup_s=float(sys.argv[3]), cold=sys.argv[4] == '1', "
+                "calibration_before_s=float(sys.argv[5]), calibration_after_s=float(sys.argv[6]))")
         subprocess.run([str(clone / ".venv" / "bin" / "python"), "-c", code, str(total_s), args.workers, str(setup_s),
-                        "1" if args.cold else "0"],
+                        "1" if args.cold else "0", f"{speed_before:.3f}", f"{speed_after:.3f}"],
                        cwd=clone, env={**env, "COURSE_RESULTS": str(args.results.resolve())}, check=True)
         print(f"recorded suite.make_test_s in {args.results}")
     shutil.rmtree(cold_cache, ignore_errors=True)
