@@ -53,9 +53,10 @@ def cold_env(env: dict[str, str], cache: Path) -> dict[str, str]:
 def calibration_s(repeats: int = 5, n: int = 10_000_000) -> float:
     """Return the median seconds of a fixed pure-Python loop: how fast this machine runs right now.
 
-    The same code has taken 15 and 19 minutes on the same 2-core virtual machine on two days: the
-    host's other guests change how fast a core runs. Recorded beside the suite's time (before and after
-    it), this says whether two runs can be compared; it does not correct either.
+    On the 2-core virtual machine the course is measured on, the host's other guests change how fast
+    a core runs (one test file took 234 s in one cold run and 128 s in the next, with one 10 s job
+    removed in between). Recorded beside the suite's time (before and after it), this says whether two
+    runs can be compared; it does not correct either.
     """
     times = []
     for _ in range(repeats):
