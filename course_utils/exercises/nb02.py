@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..breaks import break_report
 from .framework import Mistake, Wrong, capture, exercise, function_exercise, nodes, run
 
 # --- 02.count_breaks: how many graph breaks does `mystery` have?
@@ -36,6 +35,8 @@ def mystery(x: torch.Tensor) -> torch.Tensor:
 @functools.lru_cache(maxsize=1)
 def _mystery_breaks() -> int:
     """Return the number of graph breaks Dynamo reports for ``mystery`` (measured once)."""
+    from ..breaks import break_report  # imports Dynamo (about a second): only when an answer is checked
+
     x = torch.randn(16, 8, generator=torch.Generator().manual_seed(0))
     return break_report(mystery, x).breaks
 
