@@ -86,22 +86,23 @@ $(TORCH_FILE): FORCE | $(BIN)/python
 
 FORCE:
 
-# --no-compile, then tools/compile_bytecode.py: the same .pyc files pip would write, on every core
-# instead of one file after another (a clean clone's main install: 151 s with pip's own bytecode step,
-# 88 s + 33 s this way, on the reference machine).
+# Every venv installs with PIP_INSTALL (--no-compile); then tools/compile_bytecode.py writes the same
+# .pyc files pip would, on every core instead of one file after another (a clean clone's main install:
+# 151 s with pip's own bytecode step, 88 s + 33 s this way, on the reference machine).
+PIP_INSTALL := -m pip install --quiet --no-compile
 $(STAMP): pyproject.toml constraints.txt $(TORCH_FILE) $(if $(filter cpu,$(TORCH)),tools/cpu_constraints.py) | $(BIN)/python
 ifneq ($(WHEELHOUSE),)
 	$(BIN)/python -m course_utils.kit.wheelhouse check $(WHEELHOUSE) --requirements $(HASHED)
-	PIP_CONFIG_FILE=/dev/null $(BIN)/python -m pip install --quiet --no-compile --no-index --find-links $(abspath $(WHEELHOUSE)) --require-hashes -r $(HASHED)
-	PIP_CONFIG_FILE=/dev/null $(BIN)/python -m pip install --quiet --no-compile --no-index --no-build-isolation -c constraints.txt -e ".[dev]"
+	PIP_CONFIG_FILE=/dev/null $(BIN)/python $(PIP_INSTALL) --no-index --find-links $(abspath $(WHEELHOUSE)) --require-hashes -r $(HASHED)
+	PIP_CONFIG_FILE=/dev/null $(BIN)/python $(PIP_INSTALL) --no-index --no-build-isolation -c constraints.txt -e ".[dev]"
 else ifeq ($(TORCH),cpu)
-	$(BIN)/python -m pip install --quiet --no-compile --upgrade "pip>=24"
+	$(BIN)/python $(PIP_INSTALL) --upgrade "pip>=24"
 	$(BIN)/python tools/cpu_constraints.py --dest build
-	$(BIN)/python -m pip install --quiet --no-compile --no-deps --index-url $(TORCH_CPU_INDEX) -r build/torch-cpu-requirements.txt
-	$(BIN)/python -m pip install --quiet --no-compile -c build/constraints-cpu.txt -e ".[dev]"
+	$(BIN)/python $(PIP_INSTALL) --no-deps --index-url $(TORCH_CPU_INDEX) -r build/torch-cpu-requirements.txt
+	$(BIN)/python $(PIP_INSTALL) -c build/constraints-cpu.txt -e ".[dev]"
 else
-	$(BIN)/python -m pip install --quiet --no-compile --upgrade "pip>=24"
-	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e ".[dev]"
+	$(BIN)/python $(PIP_INSTALL) --upgrade "pip>=24"
+	$(BIN)/python $(PIP_INSTALL) -c constraints.txt -e ".[dev]"
 endif
 	$(BIN)/python tools/compile_bytecode.py
 	$(BIN)/python -m course_utils.kit.lab
@@ -167,9 +168,9 @@ stamp: setup
 # The version floor: the same pins, with torch 2.11 and its torchvision/torchaudio.
 $(MIN_STAMP): pyproject.toml constraints.txt tools/min_constraints.py
 	$(PYTHON) -m venv $(MIN_VENV)
-	$(MIN_VENV)/bin/python -m pip install --quiet --no-compile --upgrade "pip>=24"
+	$(MIN_VENV)/bin/python $(PIP_INSTALL) --upgrade "pip>=24"
 	mkdir -p build && $(PYTHON) tools/min_constraints.py > build/constraints-min.txt
-	$(MIN_VENV)/bin/python -m pip install --quiet --no-compile -c build/constraints-min.txt -e ".[dev]"
+	$(MIN_VENV)/bin/python $(PIP_INSTALL) -c build/constraints-min.txt -e ".[dev]"
 	$(MIN_VENV)/bin/python tools/compile_bytecode.py
 	@touch $(MIN_STAMP)
 
@@ -202,8 +203,8 @@ ET_KERNEL   := pytorch2-course-executorch
 $(ET_STAMP): pyproject.toml constraints.txt constraints-executorch.txt
 	@$(PYTHON) tools/check_python.py
 	$(PYTHON) -m venv $(ET_VENV) || { rm -rf $(ET_VENV); exit 1; }
-	$(ET_VENV)/bin/python -m pip install --quiet --no-compile --upgrade "pip>=24"
-	$(ET_VENV)/bin/python -m pip install --quiet --no-compile -c constraints.txt -c constraints-executorch.txt -e ".[dev,executorch]"
+	$(ET_VENV)/bin/python $(PIP_INSTALL) --upgrade "pip>=24"
+	$(ET_VENV)/bin/python $(PIP_INSTALL) -c constraints.txt -c constraints-executorch.txt -e ".[dev,executorch]"
 	$(ET_VENV)/bin/python tools/compile_bytecode.py
 	@touch $(ET_STAMP)
 	@echo "ExecuTorch environment ready in $(ET_VENV)."
@@ -232,8 +233,8 @@ test-next:
 
 $(NEXT_STAMP): $(NEXT_PINS) pyproject.toml
 	$(PYTHON) -m venv $(NEXT_VENV) || { rm -rf $(NEXT_VENV); exit 1; }
-	$(NEXT_VENV)/bin/python -m pip install --quiet --no-compile --upgrade "pip>=24"
-	$(NEXT_VENV)/bin/python -m pip install --quiet --no-compile -c $(NEXT_PINS) -e ".[dev]"
+	$(NEXT_VENV)/bin/python $(PIP_INSTALL) --upgrade "pip>=24"
+	$(NEXT_VENV)/bin/python $(PIP_INSTALL) -c $(NEXT_PINS) -e ".[dev]"
 	$(NEXT_VENV)/bin/python tools/compile_bytecode.py
 	@touch $(NEXT_STAMP)
 
@@ -257,7 +258,7 @@ SITE_STAMP  := $(SITE_VENV)/.site-installed
 $(SITE_STAMP): site/requirements.txt
 	rm -rf $(SITE_VENV)
 	$(PYTHON) -m venv $(SITE_VENV)
-	$(SITE_VENV)/bin/python -m pip install --quiet --no-compile -r site/requirements.txt
+	$(SITE_VENV)/bin/python $(PIP_INSTALL) -r site/requirements.txt
 	$(SITE_VENV)/bin/python tools/compile_bytecode.py
 	@touch $(SITE_STAMP)
 

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import timeit
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -58,14 +59,8 @@ def calibration_s(repeats: int = 5, n: int = 10_000_000) -> float:
     removed in between). Recorded beside the suite's time (before and after it), this says whether two
     runs can be compared; it does not correct either.
     """
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        total = 0
-        for i in range(n):
-            total += i
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.median(timeit.repeat("total = 0\nfor i in range(n): total += i", setup=f"n = {int(n)}",
+                                           number=1, repeat=repeats))
 
 
 def main(argv: list[str] | None = None) -> int:
