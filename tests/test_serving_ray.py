@@ -128,6 +128,42 @@ def test_ray_serving_refuses_replicas_that_do_not_fit():
             pass
 
 
+def scripted_polls(monkeypatch, module, polls: list[tuple[list[str], dict[str, int]]]) -> list[int]:
+    """Make ``module``'s actor list and Serve status answer ``polls`` in turn (the last one for ever);
+    return a one-item list counting the polls made."""
+    made = [0]
+
+    def actors(*_):
+        made[0] += 1
+        return polls[min(made[0], len(polls)) - 1][0]
+
+    monkeypatch.setattr(module, "replica_actor_names", actors)
+    monkeypatch.setattr(module, "replica_states", lambda *_: polls[min(made[0], len(polls)) - 1][1])
+    monkeypatch.setattr(module.time, "sleep", lambda s: None)
+    return made
+
+
+def test_wait_for_replicas_needs_two_agreeing_polls(monkeypatch):
+    module = ray_app()
+    # The CI race: a new replica's actor appears between the two reads while Serve still counts the
+    # killed one RUNNING; the next poll shows the truth (one RUNNING, one STARTING).
+    made = scripted_polls(monkeypatch, module, [
+        (["a", "b"], {"RUNNING": 2}),                   # before the kill
+        (["a", "new"], {"RUNNING": 2}),                 # one racy poll that looks done
+        (["a", "new"], {"RUNNING": 1, "STARTING": 1}),
+        (["a", "new"], {"RUNNING": 2}),
+        (["a", "new"], {"RUNNING": 2}),
+    ])
+    module.wait_for_replicas(2, timeout_s=60)
+    assert made[0] == 5
+    made = scripted_polls(monkeypatch, module, [(["a", "b"], {"RUNNING": 2, "STOPPING": 1})])
+    with pytest.raises(TimeoutError, match="STOPPING"):
+        module.wait_for_replicas(2, timeout_s=0.01)
+    made = scripted_polls(monkeypatch, module, [([], {})])
+    module.wait_for_replicas(0, timeout_s=60)
+    assert made[0] == 2
+
+
 # ---- two Ray Serve replicas --------------------------------------------------------------------
 
 def ray_daemons() -> list[psutil.Process]:

@@ -1183,29 +1183,43 @@ def replica_actor_names(app_name: str = APP_NAME, deployment: str = DEPLOYMENT_N
 
 def running_replicas(app_name: str = APP_NAME, deployment: str = DEPLOYMENT_NAME) -> int:
     """Return how many replicas of ``deployment`` Serve reports RUNNING (0 when it has none)."""
+    return replica_states(app_name, deployment).get("RUNNING", 0)
+
+
+def replica_states(app_name: str = APP_NAME, deployment: str = DEPLOYMENT_NAME) -> dict[str, int]:
+    """Return Serve's count of ``deployment``'s replicas per state, e.g. ``{"RUNNING": 1, "STARTING": 1}``."""
     from ray import serve
 
     app = serve.status().applications.get(app_name)
     if app is None or deployment not in app.deployments:
-        return 0
-    return int(app.deployments[deployment].replica_states.get("RUNNING", 0))
+        return {}
+    return {str(getattr(state, "value", state)): int(n)
+            for state, n in app.deployments[deployment].replica_states.items() if n}
 
 
 def wait_for_replicas(n: int, timeout_s: float = 120.0, app_name: str = APP_NAME,
                       deployment: str = DEPLOYMENT_NAME) -> float:
-    """Wait until ``n`` replicas run and as many replica actors are alive; return the seconds waited.
+    """Wait until Serve has exactly ``n`` replicas, all RUNNING, and as many replica actors are alive;
+    return the seconds waited.
 
+    Ray's actor list and Serve's status are two separate reads, and a replica can die or start
+    between them (a killed replica stays RUNNING in Serve's status until its controller notices), so
+    the actors are read first, the status second, and the answer must hold on two polls in a row.
     Raises ``TimeoutError`` (with what Serve reported) when that does not happen in ``timeout_s``.
     """
     start = time.monotonic()
+    wanted = {"RUNNING": n} if n else {}
+    agreed_before = None
     while True:
-        running = running_replicas(app_name, deployment)
-        actors = len(replica_actor_names(app_name, deployment))
-        if running == n and actors == n:
+        actors = replica_actor_names(app_name, deployment)
+        states = replica_states(app_name, deployment)
+        agreed = (tuple(actors) if len(actors) == n and states == wanted else None)
+        if agreed is not None and agreed == agreed_before:
             return time.monotonic() - start
+        agreed_before = agreed
         if time.monotonic() - start > timeout_s:
-            raise TimeoutError(f"{running} replicas running and {actors} replica actors alive after "
-                               f"{timeout_s} s, expected {n}")
+            raise TimeoutError(f"Serve reports replicas {states} and {len(actors)} replica actors are "
+                               f"alive after {timeout_s} s, expected {n} RUNNING")
         time.sleep(0.2)
 
 
