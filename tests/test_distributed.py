@@ -1,6 +1,6 @@
 """course_utils.distributed: the launcher, the loopback-only torchrun, and the job helper, with small job scripts.
 
-The notebook's own jobs (collectives, DDP, FSDP2, ...) are tested in test_nb12_jobs.py.
+The notebook asserts its own jobs (collectives, DDP, FSDP2, ...) in its cells; test_nb12_jobs.py runs what it cannot.
 """
 
 from __future__ import annotations

@@ -765,6 +765,7 @@ for name in ("blocks.0.0.weight", "head.bias"):
     print(f"{name:>18}: {p['type']} {p['placements']}, global shape {p['global_shape']}, this rank's {p['local_shape']}")
 
 assert fr["all_dtensor"] and ratio <= 0.55 and sum(fr["bytes_per_rank"]) == fr["full_bytes"]
+assert all("Shard(dim=0)" in p["placements"] for p in fr["params"].values())   # every parameter split by rows
 bench.record("dist.fsdp.param_bytes_per_rank_ratio", ratio, "ratio", world=fr["world"], width=WIDTH, depth=DEPTH);
 
 # %% [markdown]
@@ -837,12 +838,16 @@ print(f"largest gap {max(gaps):.1e}; float32 tolerance {LOSS_TOL}")
 
 assert mp["bf16"]["dtypes"]["weight as stored (this rank's shard)"] == "float32"
 assert mp["bf16"]["dtypes"]["weight during the forward"] == mp["bf16"]["dtypes"]["output of a Linear"] == "bfloat16"
+assert mp["bf16"]["dtypes"]["input of a Linear"] == "bfloat16"
 assert mp["bf16"]["dtypes"]["gradient (this rank's shard)"] == mp["bf16"]["dtypes"]["loss"] == "float32"
+assert mp["bf16"]["dtypes"]["model output (logits)"] == "float32"     # the root's output_dtype
 assert set(mp["float32"]["dtypes"].values()) == {"float32"}
 gathered = {run: sum(b for name, (_, b) in mp[run]["collectives"].items() if name.startswith("all-gather"))
             for run in mp}
+assert set(mp["float32"]["collectives"]) == {"all-gather in float32", "reduce-scatter in float32"}
 assert set(mp["bf16"]["collectives"]) == {"all-gather in bfloat16", "reduce-scatter in float32"}
-assert gathered["bf16"] * 2 == gathered["float32"]
+assert mp["bf16"]["collectives"]["all-gather in bfloat16"][0] == mp["float32"]["collectives"]["all-gather in float32"][0]
+assert gathered["bf16"] * 2 == gathered["float32"]    # as many all-gathers, half the bytes
 assert mp["bf16"]["collectives"]["reduce-scatter in float32"] == mp["float32"]["collectives"]["reduce-scatter in float32"]
 assert all(g <= a for g, a in zip(gaps, allowed)) and max(gaps) > LOSS_TOL
 
@@ -975,6 +980,7 @@ print(f"A[Shard(0)] @ B[Replicate()]: collectives {mr['comms_in_matmul'] or 'non
 
 assert dt["local"] == {"Shard(0)": [4, 6], "Shard(1)": [8, 3], "Replicate()": [8, 6]}
 assert dt["redistribute"]["Shard(0)->Replicate()"]["comms"] == {"all_gather_into_tensor": 1}
+assert all(move["exact"] for move in dt["redistribute"].values())   # moving data between placements changes no value
 assert mm["comms_in_matmul"] == {} and mm["comms_to_replicate"] == {"all_reduce": 1} and mm["max_abs_err"] < 1e-5
 assert mr["comms_in_matmul"] == {} and mr["out_placement"] == "S(0)" and mr["max_abs_err"] < 1e-5
 
@@ -1140,7 +1146,10 @@ print(f"down's product before its all-reduce: {tp['row_product_placements']}; on
 tp_diff = max(tp["out_max_abs_diff"], tp["grad_max_abs_diff"])
 assert tp_diff <= 1e-5
 assert tp["placements"]["up.weight"]["placements"] == "(Shard(dim=0),)"
+assert tp["placements"]["up.weight"]["local_shape"] == [256 // tp["tp_size"], 64]   # its share of up's 256 rows
 assert tp["placements"]["down.weight"]["placements"] == "(Shard(dim=1),)"
+assert tp["placements"]["down.bias"]["placements"] == "(Replicate(),)"
+assert tp["out_shape"] == [16, 64]
 assert tp["comms_forward"] == {"all_reduce": 1} and tp["comms_backward"] == {"all_reduce": 1}
 assert tp["comms_step_without_input_grad"] == {"all_reduce": 1}
 assert tp["row_product_placements"].startswith("(Partial(") and tp["bias_share_vs_bias_over_tp"] <= 1e-6
@@ -1311,7 +1320,8 @@ for name, run in pp["schedules"].items():
 pp_diff = max(run["grad_max_abs_diff"] for run in pp["schedules"].values())
 assert pp_diff <= 1e-5
 for name, run in pp["schedules"].items():
-    last = run["ranks"][-1]["losses"]
+    first, last = run["ranks"][0], run["ranks"][-1]["losses"]
+    assert (first["blocks"], first["head"], run["ranks"][-1]["head"]) == (DEPTH // pp["world"], False, True) and first["losses"] == []
     assert len(last) == PP_MICRO and abs(sum(last) / len(last) - pp["reference_loss"]) <= 1e-5
     for r, got in enumerate(run["ranks"]):
         kinds = [k for k, *_ in got["events"]]
