@@ -1,6 +1,10 @@
-"""Scaling out: the load generator's retries (a tiny flaky server, no Ray) and the course's server
-as two Ray Serve replicas behind Ray's proxy (one module-scoped local Ray: both replicas serve, a
-killed replica is replaced, and with retries no request is lost)."""
+"""Scaling out: the load generator's retries (a tiny flaky server, no Ray), and the parts of notebook 13's
+ray_app.py that its own run does not reach (refusals, a config file's args, waiting out a racy status).
+
+The two replicas themselves (both serve the same greedy answers as the course server, a killed one is
+replaced and with retries nothing is lost, Ray's daemons end with the cluster) are asserted in notebook
+13's cells, which ``make test`` runs; a second local Ray cluster here would repeat them.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-import psutil
 import pytest
-import torch
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -164,27 +166,6 @@ def test_wait_for_replicas_needs_two_agreeing_polls(monkeypatch):
     assert made[0] == 2
 
 
-# ---- two Ray Serve replicas --------------------------------------------------------------------
-
-def ray_daemons() -> list[psutil.Process]:
-    """Return the Ray daemons (raylet, GCS) this test process started."""
-    return [proc for proc in psutil.Process().children(recursive=True)
-            if proc.name() in ("raylet", "gcs_server")]
-
-
-@pytest.fixture(scope="module")
-def serving():
-    pytest.importorskip("ray.serve")
-    ray_serving = ray_app().ray_serving
-
-    with ray_serving(num_replicas=2, num_cpus=2) as srv:
-        daemons = ray_daemons()
-        assert {p.name() for p in daemons} == {"raylet", "gcs_server"}
-        yield srv
-    gone, alive = psutil.wait_procs(daemons, timeout=20)
-    assert not alive, f"Ray daemons outlived ray_serving: {alive}"
-
-
 def test_app_builder_reads_a_config_files_args():
     pytest.importorskip("ray.serve")
     app_builder = ray_app().app_builder
@@ -196,46 +177,3 @@ def test_app_builder_reads_a_config_files_args():
     assert settings.threads == 2 and settings.allow_hosts == ("a.example",) and not settings.embed
     with pytest.raises(ValueError, match="invalid settings"):
         app_builder({"threads": -1})
-
-
-def test_both_replicas_serve_the_course_protocol(serving):
-    import httpx
-
-    from course_utils.models import load_tiny_gpt
-    SERVED_BY = ray_app().SERVED_BY
-
-    health = httpx.get(serving.url + "/health", timeout=30, trust_env=False)
-    assert health.status_code == 200 and health.json()["status"] == "ok"
-    assert health.headers[SERVED_BY]
-    prompts = ["The ", "def "]
-    report = run_load(serving.url, concurrency=8, n_requests=16, max_new_tokens=NEW_TOKENS,
-                      prompts=prompts, count_header=SERVED_BY, keep_texts=True)
-    assert report.n_lost == 0, report.errors[:3]
-    assert len(report.served_by) == 2 and sum(report.served_by.values()) == 16, report.served_by
-    model, tok = load_tiny_gpt()
-    for i, prompt in enumerate(prompts):  # greedy answers equal the model's own, on either replica
-        ids = torch.tensor([tok.encode(prompt)])
-        want = tok.decode(model.generate(ids, NEW_TOKENS, temperature=0.0)[0, ids.shape[1]:].tolist())
-        assert {report.texts[j] for j in range(i, 16, 2)} == {want}
-
-
-def test_a_killed_replica_is_replaced_and_retries_lose_nothing(serving):
-    SERVED_BY, replica_actor_names = ray_app().SERVED_BY, ray_app().replica_actor_names
-
-    before = replica_actor_names()
-    assert len(before) == 2
-    result = {}
-    load = threading.Thread(target=lambda: result.update(report=run_load(
-        serving.url, concurrency=8, n_requests=48, max_new_tokens=48, retries=3,
-        count_header=SERVED_BY, timeout_s=60)))
-    load.start()
-    time.sleep(0.8)  # the load runs for several seconds; both replicas are streaming now
-    killed = serving.kill_replica()
-    load.join(120)
-    report = result["report"]
-    assert report.n_lost == 0, report.errors[:5]
-    assert report.retries == len(report.errors)  # every cut stream was sent again, once
-    serving.wait_for_replicas(2, timeout_s=120)
-    after = replica_actor_names()
-    assert len(after) == 2 and killed not in after and set(after) != set(before)
-    assert serving.running_replicas() == 2

@@ -1497,13 +1497,32 @@ print("no stream was in flight on the killed replica, so nothing needed sending 
 print(f"Serve runs {ray_srv.running_replicas()} replicas again, {time.perf_counter() - killed_at:.1f} s after "
       f"the kill: {[name.rsplit('#', 1)[-1] for name in after]}")
 assert killed_run.n_lost == 0, killed_run.errors[:5]
+assert killed_run.retries == len(killed_run.errors)   # every cut attempt was sent again, once
 assert ray_srv.running_replicas() == 2 and len(after) == 2 and killed not in after
 bench.record("serve.ray.lost", killed_run.n_lost, "requests", requests=KILL_REQUESTS, retries=killed_run.retries,
              failed_attempts=len(killed_run.errors))
-cluster.close()                    # Serve and Ray shut down; no Ray process is left
+import psutil  # noqa: E402
 import ray  # noqa: E402
 
-assert not ray.is_initialized()
+
+
+def ray_daemons() -> dict[str, psutil.Process]:
+    """The Ray daemons this kernel started (its raylet and GCS server), by name."""
+    found = {}
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if proc.name() in ("raylet", "gcs_server"):
+                found[proc.name()] = proc
+        except psutil.NoSuchProcess:   # a short-lived child that ended while we looked
+            continue
+    return found
+
+
+daemons = ray_daemons()
+cluster.close()                    # Serve and Ray shut down; no Ray process is left
+_, still_running = psutil.wait_procs(list(daemons.values()), timeout=20)
+assert not ray.is_initialized() and set(daemons) == {"raylet", "gcs_server"}
+assert not still_running, f"Ray daemons outlived the cluster: {still_running}"
 
 
 # %% [markdown]
