@@ -1263,6 +1263,20 @@ class RayServing:
         return wait_for_replicas(self.num_replicas if n is None else n, timeout_s)
 
 
+def ray_daemons() -> dict[str, Any]:
+    """Return the Ray daemons this process started (its raylet and GCS server) as {name: psutil.Process}."""
+    import psutil
+
+    found = {}
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if proc.name() in ("raylet", "gcs_server"):
+                found[proc.name()] = proc
+        except psutil.NoSuchProcess:   # a short-lived child that ended while it was listed
+            continue
+    return found
+
+
 def shutdown() -> None:
     """Shut Serve and Ray down if they run (safe to call twice, or when nothing runs)."""
     import ray
@@ -1504,21 +1518,7 @@ bench.record("serve.ray.lost", killed_run.n_lost, "requests", requests=KILL_REQU
 import psutil  # noqa: E402
 import ray  # noqa: E402
 
-
-
-def ray_daemons() -> dict[str, psutil.Process]:
-    """The Ray daemons this kernel started (its raylet and GCS server), by name."""
-    found = {}
-    for proc in psutil.Process().children(recursive=True):
-        try:
-            if proc.name() in ("raylet", "gcs_server"):
-                found[proc.name()] = proc
-        except psutil.NoSuchProcess:   # a short-lived child that ended while we looked
-            continue
-    return found
-
-
-daemons = ray_daemons()
+daemons = ray_app.ray_daemons()
 cluster.close()                    # Serve and Ray shut down; no Ray process is left
 _, still_running = psutil.wait_procs(list(daemons.values()), timeout=20)
 assert not ray.is_initialized() and set(daemons) == {"raylet", "gcs_server"}
