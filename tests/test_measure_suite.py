@@ -1,6 +1,7 @@
 """tools/measure_suite.py: where the suite's time goes, summed per test file and notebook."""
 
 import sys
+from pathlib import Path
 
 from course_utils import config
 
@@ -39,3 +40,23 @@ def test_calibration_times_the_same_loop_and_returns_its_median():
     seconds = measure_suite.calibration_s(repeats=3, n=100_000)
     assert 0 < seconds < 5
     assert measure_suite.calibration_s(repeats=1, n=10) < seconds  # a thousandth of the work takes less time
+
+
+def test_the_headers_folder_is_inductors_own():
+    from torch._inductor import codecache
+
+    assert measure_suite.precompiled_headers_dir() == Path(codecache._HEADER_DIR)
+
+
+def test_headers_are_absent_during_the_run_and_put_back_after(tmp_path):
+    folder = tmp_path / "precompiled_headers"
+    folder.mkdir()
+    (folder / "old.h.gch").write_bytes(b"old")
+    with measure_suite.headers_moved_aside(folder) as aside:
+        assert not folder.exists() and (aside / "old.h.gch").read_bytes() == b"old"
+        folder.mkdir()
+        (folder / "new.h.gch").write_bytes(b"new")  # what the cold run builds
+    assert [p.name for p in folder.iterdir()] == ["old.h.gch"] and not aside.exists()
+    with measure_suite.headers_moved_aside(tmp_path / "never_made") as aside:  # nothing to move aside
+        assert aside is None
+    assert not (tmp_path / "never_made").exists()
