@@ -7,8 +7,8 @@
 # at every step), a *paged* KV cache that hands out memory in small blocks, *prefix caching* that
 # lets requests sharing a system prompt skip its prefill, *chunked prefill* that keeps a long prompt
 # from freezing everyone else's stream, *speculative decoding* that checks several guessed tokens in
-# one forward pass, and *preemption* so that a full cache slows the server down instead of crashing
-# it. Each one is written out here on the course's TinyGPT, on the CPU, and measured against the
+# one forward pass, and *preemption* so that a full cache costs the server extra steps instead of
+# crashing it. Each one is written out here on the course's TinyGPT, on the CPU, and measured against the
 # version without it, with the greedy outputs asserted identical every time.
 
 # %% [markdown]
@@ -22,7 +22,7 @@
 # - prefix caching by hashing full blocks, then the same idea in the course's own engine (on by
 #   default there), measured as a client sees it; chunked prefill under a per-step token budget,
 #   speculative decoding by prompt lookup, and preemption by recomputation;
-# - which of these pay on a CPU and which only save memory or work that a CPU hides;
+# - how to tell, on your machine, which of these pay and which only save memory or work;
 # - scaling out: the course's server as Ray Serve replicas behind a router, measured beside the
 #   course's own server with the same load generator; a replica killed mid-run is replaced and,
 #   with client retries, no request is lost; the configuration that puts replicas on other machines.
@@ -120,6 +120,9 @@ APPS = config.build_dir() / "nb13"   # the programs this notebook writes (%%writ
 APPS.mkdir(parents=True, exist_ok=True)
 sys.path.insert(0, str(APPS))
 torch.set_grad_enabled(False)          # inference only, everywhere in this notebook
+# The course server's thread count, not torch's default (printed by session.start above): one
+# thread on a small machine, where two OpenMP threads per small decoding step fight each other and
+# the event loop; up to 4 on larger ones.
 THREADS = default_threads()
 torch.set_num_threads(THREADS)
 model, tok = load_tiny_gpt()
@@ -191,8 +194,8 @@ print("same greedy output with and without the cache:", repr(tok.decode(greedy_w
 
 # %% [markdown]
 # What does one step cost as the sequence grows? Without the cache a step processes all `L` tokens;
-# with it, one token that reads `L` stored positions. The table times one step of each at several
-# lengths (median of interleaved runs).
+# with it, one token that reads `L` stored positions. The cell times one step of each at several
+# lengths (median of interleaved runs) and prints one verdict per length, then plots both.
 
 # %%
 LENGTHS = config.pick([32, 128, 384], [16, 64, 128, 256, 384, 496])
@@ -223,8 +226,8 @@ plt.show()
 # The work per step tells the story whatever the timings say on your machine: without the cache a
 # step multiplies all `L` tokens through every weight matrix, with it one token does, plus a read of
 # the `L` stored keys and values. Both also pay a fixed cost per operation (Python, dispatch,
-# small kernels), which is the same at every `L`; the table shows how the two balance on your
-# machine as `L` grows.
+# small kernels), which is the same at every `L`; the verdicts and the plot show how the two
+# balance on your machine as `L` grows.
 #
 # ## 2 · Continuous batching, written out
 #
@@ -547,7 +550,7 @@ print(f"memory: {POOL_BLOCKS * BLOCK * per_token / 2**20:.0f} MiB = {ROWS} rows 
 print(f"rows fit {fit_rows} sequences ({waste_rows:.0%} of their memory never used); blocks fit "
       f"{fit_paged} ({waste_paged:.0%} unused, only in each sequence's last block): {capacity_ratio:.2f}x")
 assert capacity_ratio >= 2, capacity_ratio
-bench.record("engine.paged.capacity_ratio", capacity_ratio, "x", rows=ROWS, block=BLOCK, requests=N_MIX)
+bench.record("engine.paged.capacity_ratio", capacity_ratio, "x", rows=ROWS, block=BLOCK, requests=N_MIX);
 
 # %% [markdown]
 # Now run it. The same requests go through `serve` with the row cache and with the paged cache of
@@ -569,15 +572,18 @@ for name, kv in (("rows", RowKV(RUN_ROWS)), ("paged", PagedKV(RUN_ROWS * cfg.blo
           f"{st['preempted']} preemptions, {runs[name][2]:.2f} s")
 assert runs["rows"][1] == runs["paged"][1], "paging changed the outputs"
 assert max(runs["paged"][0]["batch"]) > max(runs["rows"][0]["batch"])
-print("outputs identical; fewer steps for the same requests:", runs["paged"][0]["steps"] < runs["rows"][0]["steps"])
+assert runs["paged"][0]["steps"] < runs["rows"][0]["steps"], "fuller steps must mean fewer of them"
+print(f"outputs identical; the same requests in {runs['paged'][0]['steps']} steps paged, "
+      f"{runs['rows'][0]['steps']} with rows")
 time_word = bench.band_verdict(runs["paged"][2], runs["rows"][2], band=0.15, name="engine.paged.wall_time_vs_rows")
 print(f"wall time, paged against rows: {runs['paged'][2] / runs['rows'][2]:.2f}x -> {time_word} on this machine "
       "(one run each: differences under 15% are within run-to-run variation)")
 
 # %% [markdown]
-# Fewer, fuller steps would mean more tokens per second if every step cost the same, but this
-# notebook's `read` copies every block into a padded tensor at every step, a cost the row cache does
-# not pay; the verdict above says how the two balance on your machine. The memory saving is what paging is for: on a GPU, where
+# Fewer, fuller steps (asserted) would mean more tokens per second if every step cost the same, but
+# this notebook's paged `read` gathers every block of a sequence and then reorders them into a
+# padded tensor at every step, more copying than the row cache's read of its rows; the verdict above
+# says how the two balance on your machine. The memory saving is what paging is for: on a GPU, where
 # memory, not arithmetic, limits the batch, more sequences per step is more throughput.
 #
 # ## 4 · Prefix caching
@@ -636,7 +642,7 @@ load_word = bench.band_verdict(ttft_cmps[1].speedup("prefix cache"), ttft_ratio,
                                name="engine.prefix.ttft_gain.double_load")
 print(f"TTFT gain at twice the load: {ttft_cmps[1].speedup('prefix cache'):.2f}x against {ttft_ratio:.2f}x -> "
       f"{load_word} on this machine (15% band)")
-bench.record("engine.prefix.ttft_ratio", ttft_ratio, "x", shared_tokens=SHARED, requests=N_PREFIX, every_steps=2)
+bench.record("engine.prefix.ttft_ratio", ttft_ratio, "x", shared_tokens=SHARED, requests=N_PREFIX, every_steps=2);
 
 # %% [markdown]
 # The work saved is exact (asserted): every request after the first computes its question instead
@@ -657,12 +663,13 @@ bench.record("engine.prefix.ttft_ratio", ttft_ratio, "x", shared_tokens=SHARED, 
 # blocks are filed one step later, once its first token is out. The engine keeps one cache row per sequence
 # rather than pages: the cell prints what those rows take at the server's default limits, and
 # without an attention kernel that reads blocks in place, paging on a CPU means section 3's gather
-# at every step (`core.py`'s docstring gives the reasoning and the measurements behind it).
+# at every step (`core.py`'s docstring gives the reasoning; section 3's verdict is this machine's
+# measurement of what the gather costs).
 #
 # The cell below sends the real engine requests that share a 208-character system prompt (13 full
 # blocks) and differ after it, one at a time while four long answers decode, with the cache on and
-# off. Then the same with prompts that share nothing: there the cache can only cost (hashing,
-# looking up, copying blocks out). TTFT is measured as a client gets it: from submission until the
+# off. Then the same with prompts that share nothing: there the cache can only cost (hashing, a
+# lookup that misses, filing the computed blocks). TTFT is measured as a client gets it: from submission until the
 # first token reaches the event loop. The forward-pass time is the engine's own counter
 # (`serve_engine_seconds_total{phase="forward"}`) over the same stretch; since newcomers' prompts
 # share those passes with the running streams, it includes their decoding too; the prompt tokens
@@ -757,7 +764,7 @@ for load, runs in served.items():
                  "lower": "no cost visible (lower than without is timing noise: the cache did strictly more work)",
                  "no clear difference": "no clear cost"}[cost] + " (15% band)")
 bench.record("engine.prefix.served_ttft_ratio", served_cmp["shared"].speedup("prefix cache"), "x",
-             shared_tokens=SERVED_SYSTEM, requests=N_SERVED, streams=4)
+             shared_tokens=SERVED_SYSTEM, requests=N_SERVED, streams=4);
 
 # %% [markdown]
 # How much of the saved prompt work reaches TTFT depends on the rest of the step: the newcomer's first
@@ -801,7 +808,7 @@ print(f"ITL p99 of the running streams (median of {len(p99['chunked'])} runs): {
       f"{p99_with:.2f} ms chunked: {itl_ratio:.2f}x; chunked p99 is "
       f"{bench.band_verdict(p99_with, p99_without, band=0.25, name='engine.chunked.itl_p99.chunked_vs_whole')} "
       "than without (25% band)")
-bench.record("engine.chunked.itl_p99_ratio", itl_ratio, "x", budget=TOKEN_BUDGET, long_prompt=LONG)
+bench.record("engine.chunked.itl_p99_ratio", itl_ratio, "x", budget=TOKEN_BUDGET, long_prompt=LONG);
 
 fig, ax = plt.subplots(figsize=(6, 3.2))
 for name, gaps in itl.items():
@@ -896,7 +903,7 @@ print(spec_cmp)
 spec_said = spec_cmp.describe("prompt lookup", "greedy", name="engine.spec.lookup_vs_greedy")
 print(f"speculative decoding is {spec_said} on this machine")
 bench.record("engine.spec.acceptance_rate", acceptance, "fraction", new_tokens=SPEC_NEW, k=4)
-bench.record("engine.spec.speedup", spec_cmp.speedup("prompt lookup"), "x", new_tokens=SPEC_NEW, k=4)
+bench.record("engine.spec.speedup", spec_cmp.speedup("prompt lookup"), "x", new_tokens=SPEC_NEW, k=4);
 
 # %% [markdown]
 # What it costs when drafts are poor: every rejected draft token was computed for nothing, and the search for
@@ -944,6 +951,7 @@ for name, blocks in (("roomy", 256), ("tight", tight_blocks)):
     outs[name] = [r.out for r in reqs]
 assert outs["roomy"] == outs["tight"], "preemption changed the outputs"
 assert st_pre["roomy"]["preempted"] == 0 < st_pre["tight"]["preempted"]
+assert st_pre["tight"]["steps"] > st_pre["roomy"]["steps"] and st_pre["tight"]["computed"] > st_pre["roomy"]["computed"]
 print(f"{len(pre_specs)} requests needing up to {max(len(p) + n for p, n, _ in pre_specs)} tokens each, "
       f"{tight_blocks} blocks of {BLOCK} ({tight_blocks * BLOCK} positions) in all: "
       f"{st_pre['tight']['preempted']} preemptions, {st_pre['tight']['computed'] - st_pre['roomy']['computed']} "
@@ -951,7 +959,7 @@ print(f"{len(pre_specs)} requests needing up to {max(len(p) + n for p, n, _ in p
       "identical")
 
 # %% [markdown]
-# The server degraded (more steps, recomputed tokens) instead of failing. Only a single request
+# The server degraded (more steps, recomputed tokens: both asserted) instead of failing. Only a single request
 # too big for the whole cache stops the loop, with a clear error (the check at the top of `serve`).
 #
 # On a GPU the same loop runs unchanged (move the model and the caches to the GPU's device); the cell
@@ -996,8 +1004,8 @@ if requires_accelerator("the batched decoding step on a GPU"):
 # checks) and `ray_serving` for its life cycle: start Ray, start Serve's proxy, deploy, wait for the
 # replicas, shut everything down, also when the body raised.
 #
-# Ray here is a local, one-machine instance of your own: no dashboard, usage statistics off, every
-# process on 127.0.0.1, its session files in a folder of yours, `ray-<your user id>` under the
+# Ray here is a local, one-machine instance of your own: no dashboard, usage statistics off, told to
+# use 127.0.0.1 as its address, its session files in a folder of yours, `ray-<your user id>` under the
 # temporary folder (usually `/tmp`), not Ray's default `/tmp/ray`, which every user of the machine
 # shares. At start it warns that token authentication is on: processes that join it need the token
 # it wrote to `~/.ray/auth_token`.
@@ -1460,8 +1468,8 @@ assert replicas_used == 2, served
 tps = {name: statistics.median(r.tokens_per_s for r in reports) for name, reports in runs.items()}
 for name, reports in runs.items():
     r = reports[-1]
-    print(f"{name:<26} {tps[name]:>7,.0f} tokens/s (median of {len(reports)})   TTFT p50 {r.ttft_ms['p50']:>5.0f} ms"
-          f"   p99 latency {r.latency_ms['p99']:>5.0f} ms")
+    print(f"{name:<26} {tps[name]:>7,.0f} tokens/s (median of {len(reports)});   last round: TTFT p50 "
+          f"{r.ttft_ms['p50']:>5.0f} ms, p99 latency {r.latency_ms['p99']:>5.0f} ms")
 print("answers per replica:", dict(served))
 bench.record("serve.ray.replicas_used", replicas_used, "replicas", clients=RAY_CLIENTS,
              requests=RAY_REQUESTS * RAY_ROUNDS)
@@ -1476,14 +1484,17 @@ print(f"verdict on this machine ({os.cpu_count()} cores): two Ray replicas serve
 # actor the way a crash would (`ray.kill`). A stream that the dead replica was writing cannot
 # move: its KV cache died with the process. Either the proxy cuts the stream off, or the stream just
 # stops and the client's read timeout ends it (15 s without a byte, here); if no stream was in flight
-# on that replica at the moment of the kill, nothing is cut at all. The cell prints which happened on
-# this run. A request that arrives after the
-# death goes to a replica that is alive. The
+# on that replica at the moment of the kill, nothing is cut at all. A request the router sends to the
+# dead replica before it has noticed the death is refused with HTTP 500; once it has noticed,
+# requests go to the replica that is alive. The cell prints which of these happened on this run. The
 # controller notices the death (its health checks) and starts a new replica. Because a greedy
 # request (or one with a seed) gives the same answer wherever it runs, the client can simply send a
 # cut-off request again: `run_load(..., retries=3)` does that, and a request counts as lost only if
 # it never gets a complete answer. The cell prints what failed and how, and asserts that nothing
 # was lost and that Serve is back to two replicas.
+# Ray may add a line of its own under the cell, coloured and marked `(raylet)`, saying that a
+# `graceful_shutdown` task failed because the actor was killed by `ray.kill`: that is Serve's
+# controller trying to stop the replica this cell killed, and it is expected.
 
 # %%
 KILL_REQUESTS, KILL_NEW = config.pick(32, 96), config.pick(32, 48)
@@ -1506,8 +1517,10 @@ print(f"killed replica {killed.rsplit('#', 1)[-1]} 0.5 s into {KILL_REQUESTS} re
 print(f"failed attempts: {len(killed_run.errors)} {dict(failures)}; HTTP statuses {killed_run.statuses}; "
       f"retries sent: {killed_run.retries}; lost: {killed_run.n_lost}")
 print("answers per replica:", {name: n for name, n in killed_run.served_by.items()})
+refused = sum(n for kind, n in failures.items() if kind.startswith("HTTP"))
 print("no stream was in flight on the killed replica, so nothing needed sending again" if not killed_run.errors else
-      f"{len(killed_run.errors)} attempt(s) cut by the death, sent again by the client ({killed_run.retries} retries)")
+      f"{len(killed_run.errors) - refused} stream(s) cut by the death and {refused} request(s) refused with an HTTP "
+      f"error, all sent again by the client ({killed_run.retries} retries)")
 print(f"Serve runs {ray_srv.running_replicas()} replicas again, {time.perf_counter() - killed_at:.1f} s after "
       f"the kill: {[name.rsplit('#', 1)[-1] for name in after]}")
 assert killed_run.n_lost == 0, killed_run.errors[:5]
@@ -1644,7 +1657,8 @@ exercises.check("13.accept_drafts", accept_drafts)
 #   while everyone's next token waits; the inter-token latency verdict above is this machine's.
 # - Speculative decoding verifies several guesses in one pass and keeps greedy output identical;
 #   whether it pays depends on the acceptance rate and on how cheap an extra token in a pass is.
-# - Preemption by recomputation turns "out of memory" into "slower".
+# - Preemption by recomputation turns "out of memory" into more steps and recomputed tokens
+#   (counted above).
 # - Replicas behind a router scale a server out: Ray Serve spread the load over both replicas and
 #   replaced a killed one; any stream cut by the death (the cell prints how many, possibly none)
 #   was sent again by the client, and none was lost (asserted). Whether two replicas serve more tokens per second needs cores (or machines)
