@@ -37,3 +37,17 @@ def test_the_default_folders_are_this_pythons_site_packages():
         sys.path.remove(str(SCRIPT.parent))
     folders = compile_bytecode.site_packages()
     assert folders and all(f.is_dir() and "site-packages" in f.parts for f in folders)
+
+
+def test_packages_own_test_suites_are_left_out_even_below_a_folder_named_tests(tmp_path):
+    root = tmp_path / "tests" / "site"  # a "tests" folder above the one compiled does not count
+    for rel in ("pkg/__init__.py", "pkg/tests/test_x.py", "pkg/sub/test/helper.py", "pkg/testing.py"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("Z = 4\n")
+    out = subprocess.run([sys.executable, str(SCRIPT), str(root)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    tag = sys.implementation.cache_tag
+    assert (root / "pkg" / "__pycache__" / f"__init__.{tag}.pyc").is_file()
+    assert (root / "pkg" / "__pycache__" / f"testing.{tag}.pyc").is_file()
+    assert not (root / "pkg" / "tests" / "__pycache__").exists()
+    assert not (root / "pkg" / "sub" / "test" / "__pycache__").exists()
