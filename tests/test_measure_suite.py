@@ -60,3 +60,12 @@ def test_headers_are_absent_during_the_run_and_put_back_after(tmp_path):
     with measure_suite.headers_moved_aside(tmp_path / "never_made") as aside:  # nothing to move aside
         assert aside is None
     assert not (tmp_path / "never_made").exists()
+
+
+def test_idle_share_is_the_idle_ticks_over_all_ticks_between_two_readings():
+    assert measure_suite.idle_share((100.0, 1000.0), (130.0, 1200.0)) == 30 / 200
+    assert measure_suite.idle_share(None, (1.0, 2.0)) is None
+    assert measure_suite.idle_share((5.0, 10.0), (5.0, 10.0)) is None  # no time between the readings
+    now = measure_suite.cpu_times()
+    if Path("/proc/stat").exists():
+        assert now is not None and 0 <= now[0] <= now[1]

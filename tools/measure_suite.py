@@ -78,6 +78,23 @@ def headers_moved_aside(folder: Path):
             aside.rename(folder)
 
 
+def cpu_times() -> tuple[float, float] | None:
+    """Return (idle, total) CPU time of all cores so far, in clock ticks, from ``/proc/stat`` (None
+    where there is none): two readings say what share of a stretch the cores sat idle."""
+    try:
+        fields = [float(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return fields[3] + fields[4], sum(fields[:8])  # idle + iowait; user ... steal
+
+
+def idle_share(before: tuple[float, float] | None, after: tuple[float, float] | None) -> float | None:
+    """Return the share of CPU time spent idle between two ``cpu_times`` readings (None if either is missing)."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
 def calibration_s(repeats: int = 5, n: int = 10_000_000) -> float:
     """Return the median seconds of a fixed pure-Python loop: how fast this machine runs right now.
 
@@ -109,17 +126,21 @@ def main(argv: list[str] | None = None) -> int:
         env = cold_env(env, cold_cache)
     speed_before = calibration_s()
     with headers_moved_aside(precompiled_headers_dir()) if args.cold else contextlib.nullcontext():
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), cpu_times()
         setup = subprocess.run(["make", "setup"], cwd=clone, env=env)
-        setup_s = time.perf_counter() - start
+        setup_s, cpu_setup = time.perf_counter() - start, cpu_times()
         test = subprocess.run(["make", "test", f"WORKERS={args.workers}", f"PYTEST_ARGS=--junitxml={junit}"],
                               cwd=clone, env=env) if setup.returncode == 0 else setup
-        total_s = time.perf_counter() - start
+        total_s, cpu_end = time.perf_counter() - start, cpu_times()
     speed_after = calibration_s()
     print(f"\nmake test (clean clone, WORKERS={args.workers}{', cold caches' if args.cold else ''}): {total_s / 60:.1f} min "
           f"({setup_s / 60:.1f} building .venv, {(total_s - setup_s) / 60:.1f} pytest); exit {test.returncode}")
     print(f"machine speed (a fixed Python loop, median of 5): {speed_before:.2f} s before, {speed_after:.2f} s after; "
           "compare runs only at similar speeds")
+    idle = {part: idle_share(a, b) for part, a, b in (("setup", cpu_start, cpu_setup), ("pytest", cpu_setup, cpu_end))}
+    if None not in idle.values():
+        print(f"cores idle: {idle['setup']:.0%} of the environment build, {idle['pytest']:.0%} of pytest "
+              "(time the suite's processes spent waiting, or one core working alone)")
     if junit.exists():
         args.results.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(junit, args.results.parent / "suite-junit.xml")  # per test case, for a closer look
