@@ -254,8 +254,8 @@ if requires_cuda("the collectives on NCCL, one process per GPU"):
 # In the torch releases this course supports, plain `torchrun` lets that store listen on every
 # network interface of the machine (`*`), even when told to meet on 127.0.0.1, because torch's store
 # server does not bind to the address it is given; the next cell starts a plain store asked for
-# 127.0.0.1 and prints where it listens on your install. The course's launcher, `python -m course_utils.distributed.loopback`, is torchrun with one
-# change: each store it hosts listens on a socket already bound to 127.0.0.1. It also points gloo at
+# 127.0.0.1 and prints where it listens on your install. The course's launcher,
+# `python -m course_utils.distributed.loopback`, is torchrun with one change: each store it hosts listens on a socket already bound to 127.0.0.1. It also points gloo at
 # the loopback interface and gives every job a free port and a rendezvous id of its own, so two
 # learners on one machine never join each other's job by accident (its docstring lists what listens
 # where). Loopback keeps other machines out, not other processes on this one: the store still has no
@@ -552,9 +552,10 @@ bench.record("dist.ddp.compiled_graphs", small["graphs"], "graphs", buckets=smal
 # optimizer reads the same `bucket_cap_mb` and cuts the graph by it, adding up parameter sizes from
 # the graph's output backwards (the order in which the backward pass produces their gradients). Two
 # things keep its pieces from matching DDP's buckets one for one. It closes its first piece once
-# that holds at least 1 MiB of parameters, whatever cap of 1 MiB or more it is given (its code in torch 2.14,
-# `torch/_dynamo/backends/distributed.py`, refuses a smaller one), while DDP's first bucket is that small only when the cap is left unset (give the cell above `"--caps", "default,25,1"` and compare the
-# counts it prints for 25). And DDP builds its final buckets from the order in which gradients
+# that holds at least 1 MiB of parameters, whatever cap of 1 MiB or more it is given (its code in
+# torch 2.14, `torch/_dynamo/backends/distributed.py`, refuses a smaller one), while DDP's first
+# bucket is that small only when the cap is left unset (give the cell above
+# `"--caps", "default,25,1"` and compare the counts it prints for 25). And DDP builds its final buckets from the order in which gradients
 # arrived in the first step. So the two counts are close rather than always equal (the cell prints
 # both). More, smaller buckets start communication earlier but pay a per-call overhead and give
 # Inductor smaller graphs to fuse: the default is a compromise tuned on GPUs.
@@ -1521,16 +1522,16 @@ assert ac["checkpointed"]["saved"]["activations"] < ac["plain"]["saved"]["activa
 # %% [markdown]
 # Checkpointing cut the activations the compiled graph saves for the backward pass (asserted; it is a
 # count of bytes, the same on every machine; the parameters it saves are references to the weights,
-# which cost nothing extra). The parameters saved differ a little between the two: the plain
-# backward never needs the first block's first weight (its input, `x_ac`, needs no gradient), while the
-# recomputation runs each block's forward again and needs its parameters, that weight included.
-# The step's overall peak also holds parameters, gradients and temporaries, so its saving need not match the activations' saving; the
-# verdict above says whether the peak moved beyond a 10% band on this machine. The profiler may
-# print a warning under the cell about a memory block allocated before profiling started: it is
-# harmless here (a block allocated before the profile and freed during it has a size the profiler
-# never saw, so it leaves that one event out). The price is
-# recomputation, whose cost is this machine's verdict too. Under `torch.compile` the compiler also decides on its own what to save
-# and what to recompute (its min-cut partitioner), so measure rather than assume. In FSDP jobs the
+# which cost nothing extra). The parameters saved by reference differ a little too (printed above):
+# with checkpointing, each block's forward runs again during the backward pass and needs its
+# parameters then, whichever of them the plain backward could do without. The step's overall peak
+# also holds parameters, gradients and temporaries, so its saving need not match the activations'
+# saving; the verdict above says whether the peak moved beyond a 10% band on this machine. The
+# profiler may print a warning under the cell about a memory block allocated before profiling
+# started: it is harmless here (a block allocated before the profile and freed during it has a size
+# the profiler never saw, so it leaves that one event out). The price is recomputation, whose cost
+# is this machine's verdict too. Under `torch.compile` the compiler also decides on its own what to
+# save and what to recompute (its min-cut partitioner), so measure rather than assume. In FSDP jobs the
 # usual recipe is to checkpoint each block and shard it: `checkpoint` inside, `fully_shard` outside.
 #
 # ## 8 · Distributed checkpoints
