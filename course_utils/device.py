@@ -13,10 +13,15 @@ GPU CI sets ``COURSE_DEVICE=cuda`` so a missing GPU fails loudly instead of sile
 CPU path. Two guards keep GPU cells honest on other machines: ``requires_cuda`` for cells written
 against ``torch.cuda`` (CUDA graphs, NCCL, CUDA memory snapshots) and ``requires_accelerator``
 for cells that run on whichever accelerator is there.
+
+``COURSE_GPU_CELLS`` names a JSON-lines file to which every guard appends what it decided (the
+cell's ``what``, ran or skipped, and why), so a GPU check can tell which GPU cells really ran
+(``course_utils.kit.gpu_check``); unset, nothing is written.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable
 from typing import NamedTuple
@@ -253,6 +258,25 @@ def _seen() -> str:
     return "" if acc == "none" else f"; torch sees {acc}, which this cell does not use"
 
 
+def _log_guard(guard: str, what: str, ran: bool, reason: str = "") -> None:
+    """Append one guard's decision to the file ``COURSE_GPU_CELLS`` names (nothing when it is unset).
+
+    A line holds ``guard``, ``what``, ``ran``, ``reason`` (the skip message, empty when the cell
+    ran), ``device`` (what torch sees) and ``pid``. An unwritable file is reported on stdout and
+    does not stop the cell: the log serves a check, not the lesson.
+    """
+    target = os.environ.get("COURSE_GPU_CELLS", "").strip()
+    if not target:
+        return
+    line = {"guard": guard, "what": what, "ran": ran, "reason": reason,
+            "device": accelerator_description(), "pid": os.getpid()}
+    try:
+        with open(target, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(line) + "\n")
+    except OSError as err:
+        print(f"note: COURSE_GPU_CELLS={target!r} cannot be written ({err}); the cell goes on")
+
+
 def requires_cuda(what: str, *, allow_rocm: bool = True) -> bool:
     """Return True when CUDA is available; otherwise print why the cell is skipped.
 
@@ -268,12 +292,15 @@ def requires_cuda(what: str, *, allow_rocm: bool = True) -> bool:
     is one, and returns False.
     """
     if has_cuda() and (allow_rocm or not is_rocm()):
+        _log_guard("requires_cuda", what, True)
         return True
     if has_cuda():  # a ROCm build, and the cell needs NVIDIA
-        print(f"skipped: needs an NVIDIA GPU ({what}); torch sees {accelerator_description()}")
-        return False
-    needs = "CUDA" if allow_rocm else "an NVIDIA GPU with CUDA"
-    print(f"skipped: needs {needs} ({what}){_seen()}")
+        message = f"skipped: needs an NVIDIA GPU ({what}); torch sees {accelerator_description()}"
+    else:
+        needs = "CUDA" if allow_rocm else "an NVIDIA GPU with CUDA"
+        message = f"skipped: needs {needs} ({what}){_seen()}"
+    print(message)
+    _log_guard("requires_cuda", what, False, message)
     return False
 
 
@@ -294,12 +321,15 @@ def requires_accelerator(what: str, kinds: Iterable[str] | None = None) -> bool:
     acc = accelerator()
     wanted = None if kinds is None else tuple(kinds)
     if acc is not None and (wanted is None or acc.type in wanted):
+        _log_guard("requires_accelerator", what, True)
         return True
     if wanted is None:
-        print(f"skipped: needs an accelerator: CUDA, ROCm, MPS or XPU ({what})")
+        message = f"skipped: needs an accelerator: CUDA, ROCm, MPS or XPU ({what})"
     else:
         names = " or ".join(_LABELS.get(k, k.upper()) for k in wanted)
-        print(f"skipped: needs {names} ({what}){_seen()}")
+        message = f"skipped: needs {names} ({what}){_seen()}"
+    print(message)
+    _log_guard("requires_accelerator", what, False, message)
     return False
 
 

@@ -6,6 +6,7 @@ report the machine a test asks for (a laptop with none, an NVIDIA or AMD GPU, an
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -335,3 +336,41 @@ def test_accelerator_memory_is_none_without_an_accelerator_or_an_answer(monkeypa
 
     monkeypatch.setattr(torch.cuda, "get_device_properties", broken)
     assert device.accelerator_memory() is None
+
+
+# ---- the guards' log (COURSE_GPU_CELLS), read by the GPU check ----------------------------------
+
+def test_each_guard_logs_whether_its_cell_ran_and_why(monkeypatch, tmp_path, capsys):
+    log = tmp_path / "gpu_cells.jsonl"
+    monkeypatch.setenv("COURSE_GPU_CELLS", str(log))
+    fake_machine(monkeypatch, "none")
+    assert device.requires_cuda("CUDA graphs") is False
+    assert device.requires_accelerator("batched decoding", kinds=("cuda", "xpu")) is False
+    fake_machine(monkeypatch, "nvidia")
+    assert device.requires_cuda("CUDA graphs") is True
+    fake_machine(monkeypatch, "amd")
+    assert device.requires_cuda("FP8", allow_rocm=False) is False
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(x["guard"], x["what"], x["ran"]) for x in lines] == [
+        ("requires_cuda", "CUDA graphs", False), ("requires_accelerator", "batched decoding", False),
+        ("requires_cuda", "CUDA graphs", True), ("requires_cuda", "FP8", False)]
+    printed = capsys.readouterr().out.splitlines()
+    skipped = [x["reason"] for x in lines if not x["ran"]]
+    assert skipped == printed and all(r.startswith("skipped: ") for r in skipped)
+    assert lines[2]["reason"] == "" and lines[2]["device"] == "CUDA: NVIDIA H200 (sm_90)"
+    assert lines[3]["device"].startswith("ROCm/HIP")
+
+
+def test_without_the_variable_the_guards_write_nothing(monkeypatch, tmp_path):
+    monkeypatch.delenv("COURSE_GPU_CELLS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    fake_machine(monkeypatch, "none")
+    device.requires_cuda("CUDA graphs")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unwritable_log_does_not_stop_the_cell(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("COURSE_GPU_CELLS", str(tmp_path / "missing" / "log.jsonl"))
+    fake_machine(monkeypatch, "nvidia")
+    assert device.requires_cuda("CUDA graphs") is True
+    assert "cannot be written" in capsys.readouterr().out

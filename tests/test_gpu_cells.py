@@ -9,12 +9,14 @@ ROCm, MPS, XPU, or the kinds it names). No GPU is needed to check most of that p
 - by running them: each such cell of the core notebooks is executed here with
   ``course_utils.device.accelerator`` answering ``torch.device("cpu")`` and the guard answering
   True, so a CUDA-only call would fail on the CPU tensors. The names a cell takes from earlier
-  cells come from the notebook's own definitions (read from its twin) or from small stand-ins
-  built below, one function per notebook; the cell's imports are the notebook's own.
+  cells come from the notebook's own definitions (read from its twin) or from small stand-ins,
+  one function per notebook in ``course_utils.kit.gpu_cells.STATE`` (the GPU check runs the same
+  cells on a real GPU from there); the cell's imports are the notebook's own.
 - the guards of notebooks 02, 03, 07 and 08 (the ones this issue narrowed) are pinned, so a later
   edit that widens one shows up here.
 
-Not covered: anything on a real GPU or Apple/Intel device (none was available), and notebook 03's
+Not covered: anything on a real GPU or Apple/Intel device (the GPU check, ``make gpu-check``, runs
+these cells there), and notebook 03's
 Triton cell, which reads the Triton source Inductor writes only for a GPU (on the CPU it writes C++),
 so only its static checks apply.
 """
@@ -22,131 +24,19 @@ so only its static checks apply.
 from __future__ import annotations
 
 import ast
-import builtins
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import torch
 
 from course_utils import bench, config
 from course_utils import device as course_device
+from course_utils.kit.gpu_cells import GUARDS, STATE, Twin, all_guarded, called_name, free_names
 
 SOURCES = sorted((config.REPO_ROOT / "notebooks" / "src").glob("[0-9][0-9]_*.py"))
-GUARDS = {"requires_accelerator", "requires_cuda"}
-BUILTINS = set(dir(builtins))
+_called, _free = called_name, free_names
 
 
-@dataclass(frozen=True)
-class Guarded:
-    """One top-level ``if requires_...(...):`` statement of a notebook's paired source."""
-
-    twin: Twin
-    node: ast.If
-    guard: str
-    kinds: tuple[str, ...] | None  # requires_accelerator's kinds= (None: any accelerator)
-    allow_rocm: bool               # requires_cuda's allow_rocm=
-
-    @property
-    def label(self) -> str:
-        return f"{self.twin.path.stem}:{self.node.lineno}"
-
-    def cell(self) -> list[ast.stmt]:
-        """Return the statements of the notebook cell the guard sits in, up to and including it."""
-        start = max((n for n in self.twin.cell_starts if n < self.node.lineno), default=0)
-        return [s for s in self.twin.tree.body if start < s.lineno <= self.node.lineno]
-
-
-class Twin:
-    """A notebook's paired source, parsed: its cells, its imports, its top-level definitions."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        text = path.read_text(encoding="utf-8")
-        self.tree = ast.parse(text, str(path))
-        self.cell_starts = [i for i, line in enumerate(text.splitlines(), 1) if line.startswith("# %%")]
-        self.imports: dict[str, ast.stmt] = {}
-        for stmt in self.tree.body:
-            if isinstance(stmt, (ast.Import, ast.ImportFrom)):
-                for alias in stmt.names:
-                    self.imports.setdefault(alias.asname or alias.name.split(".")[0], stmt)
-
-    def guarded(self) -> list[Guarded]:
-        """Return the notebook's top-level guarded cells, in order."""
-        found = []
-        for stmt in self.tree.body:
-            call = stmt.test if isinstance(stmt, ast.If) else None
-            name = _called(call)
-            if name in GUARDS:
-                kw = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
-                kinds = kw.get("kinds")
-                found.append(Guarded(self, stmt, name, None if kinds is None else tuple(kinds),
-                                     kw.get("allow_rocm", True)))
-        return found
-
-    def first_binding(self, name: str) -> ast.stmt:
-        """Return the first top-level statement that binds ``name`` (an assignment or a def)."""
-        for stmt in self.tree.body:
-            if isinstance(stmt, (ast.FunctionDef, ast.ClassDef)) and stmt.name == name:
-                return stmt
-            if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and name in _bound(stmt):
-                return stmt
-        raise LookupError(f"{self.path.name} defines no {name!r} at the top level")
-
-    def provide(self, ns: dict, stmts: list[ast.stmt]) -> None:
-        """Run the notebook's imports of the names ``stmts`` use that ``ns`` lacks."""
-        for name in sorted(_free(stmts) - set(ns)):
-            if name in self.imports:
-                self.run(ns, [self.imports[name]])
-
-    def define(self, ns: dict, *names: str) -> None:
-        """Run, in ``ns``, the notebook's own first definition of each of ``names`` (with its imports)."""
-        for name in names:
-            stmt = self.first_binding(name)
-            self.provide(ns, [stmt])
-            missing = _free([stmt]) - set(ns)
-            assert not missing, f"{self.path.name}:{stmt.lineno} needs {sorted(missing)} to define {name!r}"
-            self.run(ns, [stmt])
-
-    def run(self, ns: dict, stmts: list[ast.stmt]) -> None:
-        """Execute ``stmts`` in ``ns``; tracebacks point at the paired source's own lines."""
-        exec(compile(ast.Module(body=stmts, type_ignores=[]), str(self.path), "exec"), ns)  # noqa: S102
-
-
-def _called(node: ast.AST | None) -> str | None:
-    """Return the name of the function ``node`` calls (``f(...)`` or ``m.f(...)``), or None."""
-    if not isinstance(node, ast.Call):
-        return None
-    func = node.func
-    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
-
-
-def _bound(stmt: ast.AST) -> set[str]:
-    """Return the names ``stmt`` binds anywhere inside it (assignments, defs, arguments, imports)."""
-    names = set()
-    for node in ast.walk(stmt):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            names.add(node.id)
-        elif isinstance(node, ast.arg):
-            names.add(node.arg)
-        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names |= {a.asname or a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            names.add(node.name)
-    return names
-
-
-def _free(stmts: list[ast.stmt]) -> set[str]:
-    """Return the names ``stmts`` read without binding them (builtins excluded)."""
-    module = ast.Module(body=stmts, type_ignores=[])
-    loaded = {n.id for n in ast.walk(module) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    return loaded - _bound(module) - BUILTINS
-
-
-ALL_GUARDED = [g for path in SOURCES for g in Twin(path).guarded()]
+ALL_GUARDED = all_guarded()
 ANY_ACCELERATOR = [g for g in ALL_GUARDED if g.guard == "requires_accelerator"]
 
 
@@ -219,41 +109,6 @@ def test_the_static_check_finds_each_kind_of_cuda_only_call():
 
 # ---- run: each any-accelerator body on a stand-in device --------------------------------------------
 
-def _state_00(twin: Twin, ns: dict) -> None:
-    """The cell defines what it needs itself (``device = get_device()``)."""
-
-
-def _state_02(twin: Twin, ns: dict) -> None:
-    """The notebook's own functions and its table of variants, with eager stand-ins for the two
-    compiled ones (compiling them is what the notebook's CPU cells do; here it would only cost time)."""
-    twin.define(ns, "logger", "broken_block", "fixed_block")
-    ns["compiled_broken"], ns["compiled_fixed"] = ns["broken_block"], ns["fixed_block"]
-    twin.define(ns, "variants")
-    ns["big"], ns["hot"] = torch.randn(64, 64), torch.tensor(1.5)
-
-
-def _state_05(twin: Twin, ns: dict) -> None:
-    """The notebook's classifier, and a small batch of digits-shaped inputs (8 rows of 64 features)."""
-    twin.define(ns, "clf")
-    ns["xb128"], ns["yb128"] = torch.randn(8, 64), torch.randint(0, 10, (8,))
-
-
-def _state_10(twin: Twin, ns: dict) -> None:
-    """The notebook's tokenizer (with its model), and fewer new tokens than the notebook's 32."""
-    twin.define(ns, "tok")
-    ns["NEW_TOKENS"] = 4
-
-
-def _state_13(twin: Twin, ns: dict) -> None:
-    """The notebook's model configuration and head size."""
-    twin.define(ns, "model", "cfg", "HEAD_DIM")
-
-
-#: notebook -> what the test builds for the names its any-accelerator cell takes from earlier cells.
-STATE: dict[str, Callable[[Twin, dict], None]] = {
-    "00_setup": _state_00, "02_graph_breaks": _state_02, "05_torch_func": _state_05,
-    "10_serving": _state_10, "13_serving_engine": _state_13,
-}
 #: Cells checked statically only, and why.
 STATIC_ONLY = {
     "03_compile_internals": "it reads the Triton source Inductor writes for a GPU; on a CPU Inductor writes C++",
@@ -312,3 +167,37 @@ def test_an_any_accelerator_cell_runs_on_a_stand_in_device(cell, monkeypatch, tm
     assert guard_calls and "skipped" not in out, out
     recorded = {r["name"] for r in bench.read_results(results)}
     assert _verdict_names(cell.node.body) <= recorded, out
+
+
+# ---- run_gpu_cells: the path the GPU check takes for a notebook that cannot run whole there ----------
+
+def _write_twin(folder, stem: str, body: str):
+    folder.mkdir(exist_ok=True)
+    (folder / f"{stem}.py").write_text(body)
+
+
+def test_run_gpu_cells_reports_a_skip_here_and_the_guard_logs_it(monkeypatch, tmp_path):
+    from course_utils.kit import gpu_cells
+
+    monkeypatch.delenv("COURSE_DEVICE", raising=False)
+    monkeypatch.setenv("COURSE_GPU_CELLS", str(tmp_path / "log.jsonl"))
+    monkeypatch.setattr(course_device, "accelerator", lambda: None)
+    monkeypatch.setattr(course_device, "has_cuda", lambda: False)
+    [run] = gpu_cells.run_gpu_cells("00_setup")
+    assert run.outcome == "skipped" and "\nskipped: needs an accelerator" in run.output, run
+    assert run.what in (tmp_path / "log.jsonl").read_text()
+
+
+def test_run_gpu_cells_reports_a_failure_with_its_traceback_and_a_notebook_without_state(monkeypatch, tmp_path):
+    from course_utils.kit import gpu_cells
+
+    src = tmp_path / "src"
+    _write_twin(src, "00_setup", "# %%\nfrom course_utils.device import requires_cuda\n\n"
+                                 "# %%\nif requires_cuda('a broken cell'):\n    1 / 0\n")
+    _write_twin(src, "99_other", "# %%\nfrom course_utils.device import requires_cuda\n\n"
+                                 "# %%\nif requires_cuda('no state'):\n    pass\n")
+    monkeypatch.setattr(course_device, "has_cuda", lambda: True)
+    [run] = gpu_cells.run_gpu_cells("00_setup", folder=src)
+    assert run.outcome == "failed" and "ZeroDivisionError" in run.error and "00_setup.py" in run.error
+    [other] = gpu_cells.run_gpu_cells("99_other", folder=src)
+    assert other.outcome == "not run" and "STATE" in other.error
