@@ -40,7 +40,7 @@ MIN_VENV    ?= .venv-min
 MIN_STAMP   := $(MIN_VENV)/.course-installed
 
 .PHONY: FORCE help setup lab test test-nb test-unit doctor kernel clean constraints execute sources notebooks \
-        workshop-check report report-cold stamp test-min gpu-check test-avx2 test-haswell \
+        workshop-check report report-cold stamp test-min gpu-check gpu-bundle test-avx2 test-haswell \
         wheelhouse wheelhouse-install site test-site
 
 help:
@@ -64,7 +64,8 @@ help:
 	@echo "make test-min  the whole suite on the oldest supported torch (2.11), in $(MIN_VENV)"
 	@echo "make test-avx2 the whole suite as if the CPU had AVX2 only (torch, Inductor, FBGEMM capped)"
 	@echo "make test-haswell  notebook 08 and the CPUID checks on qemu's emulated AVX2 CPU (about an hour; needs qemu-user)"
-	@echo "make gpu-check GPU cells + the course in quick mode on a CUDA machine, with a log"
+	@echo "make gpu-check every GPU cell of every notebook on this machine's CUDA GPU, with a summary (build/gpu-check)"
+	@echo "make gpu-bundle   the wheels a lent GPU machine lacks, for its Python 3.12 (build/gpu-bundle, under 48 MiB)"
 	@echo "make executorch  $(ET_VENV) with the tested ExecuTorch pair, and its JupyterLab kernel (notebook 06)"
 	@echo "make test-executorch  notebook 06 and tests/test_executorch.py in $(ET_VENV) (quick mode)"
 	@echo "make test-next the whole suite on the newest torch family the registry offers (network; $(NEXT_VENV))"
@@ -185,8 +186,13 @@ test-haswell: setup
 	$(BIN)/python -m course_utils cpu --profile haswell -- env COURSE_QUICK=1 $(BIN)/python -m pytest \
 	    --nbval-cell-timeout=3600 tests/test_cpu_emulated.py notebooks/08_quantization.ipynb $(PYTEST_ARGS)
 
+# The GPU check (course_utils/kit/gpu_check.py). Here: from .venv, which has every package. On a lent GPU
+# machine with its own Python and torch: carry build/gpu-bundle (make gpu-bundle) and run tools/gpu_check.sh.
 gpu-check: setup
-	bash tools/gpu_check.sh
+	PY=$(BIN)/python BUNDLE=none bash tools/gpu_check.sh $(GPU_CHECK_ARGS)
+
+gpu-bundle: setup
+	$(BIN)/python -m course_utils.kit.gpu_bundle build
 
 # ExecuTorch, notebook 06's optional extra, tested: its own environment with the pinned pair (constraints.txt
 # plus constraints-executorch.txt, which pins executorch and only the packages it adds), so .venv stays as it is.

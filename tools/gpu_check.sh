@@ -1,28 +1,25 @@
 #!/usr/bin/env bash
-# The course on a CUDA machine: GPU-guarded cells run (COURSE_DEVICE=cuda makes a missing GPU an
-# error, not a silent CPU run), every notebook and unit test in quick mode, within 15 minutes.
-# Writes build/gpu-check/gpu-check.log (and junit.xml); exit status is pytest's.
-# Usage: make gpu-check   (or: bash tools/gpu_check.sh, with .venv set up)
+# The GPU check in one command (course_utils/kit/gpu_check.py): every GPU cell of every notebook on this
+# machine's GPU, the GPU unit tests, a summary in build/gpu-check/ (and in $OUT when that is set).
+#
+# On a lent GPU machine that has its own Python and torch but no network: build the bundle first on a
+# machine with the network (make gpu-bundle), carry build/gpu-bundle with the repository, and run
+#     bash tools/gpu_check.sh --jobs 6
+# Its wheels are installed into a temporary folder put on PYTHONPATH; the machine's Python is not changed.
+# make gpu-check runs the same from .venv (PY=.venv/bin/python BUNDLE=none). Arguments go to the check.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
-OUT=build/gpu-check
-mkdir -p "$OUT"
-LOG="$OUT/gpu-check.log"
-if ! command -v nvidia-smi >/dev/null 2>&1; then
-    echo "gpu-check: no nvidia-smi here; this check needs a machine with an NVIDIA GPU and its driver." | tee "$LOG"
-    exit 2
+PY=${PY:-python3}
+BUNDLE=${BUNDLE:-build/gpu-bundle}
+if compgen -G "$BUNDLE/*.whl" >/dev/null; then
+    SITE=$(mktemp -d "${TMPDIR:-/tmp}/gpu-bundle-site.XXXXXX")
+    if ! "$PY" -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$BUNDLE"/*.whl; then
+        echo "gpu-check: the wheels in $BUNDLE did not install for $("$PY" --version 2>&1); rebuild them (make gpu-bundle)"
+        exit 2
+    fi
+    export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" PATH="$SITE/bin:$PATH"   # bin: tlparse's program
+    echo "gpu-check: $(ls "$BUNDLE"/*.whl | wc -l) wheels from $BUNDLE installed in $SITE"
+elif [ "$BUNDLE" != none ]; then
+    echo "gpu-check: no wheels in $BUNDLE; running with what $PY has"
 fi
-{
-    echo "== $(date -u +%FT%TZ) gpu-check"
-    nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv
-    "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available())"
-    COURSE_DEVICE=cuda "$PY" -m course_utils doctor
-    echo "== unit tests and notebooks, quick mode, COURSE_DEVICE=cuda"
-    start=$SECONDS
-    COURSE_DEVICE=cuda COURSE_QUICK=1 timeout 900 "$PY" -m pytest -q --junitxml="$OUT/junit.xml" "$@"
-    status=$?
-    echo "== pytest exit status $status after $((SECONDS - start)) s"
-    exit $status
-} 2>&1 | tee "$LOG"
-exit "${PIPESTATUS[0]}"
+exec "$PY" -m course_utils.kit.gpu_check "$@"

@@ -186,6 +186,17 @@ def _state_05(twin: Twin, ns: dict) -> None:
     ns["xb128"], ns["yb128"] = torch.randn(8, 64), torch.randint(0, 10, (8,))
 
 
+def _state_06(twin: Twin, ns: dict) -> None:
+    """The notebook's output folder (made, as the notebook's next line does)."""
+    twin.define(ns, "OUT")
+    ns["OUT"].mkdir(parents=True, exist_ok=True)
+
+
+def _state_08(twin: Twin, ns: dict) -> None:
+    """The notebook's ``to_fp8`` (a tensor scaled into float8_e4m3fn, and its scale)."""
+    twin.define(ns, "to_fp8")
+
+
 def _state_10(twin: Twin, ns: dict) -> None:
     """The notebook's tokenizer (with its model) and its number of new tokens."""
     twin.define(ns, "tok", "NEW_TOKENS")
@@ -198,8 +209,8 @@ def _state_13(twin: Twin, ns: dict) -> None:
 
 #: notebook -> what builds the names its GPU cells read from earlier cells, for a run on their own.
 STATE: dict[str, Callable[[Twin, dict], None]] = {
-    "00_setup": _state_00, "02_graph_breaks": _state_02, "05_torch_func": _state_05,
-    "10_serving": _state_10, "13_serving_engine": _state_13,
+    "00_setup": _state_00, "02_graph_breaks": _state_02, "05_torch_func": _state_05, "06_export": _state_06,
+    "08_quantization": _state_08, "10_serving": _state_10, "13_serving_engine": _state_13,
 }
 
 
