@@ -809,7 +809,9 @@ if requires_cuda("an AOTInductor package compiled for CUDA, compared with eager 
     gpu_runner = torch._inductor.aoti_load_package(gpu_pkg)
     with torch.inference_mode():
         torch.testing.assert_close(gpu_runner(xg), mlp_gpu(xg), rtol=1e-3, atol=1e-4)
-        print(bench.compare({"eager": mlp_gpu, "AOTInductor": gpu_runner}, xg))
+        gpu_table = bench.compare({"eager": mlp_gpu, "AOTInductor": gpu_runner}, xg)
+    print(gpu_table)
+    print(f"verdict on this GPU: AOTInductor is {gpu_table.describe('AOTInductor', name='export.aoti.gpu_vs_eager')}")
 
 # %% [markdown]
 # ## The C++ path

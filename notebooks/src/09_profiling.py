@@ -406,6 +406,12 @@ if requires_cuda("a CUDA memory snapshot of one training step, for pytorch.org/m
     torch.cuda.memory._dump_snapshot(str(snapshot_path))
     torch.cuda.memory._record_memory_history(enabled=None)
     print(f"snapshot written to {snapshot_path} ({snapshot_path.stat().st_size / 1e3:.0f} kB)")
+    import pickle
+
+    snapshot = pickle.loads(snapshot_path.read_bytes())  # our own file: the dict memory_viz reads
+    allocs = [e for trace in snapshot["device_traces"] for e in trace if e.get("action") == "alloc"]
+    print(f"{len(snapshot['segments'])} memory segment(s); {len(allocs)} allocations recorded during the step")
+    assert snapshot["segments"] and allocs, "the snapshot should hold the step's segments and allocations"
 
 
 # %% [markdown]
@@ -658,12 +664,18 @@ if requires_cuda("CUDA kernel rows and the idle gaps between kernel launches"):
     gpu_trace = TRACE_DIR / "gpu_steps.json"
     gpu_prof.export_chrome_trace(str(gpu_trace))
     kernels = [e for e in load_events(gpu_trace) if e.get("cat") == "kernel"]
+    assert len(kernels) >= 10, f"five training steps should launch many CUDA kernels, the trace has {len(kernels)}"
     gaps_us = [b["ts"] - (a["ts"] + a["dur"]) for a, b in zip(kernels, kernels[1:])]
     busy_us = sum(k["dur"] for k in kernels)
     span_us = kernels[-1]["ts"] + kernels[-1]["dur"] - kernels[0]["ts"]
     print(f"{len(kernels)} kernels; the GPU was busy {100 * busy_us / span_us:.0f}% of the span; "
           f"median gap between kernels {sorted(gaps_us)[len(gaps_us) // 2]:.1f} us, "
           f"largest {max(gaps_us):.1f} us")
+    busy_share = busy_us / span_us
+    print("verdict for this GPU: " + ("launch-bound: the GPU sat idle more than it computed, waiting for the host "
+                                       "(fuse kernels, capture a CUDA graph, drop the .item() sync)"
+                                       if busy_share < 0.5 else
+                                       "mostly busy: the kernels, not their launches, set the pace here"))
 
 
 # %% [markdown]

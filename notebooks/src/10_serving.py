@@ -938,6 +938,9 @@ if requires_accelerator("batched decoding on a GPU: a batch of 32 against one ro
         print(f"{dev.type.upper()}, batch {b:2d}: {b * NEW_TOKENS / gpu_decode.row(f'batch {b}').median_s:,.0f} tokens/s")
     gpu_said = gpu_decode.describe("batch 32", "batch 1", name="serve.gpu.batch32_vs_batch1")
     print(f"a call decoding 32 rows ({NEW_TOKENS} steps, 32x the tokens) against one decoding 1 row: {gpu_said}")
+    rows = generate_cached(gpu_model, gpu_prompts[32], NEW_TOKENS)
+    assert len(rows) == 32 and all(len(r) == NEW_TOKENS for r in rows)
+    assert rows[0] == generate_cached(gpu_model, gpu_prompts[32][:1], NEW_TOKENS)[0], "row 0 alone decodes the same"
     del gpu_model
 
 # %% [markdown]

@@ -204,13 +204,35 @@ assert any("flash_attention_for_cpu" in name for name in kernels)
 # %%
 if requires_cuda("the CUDA attention backends (flash, memory-efficient, cuDNN)"):
     qc, kc, vc = (t.cuda().half() for t in (q, k, v))
-    for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION):
+    with sdpa_kernel([SDPBackend.MATH]):
+        reference = F.scaled_dot_product_attention(*(t.float() for t in (qc, kc, vc)), is_causal=True)
+    ran_here = []
+    for backend in (SDPBackend.MATH, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+                    SDPBackend.CUDNN_ATTENTION):
         try:
             with sdpa_kernel([backend]):
-                t = bench.time_fn(F.scaled_dot_product_attention, qc, kc, vc, is_causal=True)
-            print(f"{backend.name:<20} {t.median_ms:.3f} ms")
+                out = F.scaled_dot_product_attention(qc, kc, vc, is_causal=True)
         except RuntimeError as err:
             print(f"{backend.name:<20} not available here: {str(err).splitlines()[0][:80]}")
+            continue
+        gap = (out.float() - reference).abs().max().item()
+        ran_here.append(backend.name)
+        print(f"{backend.name:<20} runs; max difference from float32 math {gap:.1e}")
+        assert gap < 1e-2, f"{backend.name} in half precision should stay within 1e-2 of float32"
+    fused = [name for name in ran_here if name != "MATH"]
+    assert fused, "at least one fused CUDA backend (flash or memory-efficient) should run on this GPU"
+
+    def only(name):
+        """Return a call of SDPA restricted to one backend."""
+        def call():
+            with sdpa_kernel([SDPBackend[name]]):
+                return F.scaled_dot_product_attention(qc, kc, vc, is_causal=True)
+        return call
+
+    gpu_attn = bench.compare({name: only(name) for name in ran_here}, baseline="MATH")
+    print(gpu_attn)
+    best = min(fused, key=lambda name: gpu_attn.row(name).median_s)
+    print(f"{best} against MATH on this GPU: {gpu_attn.describe(best, 'MATH', name='attn.gpu.fused_vs_math')}")
 else:
     print("On a GPU this cell would time each CUDA backend in half precision; which ones run depends on "
           "the GPU's generation and the head dimension.")

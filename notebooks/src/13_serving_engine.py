@@ -982,6 +982,9 @@ if requires_accelerator("the batched decoding step on a GPU"):
     print(f"one decoding step on the {dev.type.upper()}:\n{step_table}")
     gpu_said = step_table.describe("batch 32", "batch 1", name="engine.gpu.step_b32_vs_b1")
     print(f"one step for 32 rows against one for 1 row: {gpu_said}")
+    with torch.inference_mode():
+        alone, batched = gpu_steps["batch 1"]()[0], gpu_steps["batch 32"]()[0]               # (1 or 32, 1, n_embd)
+    torch.testing.assert_close(batched[:1], alone, atol=1e-4, rtol=1e-4)  # the same row, alone or in a batch
     del gpu_model
 
 # %% [markdown]
