@@ -191,3 +191,63 @@ def test_the_whole_path_runs_here_as_a_dry_run(tmp_path):
     assert outcomes == {"00_setup": "skipped", "10_serving": "skipped (alone)"}
     assert "**PASSED**" in (out / "summary.md").read_text()
     assert {"summary.md", "summary.json", "gpu-check.log"} <= {p.name for p in outbox.iterdir()}
+
+
+# ---- gpu_stamp: README's GPU column ------------------------------------------------------------------
+
+README_MAP = """## Notebook map
+
+| notebook | topic | minutes | needs a GPU for | last passed (torch, date) |
+|---|---|---|---|---|
+| [`00_setup.ipynb`](notebooks/00_setup.ipynb) | setup | 0.6 / 0.5 / 0.3 | nothing | torch 2.14.1, 2026-12-02 (full+quick) |
+| [`01_torch_compile.ipynb`](nb/01.ipynb) | compile | ? / 4.4 / 1.1 | CUDA graphs | torch 2.14.1, 2026-12-02 (full+quick) |
+| [`07_onnx.ipynb`](notebooks/07_onnx.ipynb) | onnx | ? / 1.1 / 0.5 | ORT CUDA | torch 2.14.1, 2026-12-02 (full+quick) |
+
+After the table.
+"""
+
+
+def _summary(**over):
+    base = {"dry_run": False, "torch": "2.11.0+cu130", "gpu": "NVIDIA H200 (sm_90)", "date": "2026-12-04",
+            "notebooks": [{"stem": "00_setup", "mode": "GPU cells alone", "failed": 0},
+                          {"stem": "01_torch_compile", "mode": "whole", "failed": 0},
+                          {"stem": "07_onnx", "mode": "left out", "failed": 0}],
+            "cells": [{"label": "00_setup:166", "outcome": "ran (alone)"}, {"label": "01_torch_compile:634", "outcome": "ran"},
+                      {"label": "07_onnx:887", "outcome": "left out"}]}
+    return {**base, **over}
+
+
+def test_the_gpu_column_goes_before_the_cpu_one_and_holds_each_pass():
+    from course_utils.kit import gpu_stamp, stamp
+
+    stamped = gpu_stamp.passed_cells(_summary())
+    assert stamped == {"00_setup": "torch 2.11.0+cu130, NVIDIA H200 (sm_90), 2026-12-04 (GPU cells alone)",
+                       "01_torch_compile": "torch 2.11.0+cu130, NVIDIA H200 (sm_90), 2026-12-04 (whole)"}
+    readme = gpu_stamp.stamp_readme(README_MAP, stamped)
+    rows = [line for line in readme.splitlines() if line.startswith("|")]
+    assert rows[0].endswith(f"| needs a GPU for | {gpu_stamp.GPU_HEADER} | {gpu_stamp.CPU_HEADER} |")
+    assert rows[1] == "|" + "---|" * 6
+    assert "| torch 2.11.0+cu130, NVIDIA H200 (sm_90), 2026-12-04 (whole) | torch 2.14.1" in rows[3]
+    assert f"| ORT CUDA | {gpu_stamp.NOT_YET} | torch 2.14.1" in rows[4]
+    assert readme.endswith("After the table.\n")
+    # the CPU stamp still reads its own column, and a second stamp changes nothing
+    assert stamp.stated_dates(readme)["07_onnx.ipynb"] == {"full": ("2.14.1", "2026-12-02"), "quick": ("2.14.1", "2026-12-02")}
+    assert gpu_stamp.stamp_readme(readme, stamped) == readme
+    # a later check that fails a notebook keeps its earlier pass
+    failed = _summary(notebooks=[{"stem": "01_torch_compile", "mode": "whole", "failed": 2}])
+    assert gpu_stamp.stamp_readme(readme, gpu_stamp.passed_cells(failed)) == readme
+
+
+def test_a_skipped_gpu_cell_on_the_gpu_machine_is_not_a_pass():
+    from course_utils.kit import gpu_stamp
+
+    summary = _summary(cells=[{"label": "01_torch_compile:634", "outcome": "skipped"}])
+    assert "01_torch_compile" not in gpu_stamp.passed_cells(summary)
+
+
+@pytest.mark.parametrize("over, message", [({"dry_run": True}, "dry run"), ({"gpu": ""}, "lacks gpu")])
+def test_a_dry_run_or_an_incomplete_summary_is_refused(over, message):
+    from course_utils.kit import gpu_stamp
+
+    with pytest.raises(ValueError, match=message):
+        gpu_stamp.passed_cells(_summary(**over))

@@ -369,8 +369,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     passed = verdict(unit[0], notebooks, cells, args.dry_run)
     text = summary_markdown(machine, unit, notebooks, cells, passed, args.dry_run)
     (out / "summary.md").write_text(text, encoding="utf-8")
+    import torch
+
+    from course_utils import device
+
     (out / "summary.json").write_text(json.dumps({
-        "passed": passed, "dry_run": args.dry_run, "seconds": round(time.monotonic() - start, 1), "machine": machine,
+        "passed": passed, "dry_run": args.dry_run, "seconds": round(time.monotonic() - start, 1),
+        "torch": torch.__version__, "gpu": device.cuda_description(), "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "jobs": args.jobs, "machine": machine,
         "unit_status": unit[0], "notebooks": [asdict(n) for n in notebooks], "cells": [asdict(c) for c in cells]},
         indent=1) + "\n", encoding="utf-8")
     log(text)
