@@ -45,12 +45,16 @@ def _context(context: dict[str, Any]) -> dict[str, Any]:
 
 
 def _stamp() -> dict[str, Any]:
-    """The facts every record carries: mode, torch, device, CPU class, time."""
+    """The facts every record carries: mode, torch, device, CPU class, time; on CUDA the GPU's class too."""
     from .cpu import cpu_class
-    from .device import get_device
+    from .device import cuda_description, get_device
 
-    return {"mode": config.mode_name(), "torch": torch.__version__, "device": str(get_device()),
-            "cpu_class": cpu_class(), "time": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")}
+    device = get_device()
+    stamp = {"mode": config.mode_name(), "torch": torch.__version__, "device": str(device),
+             "cpu_class": cpu_class(), "time": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")}
+    if device.type == "cuda":  # the GPU's class: its name and architecture ("NVIDIA H200 (sm_90)")
+        stamp["gpu_class"] = cuda_description()
+    return stamp
 
 
 def _append(entry: dict[str, Any]) -> None:

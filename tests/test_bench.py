@@ -175,3 +175,15 @@ def test_band_verdict_needs_a_gap_beyond_the_band():
     assert bench.band_verdict(1.0, 1.16, band=0.15) == "lower"
     with pytest.raises(ValueError, match="two positive figures"):
         bench.band_verdict(0.0, 1.0)
+
+
+def test_a_record_on_cuda_names_the_gpu_class_and_one_on_the_cpu_does_not(results_file, monkeypatch):
+    from course_utils import device
+
+    monkeypatch.setenv("COURSE_DEVICE", "cpu")
+    cpu_rec = bench.record("setup.first_call_s", 1.0, "s")
+    monkeypatch.setattr(device, "get_device", lambda: torch.device("cuda"))
+    monkeypatch.setattr(device, "cuda_description", lambda: "NVIDIA H200 (sm_90)")
+    gpu_rec = bench.record("setup.first_call_s", 1.0, "s")
+    assert "gpu_class" not in cpu_rec and cpu_rec["device"] == "cpu"
+    assert gpu_rec["device"] == "cuda" and gpu_rec["gpu_class"] == "NVIDIA H200 (sm_90)"

@@ -4,8 +4,8 @@
   metadata (markers for Python 3.12 on Linux, extras, the image's packages left out, the course's
   pins used), the manifest and the size budget; a fake ``pip download`` writes the wheels.
 - ``gpu_check``: nbval's JUnit read per notebook, each GPU cell's outcome from the guards' log, the
-  verdict, and the whole path once (``--dry-run``: ``COURSE_DEVICE=cpu``, notebook 00 under nbval
-  and notebook 10's GPU cell on its own), as the GPU machine runs it.
+  verdict, and the whole path once (``--dry-run``: ``COURSE_DEVICE=cpu``, notebook 09 under nbval
+  and notebook 00's GPU cell on its own), as the GPU machine runs it; README's GPU column.
 """
 
 from __future__ import annotations
@@ -173,22 +173,22 @@ def test_the_verdict_wants_every_cell_run_on_a_gpu_and_none_in_a_dry_run():
 
 
 def test_the_whole_path_runs_here_as_a_dry_run(tmp_path):
-    """Notebook 00 under nbval and notebook 10's GPU cell on its own, COURSE_DEVICE=cpu: every cell skips."""
+    """Notebook 09 under nbval and notebook 00's GPU cell on its own, COURSE_DEVICE=cpu: every cell skips."""
     out = tmp_path / "check"
     outbox = tmp_path / "outbox"
     outbox.mkdir()
     env = {k: v for k, v in __import__("os").environ.items() if k not in ("COURSE_DEVICE", "COURSE_GPU_CELLS")}
     env["OUT"] = str(outbox)
     proc = subprocess.run([sys.executable, "-m", "course_utils.kit.gpu_check", "--dry-run", "--no-unit",
-                           "--only", "00", "10", "--out", str(out)], cwd=config.REPO_ROOT, env=env,
+                           "--only", "00", "09", "--out", str(out)], cwd=config.REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["passed"] and summary["dry_run"]
     modes = {n["stem"]: (n["mode"], n["failed"]) for n in summary["notebooks"]}
-    assert modes == {"00_setup": ("whole", 0), "10_serving": ("GPU cells alone", 0)}
+    assert modes == {"00_setup": ("GPU cells alone", 0), "09_profiling": ("whole", 0)}
     outcomes = {c["label"].split(":")[0]: c["outcome"] for c in summary["cells"] if c["outcome"] != "left out"}
-    assert outcomes == {"00_setup": "skipped", "10_serving": "skipped (alone)"}
+    assert outcomes == {"00_setup": "skipped (alone)", "09_profiling": "skipped"}
     assert "**PASSED**" in (out / "summary.md").read_text()
     assert {"summary.md", "summary.json", "gpu-check.log"} <= {p.name for p in outbox.iterdir()}
 

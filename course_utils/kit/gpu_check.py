@@ -289,7 +289,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", default=None, help="notebook numbers to run (default: all)")
     parser.add_argument("--no-unit", action="store_true", help="leave out the GPU unit tests")
     parser.add_argument("--dry-run", action="store_true", help="COURSE_DEVICE=cpu: the same path without a GPU")
-    parser.add_argument("--timeout-s", type=float, default=420, help="limit for the notebooks' pytest run")
+    parser.add_argument("--timeout-s", type=float, default=400, help="limit for the notebooks' pytest run (default 400)")
+    parser.add_argument("--cell-timeout-s", type=int, default=240,
+                        help="limit for one notebook cell (default 240; nbval waits this long on a kernel that died)")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
@@ -340,7 +342,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         nb_env = {**env, "COURSE_THREADS": str(max(2, (os.cpu_count() or 1) // jobs))}
         log(f"== {len(whole)} notebooks whole, quick mode, {jobs} at a time, COURSE_DEVICE={env['COURSE_DEVICE']}")
         xdist = ["-n", str(jobs), "--dist", "loadfile"] if jobs > 1 else []
-        status, seconds = run_logged([*pytest_cmd, *xdist, "--junitxml", str(out / "junit-notebooks.xml"),
+        status, seconds = run_logged([*pytest_cmd, *xdist, f"--nbval-cell-timeout={args.cell_timeout_s}",
+                                      "--junitxml", str(out / "junit-notebooks.xml"),
                                       *[f"notebooks/{s}.ipynb" for s in whole]], log, nb_env, args.timeout_s)
         results_by_nb = read_junit(out / "junit-notebooks.xml")
         for s in whole:
