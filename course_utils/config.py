@@ -10,7 +10,9 @@ cache goes to ``inductor_cache_dir()``, a folder in the user's cache that surviv
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TypeVar
@@ -95,22 +97,36 @@ def user_cache_home(environ: Mapping[str, str] | None = None) -> Path:
         return REPO_ROOT / ".cache"
 
 
+def build_tag() -> str:
+    """Return the torch release and Python this process runs, as a folder name: ``torch-2.14.1-py3.11``.
+
+    Read from the installed package's metadata, so torch is not imported.
+    """
+    try:
+        version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        version = "none"
+    return f"torch-{version}-py{sys.version_info.major}.{sys.version_info.minor}"
+
+
 def inductor_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     """Return the folder for Inductor's compile cache in this course: ``TORCHINDUCTOR_CACHE_DIR``
-    when the learner set it, else ``<user cache>/pytorch2-course/inductor``.
+    when the learner set it, else ``<user cache>/pytorch2-course/inductor/<build_tag()>``.
 
     Inductor's own default is under the temporary directory (``/tmp/torchinductor_<user>``), which
     many Linux systems empty at boot, so a cache warmed the day before a workshop would be gone.
     The course kernel, the notebook runner and the test suite all set the variable from here
-    (``compile_cache_env``). One folder serves every torch version: Inductor keys each entry by
-    the torch build, the graph, the settings and the compiler, so versions never read each other's.
-    The folder is not created (Inductor creates it on first use).
+    (``compile_cache_env``). Each torch release and Python gets a folder of its own: one folder
+    shared by torch 2.14.1 on Python 3.11 and torch 2.11.0 on Python 3.12 crashed the second
+    (``malloc(): unaligned tcache chunk detected`` in notebook 11's FlexAttention cell, on the CPU),
+    while a folder of its own, cold or warm, did not. The folder is not created (Inductor creates
+    it on first use).
     """
     environ = os.environ if environ is None else environ
     chosen = (environ.get("TORCHINDUCTOR_CACHE_DIR") or "").strip()
     if chosen:
         return Path(chosen).expanduser().absolute()
-    return user_cache_home(environ).joinpath(*INDUCTOR_CACHE_PARTS)
+    return user_cache_home(environ).joinpath(*INDUCTOR_CACHE_PARTS, build_tag())
 
 
 def compile_cache_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """One persistent compile cache: the course kernel, the notebook runner and the test suite all point
 Inductor at the same folder in the user's cache (never the temporary directory a reboot may empty),
-unless the learner chose one with TORCHINDUCTOR_CACHE_DIR."""
+one per torch release and Python, unless the learner chose one with TORCHINDUCTOR_CACHE_DIR."""
 
 from __future__ import annotations
 
@@ -41,11 +41,11 @@ def _probe(env: dict[str, str]) -> dict[str, str]:
 def test_kernel_runner_and_tests_share_one_folder_in_the_users_cache(tmp_path):
     home = tmp_path / "home"
     seen = _probe({"HOME": str(home)})
-    expected = str(home / ".cache" / "pytorch2-course" / "inductor")
+    expected = str(home / ".cache" / "pytorch2-course" / "inductor" / config.build_tag())
     assert seen == {"suite": expected, "runner": expected, "kernel": expected}
     xdg = tmp_path / "xdg"
     seen = _probe({"HOME": str(home), "XDG_CACHE_HOME": str(xdg)})
-    assert set(seen.values()) == {str(xdg / "pytorch2-course" / "inductor")}
+    assert set(seen.values()) == {str(xdg / "pytorch2-course" / "inductor" / config.build_tag())}
 
 
 def test_a_folder_the_learner_chose_wins_everywhere(tmp_path):
@@ -57,7 +57,7 @@ def test_a_folder_the_learner_chose_wins_everywhere(tmp_path):
 def test_the_default_is_not_under_the_temporary_directory():
     environ = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
     folder = config.inductor_cache_dir(environ)
-    assert folder.is_absolute() and folder.parts[-2:] == ("pytorch2-course", "inductor")
+    assert folder.is_absolute() and folder.parts[-3:] == ("pytorch2-course", "inductor", config.build_tag())
     for tmp in {Path(tempfile.gettempdir()).resolve(), Path("/tmp"), Path("/var/tmp")}:
         assert not folder.resolve().is_relative_to(tmp), f"{folder} is under {tmp}: a reboot may empty it"
 
@@ -86,4 +86,17 @@ def test_a_cold_run_still_gets_an_empty_cache(monkeypatch, tmp_path):
         folder = os.environ["TORCHINDUCTOR_CACHE_DIR"]
         assert "course-cold-" in folder and not os.listdir(folder)
     with runner._environment(quick=True, blocked=False, results=None):
-        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / ".cache" / "pytorch2-course" / "inductor")
+        default = tmp_path / ".cache" / "pytorch2-course" / "inductor" / config.build_tag()
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(default)
+
+
+def test_each_torch_release_and_python_gets_a_folder_of_its_own(monkeypatch):
+    """A cache shared by torch 2.14.1/Python 3.11 and torch 2.11.0/Python 3.12 crashed the second."""
+    import importlib.metadata
+    import sys
+
+    environ = {"HOME": "/h"}
+    here = config.inductor_cache_dir(environ)
+    assert here.name == f"torch-{importlib.metadata.version('torch')}-py{sys.version_info[0]}.{sys.version_info[1]}"
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "2.11.0+cu130")
+    assert config.inductor_cache_dir(environ) == here.parent / f"torch-2.11.0+cu130-py{sys.version_info[0]}.{sys.version_info[1]}"

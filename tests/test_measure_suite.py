@@ -33,7 +33,7 @@ def test_cold_env_points_every_compile_cache_at_an_empty_folder(tmp_path):
     assert env["XDG_CACHE_HOME"] == str(tmp_path / "cache") and env["PIP_NO_CACHE_DIR"] == "1"
     assert (tmp_path / "cache").is_dir() and not any((tmp_path / "cache").iterdir())
     # the course's Inductor cache follows XDG_CACHE_HOME, so it starts empty too
-    assert config.inductor_cache_dir(env) == tmp_path / "cache" / "pytorch2-course" / "inductor"
+    assert config.inductor_cache_dir(env) == tmp_path / "cache" / "pytorch2-course" / "inductor" / config.build_tag()
 
 
 def test_calibration_times_the_same_loop_and_returns_its_median():
