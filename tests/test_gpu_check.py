@@ -251,3 +251,13 @@ def test_a_dry_run_or_an_incomplete_summary_is_refused(over, message):
 
     with pytest.raises(ValueError, match=message):
         gpu_stamp.passed_cells(_summary(**over))
+
+
+def test_the_repository_leaves_the_bundle_its_budget_in_one_call():
+    """A call to the GPU machine carries the repository's tracked files and the bundle: 64 MiB together."""
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=config.REPO_ROOT, capture_output=True, check=True).stdout
+    tracked = sum((config.REPO_ROOT / f).stat().st_size for f in files.decode().split("\0") if f and
+                  (config.REPO_ROOT / f).is_file())
+    room = (gpu_bundle.MACHINE.carry_mib - gpu_bundle.DEFAULT_BUDGET_MIB) * 2**20
+    assert tracked <= room, (f"the tracked files are {tracked / 2**20:.1f} MiB; with the bundle's "
+                             f"{gpu_bundle.DEFAULT_BUDGET_MIB} MiB that passes one call's {gpu_bundle.MACHINE.carry_mib} MiB")

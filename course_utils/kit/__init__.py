@@ -14,6 +14,10 @@
 - ``stamp``: write measured times and "last passed" into README's table and each notebook.
 - ``lab``: install the course's Jupyter kernel and JupyterLab settings.
 - ``wheelhouse``: can a classroom install the course with no internet (build, check, install offline)?
+- ``gpu_check``: every GPU cell of every notebook run on this machine's GPU, with a summary per cell;
+  ``gpu_bundle``: the wheels a lent GPU machine lacks, within one call's carry; ``gpu_cells``: the
+  notebooks' GPU cells found in their paired sources and run on their own; ``gpu_stamp``: README's
+  "last passed on a GPU" column from a check's summary.
 
 Import the modules themselves (``from course_utils.kit import doctor``); nothing is imported here.
 """

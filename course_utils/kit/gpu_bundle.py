@@ -120,6 +120,10 @@ NOT_ON_THE_MACHINE = {
 }
 
 
+#: What the wheels may weigh together: one call carries 64 MiB, and the repository needs the rest.
+DEFAULT_BUDGET_MIB = 48.0
+
+
 def notebook_stems(folder: Path | None = None) -> list[str]:
     """Return the course's notebooks by name without suffix (``00_setup`` ...), in order."""
     return [p.stem for p in sorted((folder or config.REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))]
@@ -221,7 +225,7 @@ class Entry:
     wanted_by: str
 
 
-def build(dest: Path, stems: Sequence[str] | None = None, *, budget_mib: float = 48.0,
+def build(dest: Path, stems: Sequence[str] | None = None, *, budget_mib: float = DEFAULT_BUDGET_MIB,
           pins: dict[str, str] | None = None, machine: Machine = MACHINE,
           download=pip_download) -> list[Entry]:
     """Return the bundle's entries after downloading them into ``dest`` (with ``manifest.json``).
@@ -283,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="download the wheels the GPU machine lacks, with manifest.json")
     b.add_argument("--dest", type=Path, default=config.REPO_ROOT / "build" / "gpu-bundle")
-    b.add_argument("--budget-mib", type=float, default=48.0)
+    b.add_argument("--budget-mib", type=float, default=DEFAULT_BUDGET_MIB)
     sub.add_parser("plan", help="which notebooks run whole on the GPU machine, and what keeps the others out")
     args = parser.parse_args(argv)
     if args.command == "plan":
