@@ -136,6 +136,24 @@ def test_junit_is_read_per_notebook_with_its_first_failure(tmp_path):
     assert gpu_check.read_junit(tmp_path / "missing.xml") == {}
 
 
+def test_a_collection_error_or_an_unreadable_junit_file_is_a_failure_of_that_notebook(tmp_path):
+    path = tmp_path / "04.xml"
+    path.write_text('<testsuites><testsuite><testcase classname="" name="notebooks/04_control_flow.ipynb">'
+                    '<error message="collection failure">ImportError: nbval</error></testcase></testsuite></testsuites>')
+    found = gpu_check.read_junit(path, "04_control_flow")
+    assert (found["04_control_flow"].failed, found["04_control_flow"].passed) == (1, 0)
+    path.write_text("<testsuites><testsuite><testcase")
+    broken = gpu_check.read_junit(path, "04_control_flow")["04_control_flow"]
+    assert broken.failed == 1 and "unreadable" in broken.first_failure
+
+
+def test_the_junit_files_merge_into_one(tmp_path):
+    (tmp_path / "a.xml").write_text(JUNIT)
+    (tmp_path / "b.xml").write_text("not xml")
+    gpu_check.merge_junit(tmp_path, tmp_path / "all.xml.out")
+    assert len(gpu_check.read_junit(tmp_path / "all.xml.out")) == 2
+
+
 def _guarded(stem: str) -> list[gpu_cells.Guarded]:
     return [g for g in gpu_cells.all_guarded() if g.stem == stem]
 
@@ -168,6 +186,8 @@ def test_the_verdict_wants_every_cell_run_on_a_gpu_and_none_in_a_dry_run():
     assert gpu_check.verdict(0, ok, ran, dry_run=False)
     assert not gpu_check.verdict(0, ok, ran, dry_run=True)
     assert gpu_check.verdict(0, ok, skipped, dry_run=True)
+    assert not gpu_check.verdict(0, ok, skipped, dry_run=False), "a guard that skips on the GPU machine saw no GPU"
+    assert not gpu_check.verdict(0, [gpu_check.NotebookResult("00_setup", "whole")], ran, dry_run=False), "ran no cell"
     assert not gpu_check.verdict(1, ok, skipped, dry_run=True)
     assert not gpu_check.verdict(0, [gpu_check.NotebookResult("00_setup", "whole", failed=1)], skipped, dry_run=True)
 
@@ -209,9 +229,9 @@ After the table.
 
 def _summary(**over):
     base = {"dry_run": False, "torch": "2.11.0+cu130", "gpu": "NVIDIA H200 (sm_90)", "date": "2026-12-04",
-            "notebooks": [{"stem": "00_setup", "mode": "GPU cells alone", "failed": 0},
-                          {"stem": "01_torch_compile", "mode": "whole", "failed": 0},
-                          {"stem": "07_onnx", "mode": "left out", "failed": 0}],
+            "notebooks": [{"stem": "00_setup", "mode": "GPU cells alone", "passed": 1, "failed": 0},
+                          {"stem": "01_torch_compile", "mode": "whole", "passed": 46, "failed": 0},
+                          {"stem": "07_onnx", "mode": "left out", "passed": 0, "failed": 0}],
             "cells": [{"label": "00_setup:166", "outcome": "ran (alone)"}, {"label": "01_torch_compile:634", "outcome": "ran"},
                       {"label": "07_onnx:887", "outcome": "left out"}]}
     return {**base, **over}
@@ -234,7 +254,7 @@ def test_the_gpu_column_goes_before_the_cpu_one_and_holds_each_pass():
     assert stamp.stated_dates(readme)["07_onnx.ipynb"] == {"full": ("2.14.1", "2026-12-02"), "quick": ("2.14.1", "2026-12-02")}
     assert gpu_stamp.stamp_readme(readme, stamped) == readme
     # a later check that fails a notebook keeps its earlier pass
-    failed = _summary(notebooks=[{"stem": "01_torch_compile", "mode": "whole", "failed": 2}])
+    failed = _summary(notebooks=[{"stem": "01_torch_compile", "mode": "whole", "passed": 40, "failed": 2}])
     assert gpu_stamp.stamp_readme(readme, gpu_stamp.passed_cells(failed)) == readme
 
 
@@ -243,9 +263,12 @@ def test_a_skipped_gpu_cell_on_the_gpu_machine_is_not_a_pass():
 
     summary = _summary(cells=[{"label": "01_torch_compile:634", "outcome": "skipped"}])
     assert "01_torch_compile" not in gpu_stamp.passed_cells(summary)
+    ran_nothing = _summary(notebooks=[{"stem": "01_torch_compile", "mode": "whole", "passed": 0, "failed": 0}])
+    assert "01_torch_compile" not in gpu_stamp.passed_cells(ran_nothing)
 
 
-@pytest.mark.parametrize("over, message", [({"dry_run": True}, "dry run"), ({"gpu": ""}, "lacks gpu")])
+@pytest.mark.parametrize("over, message", [({"dry_run": True}, "dry run"), ({"gpu": ""}, "lacks gpu"),
+                                           ({"gpu": "none"}, "lacks gpu")])
 def test_a_dry_run_or_an_incomplete_summary_is_refused(over, message):
     from course_utils.kit import gpu_stamp
 

@@ -7,8 +7,8 @@ In that order, each step logged to ``<out>/gpu-check.log``:
 
 1. the machine: GPU, driver, torch and the packages the notebooks need (``nvidia-smi`` if present);
 2. the GPU unit tests (``GPU_UNIT_TESTS``), under pytest;
-3. every notebook whose packages are there, whole, under nbval in quick mode, several at a time
-   (pytest-xdist, one notebook per worker, ``COURSE_THREADS`` dividing the cores between them);
+3. every notebook whose packages are there, whole, under nbval in quick mode, each in a pytest of
+   its own, ``--jobs`` at a time (``COURSE_THREADS`` divides the cores between them, 2 at least);
 4. the GPU cells of each notebook that cannot run whole there (``gpu_bundle.plan``), each on its own
    through the notebook's own code (``course_utils.kit.gpu_cells``), in a process of its own;
 5. a summary, ``summary.md`` and ``summary.json``: for each GPU cell whether it ran, was skipped (and
@@ -19,6 +19,8 @@ In that order, each step logged to ``<out>/gpu-check.log``:
 torch sees CUDA and it is unset). ``--dry-run`` runs the same path with ``COURSE_DEVICE=cpu`` on a
 machine without a GPU: every GPU cell is then expected to say it was skipped, and nothing else may fail.
 The exit status is 0 when the check passed (on a GPU: every GPU cell ran or is named as left out).
+``--deadline-s`` (540 by default) bounds the whole run, so it fits a device call of 10 minutes with
+its summary written; the files are copied to ``$OUT`` after each step when that variable is set.
 
 Usage::
 
@@ -28,6 +30,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import importlib.metadata
 import json
 import contextlib
@@ -59,16 +62,18 @@ OUT_FILES = ("summary.md", "summary.json", "gpu-check.log", "junit-notebooks.xml
 
 
 class Log:
-    """Lines to the terminal and to ``gpu-check.log`` at once."""
+    """Lines to the terminal and to ``gpu-check.log`` at once (from several threads)."""
 
     def __init__(self, path: Path, stream: TextIO = sys.stdout):
         self.fh = path.open("w", encoding="utf-8")
         self.stream = stream
+        self.lock = threading.Lock()
 
     def __call__(self, line: str = "") -> None:
-        for target in (self.stream, self.fh):
-            target.write(line + "\n")
-            target.flush()
+        with self.lock:
+            for target in (self.stream, self.fh):
+                target.write(line + "\n")
+                target.flush()
 
     def close(self) -> None:
         self.fh.close()
@@ -127,9 +132,14 @@ def machine_lines() -> list[str]:
              f"torch {torch.__version__}, built for {device.torch_build()}, sees: {device.accelerator_description()}",
              f"COURSE_DEVICE={os.environ.get('COURSE_DEVICE', '')!r}, cores {os.cpu_count()}"]
     if shutil.which("nvidia-smi"):
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version,compute_cap",
-                              "--format=csv,noheader"], capture_output=True, text=True, check=False)
-        lines.append(f"nvidia-smi: {smi.stdout.strip() or smi.stderr.strip()}")
+        try:
+            smi = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version,compute_cap",
+                                  "--format=csv,noheader"], capture_output=True, text=True, check=False, timeout=30)
+            lines.append(f"nvidia-smi: {smi.stdout.strip() or smi.stderr.strip()}")
+        except subprocess.TimeoutExpired:
+            lines.append("nvidia-smi: no answer within 30 s")
+    # AOTInductor for CUDA (notebook 06) compiles with the CUDA toolkit: where is it?
+    lines.append(f"CUDA_HOME={os.environ.get('CUDA_HOME', '')!r}, nvcc: {shutil.which('nvcc') or 'not on PATH'}")
     for name in LISTED:
         try:
             lines.append(f"  {name} {importlib.metadata.version(name)}")
@@ -152,15 +162,27 @@ class NotebookResult:
     left_out: str = ""
 
 
-def read_junit(path: Path) -> dict[str, NotebookResult]:
-    """Return per-notebook counts from nbval's JUnit XML (one test case per cell)."""
+def read_junit(path: Path, stem: str | None = None) -> dict[str, NotebookResult]:
+    """Return per-notebook counts from nbval's JUnit XML (one test case per cell).
+
+    A test case is filed under the notebook its class name or name mentions, else under ``stem``
+    (a collection error has no class name). A file that cannot be read or parsed gives one failure
+    for ``stem`` saying so, never an exception.
+    """
     found: dict[str, NotebookResult] = {}
     if not path.exists():
         return found
-    for case in ET.parse(path).getroot().iter("testcase"):
-        stem = Path((case.get("classname") or "").replace(".", "/")).name or ""
-        stem = next((s for s in gpu_bundle.notebook_stems() if s in (case.get("classname") or "")), stem)
-        res = found.setdefault(stem, NotebookResult(stem, "whole"))
+    try:
+        root = ET.parse(path).getroot()
+    except (ET.ParseError, OSError) as err:
+        if stem:
+            found[stem] = NotebookResult(stem, "whole", failed=1, first_failure=f"{path.name} unreadable: {err}")
+        return found
+    stems = gpu_bundle.notebook_stems()
+    for case in root.iter("testcase"):
+        where = f"{case.get('classname') or ''} {case.get('name') or ''}"
+        owner = next((s for s in stems if s in where), stem or "")
+        res = found.setdefault(owner, NotebookResult(owner, "whole"))
         res.seconds += float(case.get("time") or 0)
         bad = case.find("failure")
         bad = bad if bad is not None else case.find("error")
@@ -190,10 +212,12 @@ def cell_outcomes(log_path: Path, whole: Sequence[str], alone: dict[str, list[di
     """Return the outcome of every GPU cell of the course, from the guards' log and the stand-alone runs."""
     decided: dict[str, dict] = {}
     if log_path.exists():
-        for line in log_path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
+        for line in log_path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
                 entry = json.loads(line)
                 decided[entry["what"]] = entry
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue  # a line cut short by a killed kernel: that cell then reads "not reached"
     out = []
     for cell in gpu_cells.all_guarded():
         if cell.stem in alone:
@@ -268,17 +292,75 @@ def summary_markdown(machine: list[str], unit: tuple[int, float], notebooks: lis
 def verdict(unit_status: int, notebooks: list[NotebookResult], cells: list[CellOutcome], dry_run: bool) -> bool:
     """Return whether the check passed: unit tests and notebooks green, and each GPU cell accounted for.
 
-    On a GPU every selected cell must have run, apart from those left out for a named reason and a
-    skip that names what the machine lacks beyond the GPU; in a dry run every cell must say skipped.
+    On a GPU every selected cell must have run (a guard that says skipped there means torch saw no
+    usable GPU), apart from those left out for a named reason; in a dry run every cell must say
+    skipped. A notebook that ran no cell at all has not passed.
     """
-    if unit_status != 0 or any(nb.failed for nb in notebooks):
+    if unit_status != 0 or any(nb.failed or (nb.mode == "whole" and nb.passed == 0) for nb in notebooks):
         return False
     for c in cells:
         if c.outcome.startswith(("failed", "not reached", "ran, notebook failed")):
             return False
-        if dry_run and c.outcome.startswith("ran"):
+        if c.outcome.startswith("ran" if dry_run else "skipped"):
             return False
     return True
+
+
+def run_notebooks(stems: Sequence[str], jobs: int, env: dict[str, str], log: Log, out: Path,
+                  cell_timeout_s: int, deadline: float) -> dict[str, NotebookResult]:
+    """Run each notebook whole under nbval in a pytest of its own, ``jobs`` at a time; return their results.
+
+    Each run has its own JUnit file (``junit/<stem>.xml``) and ends by ``deadline`` (``time.monotonic``)
+    at the latest, so a notebook that hangs costs only itself; its output lines are prefixed with its
+    number in the log.
+    """
+    folder = out / "junit"
+    folder.mkdir(exist_ok=True)
+
+    def one(stem: str) -> NotebookResult:
+        left = deadline - time.monotonic()
+        if left < 30:
+            return NotebookResult(stem, "whole", failed=1, first_failure="not started: the check's deadline was near")
+        prefix = f"[{stem[:2]}] "
+        status, seconds = run_logged(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE", f"--nbval-cell-timeout={cell_timeout_s}",
+             "--junitxml", str(folder / f"{stem}.xml"), f"notebooks/{stem}.ipynb"],
+            lambda line: log(prefix + line), env, left)
+        res = read_junit(folder / f"{stem}.xml", stem).get(stem) or NotebookResult(stem, "whole")
+        res.seconds = seconds
+        if status == 124:
+            res.failed += 1
+            res.first_failure = res.first_failure or f"not finished within {left:.0f} s (the check's deadline)"
+        elif res.passed + res.failed == 0:
+            res.failed = 1
+            res.first_failure = f"pytest ended with status {status} and ran no cell (see [{stem[:2]}] in the log)"
+        log(f"{prefix}{'passed' if not res.failed else 'FAILED'}: {res.passed} cells passed, {res.failed} failed, "
+            f"{seconds:.0f} s")
+        return res
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        return dict(zip(stems, pool.map(one, stems)))
+
+
+def merge_junit(folder: Path, target: Path) -> None:
+    """Write the test suites of every JUnit file in ``folder`` into one file, ``target`` (unreadable ones left out)."""
+    merged = ET.Element("testsuites")
+    for path in sorted(folder.glob("*.xml")):
+        try:
+            root = ET.parse(path).getroot()
+        except (ET.ParseError, OSError):
+            continue
+        merged.extend(root.iter("testsuite") if root.tag == "testsuites" else [root])
+    ET.ElementTree(merged).write(target, encoding="utf-8", xml_declaration=True)
+
+
+def publish(out: Path) -> None:
+    """Copy the check's files to ``$OUT`` (the device tool's return folder) when that is set."""
+    target = os.environ.get("OUT")
+    if target and Path(target).is_dir():
+        for name in OUT_FILES:
+            if (out / name).exists():
+                shutil.copy2(out / name, Path(target) / name)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -289,7 +371,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", default=None, help="notebook numbers to run (default: all)")
     parser.add_argument("--no-unit", action="store_true", help="leave out the GPU unit tests")
     parser.add_argument("--dry-run", action="store_true", help="COURSE_DEVICE=cpu: the same path without a GPU")
-    parser.add_argument("--timeout-s", type=float, default=400, help="limit for the notebooks' pytest run (default 400)")
+    parser.add_argument("--deadline-s", type=float, default=540,
+                        help="the whole check ends within this many seconds, summary included (default 540)")
     parser.add_argument("--cell-timeout-s", type=int, default=240,
                         help="limit for one notebook cell (default 240; nbval waits this long on a kernel that died)")
     args = parser.parse_args(argv)
@@ -313,13 +396,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "PYTHONUNBUFFERED": "1", "PYTHONPATH": config.child_pythonpath(environ=env)})
     log = Log(out / "gpu-check.log")
     start = time.monotonic()
+    deadline = start + args.deadline_s - 20  # 20 s for the stand-alone cells' reports and the summary
     log(f"== gpu-check {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}" + (" (dry run)" if args.dry_run else ""))
     machine = machine_lines()
     for line in machine:
         log(line)
+    no_gpu = not args.dry_run and env["COURSE_DEVICE"] == "cpu"
+    if no_gpu:
+        log("torch sees no CUDA GPU here: this run checks nothing about a GPU and cannot pass "
+            "(use --dry-run on a machine without one)")
 
     log("== the course's doctor (logged, not judged: the GPU machine lacks the packages left out below)")
-    run_logged([sys.executable, "-m", "course_utils", "doctor"], log, env, 120)
+    run_logged([sys.executable, "-m", "course_utils", "doctor"], log, env, 60)
 
     stems = gpu_bundle.notebook_stems()
     if args.only:
@@ -333,24 +421,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     unit = (0, 0.0)
     if not args.no_unit:
         log("== GPU unit tests")
-        unit = run_logged([*pytest_cmd, "--junitxml", str(out / "junit-unit.xml"), *GPU_UNIT_TESTS], log, env, 300)
+        unit = run_logged([*pytest_cmd, "--junitxml", str(out / "junit-unit.xml"), *GPU_UNIT_TESTS], log, env,
+                          min(180, max(10, deadline - time.monotonic())))
+        publish(out)
 
     results_by_nb: dict[str, NotebookResult] = {}
-    if whole:
-        jobs = min(args.jobs, len(whole))
-        # at least 2 threads each: Inductor writes no OpenMP loops for one thread, and notebook 03 reads them
-        nb_env = {**env, "COURSE_THREADS": str(max(2, (os.cpu_count() or 1) // jobs))}
-        log(f"== {len(whole)} notebooks whole, quick mode, {jobs} at a time, COURSE_DEVICE={env['COURSE_DEVICE']}")
-        xdist = ["-n", str(jobs), "--dist", "loadfile"] if jobs > 1 else []
-        status, seconds = run_logged([*pytest_cmd, *xdist, f"--nbval-cell-timeout={args.cell_timeout_s}",
-                                      "--junitxml", str(out / "junit-notebooks.xml"),
-                                      *[f"notebooks/{s}.ipynb" for s in whole]], log, nb_env, args.timeout_s)
-        results_by_nb = read_junit(out / "junit-notebooks.xml")
-        for s in whole:
-            res = results_by_nb.setdefault(s, NotebookResult(s, "whole"))
-            if status == 124 and res.passed + res.failed == 0:
-                res.failed, res.first_failure = 1, f"not finished within {args.timeout_s:.0f} s"
-        log(f"(notebooks: pytest status {status} after {seconds:.0f} s)")
+    # first the GPU cells that run alone (seconds each), then the whole notebooks up to the deadline
     alone_runs: dict[str, list[dict]] = {}
     for stem in alone:
         extra = gpu_bundle.NOT_ON_THE_MACHINE.get(stem)
@@ -360,16 +436,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             results_by_nb[stem] = NotebookResult(stem, "left out", left_out=why)
             continue
         log(f"== {stem}: its GPU cells alone ({why})")
-        runs = alone_runs[stem] = run_alone(stem, env, log, 300)
+        runs = alone_runs[stem] = run_alone(stem, env, log, min(120, max(10, deadline - time.monotonic())))
         failed = [r for r in runs if r["outcome"] in ("failed", "not run")]
         results_by_nb[stem] = NotebookResult(
             stem, "GPU cells alone", passed=len(runs) - len(failed), failed=len(failed),
             seconds=sum(r["seconds"] for r in runs), left_out=why,
             first_failure=failed[0]["error"].strip().splitlines()[-1] if failed else "")
 
+    publish(out)
+    if whole:
+        jobs = min(args.jobs, len(whole))
+        # at least 2 threads each: Inductor writes no OpenMP loops for one thread, and notebook 03 reads them
+        nb_env = {**env, "COURSE_THREADS": str(max(2, (os.cpu_count() or 1) // jobs))}
+        log(f"== {len(whole)} notebooks whole, quick mode, {jobs} at a time, COURSE_DEVICE={env['COURSE_DEVICE']}")
+        results_by_nb.update(run_notebooks(whole, jobs, nb_env, log, out, args.cell_timeout_s, deadline))
+        merge_junit(out / "junit", out / "junit-notebooks.xml")
+        publish(out)
     notebooks = [results_by_nb[s] for s in stems if s in results_by_nb]
     cells = cell_outcomes(guard_log, whole, alone_runs, results_by_nb, left_out)
-    passed = verdict(unit[0], notebooks, cells, args.dry_run)
+    passed = verdict(unit[0], notebooks, cells, args.dry_run) and not no_gpu
     text = summary_markdown(machine, unit, notebooks, cells, passed, args.dry_run)
     (out / "summary.md").write_text(text, encoding="utf-8")
     import torch
@@ -385,11 +470,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log(text)
     log(f"== gpu-check {'PASSED' if passed else 'FAILED'} after {time.monotonic() - start:.0f} s")
     log.close()
-    target = os.environ.get("OUT")
-    if target and Path(target).is_dir():
-        for name in OUT_FILES:
-            if (out / name).exists():
-                shutil.copy2(out / name, Path(target) / name)
+    publish(out)
     return 0 if passed else 1
 
 

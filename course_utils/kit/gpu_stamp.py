@@ -38,7 +38,7 @@ def passed_cells(summary: dict[str, Any]) -> dict[str, str]:
     """
     if summary.get("dry_run"):
         raise ValueError("this summary is a dry run (COURSE_DEVICE=cpu): it says nothing about a GPU")
-    missing = [k for k in ("torch", "gpu", "date") if not summary.get(k)]
+    missing = [k for k in ("torch", "gpu", "date") if not summary.get(k) or summary.get(k) == "none"]
     if missing:
         raise ValueError(f"the summary lacks {', '.join(missing)}: write it with a current gpu_check")
     cells_by_nb: dict[str, list[dict[str, Any]]] = {}
@@ -46,7 +46,7 @@ def passed_cells(summary: dict[str, Any]) -> dict[str, str]:
         cells_by_nb.setdefault(cell["label"].split(":")[0], []).append(cell)
     stamped = {}
     for nb in summary.get("notebooks", []):
-        if nb["failed"] or nb["mode"] not in ("whole", "GPU cells alone"):
+        if nb["failed"] or not nb.get("passed") or nb["mode"] not in ("whole", "GPU cells alone"):
             continue
         own = cells_by_nb.get(nb["stem"], [])
         if any(not c["outcome"].startswith("ran") for c in own if c["outcome"] != "left out"):

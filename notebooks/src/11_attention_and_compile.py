@@ -225,7 +225,7 @@ if requires_cuda("the CUDA attention backends (flash, memory-efficient, cuDNN)")
     def only(name):
         """Return a call of SDPA restricted to one backend."""
         def call():
-            with sdpa_kernel([SDPBackend[name]]):
+            with sdpa_kernel([getattr(SDPBackend, name)]):
                 return F.scaled_dot_product_attention(qc, kc, vc, is_causal=True)
         return call
 
