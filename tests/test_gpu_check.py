@@ -179,6 +179,21 @@ def test_each_gpu_cell_gets_one_outcome_from_the_log_and_the_stand_alone_runs(tm
     assert not gpu_check.verdict(0, list(junit.values()), cells, dry_run=False)
 
 
+def test_a_notebook_runs_whole_where_its_packages_are_installed(monkeypatch):
+    import importlib.metadata
+
+    real = importlib.metadata.distribution
+
+    def without_ray(name):
+        if name == "ray":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", without_ray)
+    assert gpu_check.missing_here("12_distributed") == []
+    assert gpu_check.missing_here("13_serving_engine") == [f"ray: {gpu_bundle.TOO_LARGE['ray']}"]
+
+
 def test_the_verdict_wants_every_cell_run_on_a_gpu_and_none_in_a_dry_run():
     ok = [gpu_check.NotebookResult("00_setup", "whole", passed=3)]
     ran = [gpu_check.CellOutcome("00_setup:1", "x", "ran"), gpu_check.CellOutcome("07_onnx:1", "y", "left out", "why")]
@@ -200,7 +215,7 @@ def test_the_whole_path_runs_here_as_a_dry_run(tmp_path):
     env = {k: v for k, v in __import__("os").environ.items() if k not in ("COURSE_DEVICE", "COURSE_GPU_CELLS")}
     env["OUT"] = str(outbox)
     proc = subprocess.run([sys.executable, "-m", "course_utils.kit.gpu_check", "--dry-run", "--no-unit",
-                           "--only", "00", "09", "--out", str(out)], cwd=config.REPO_ROOT, env=env,
+                           "--only", "00", "09", "--cells-only", "00", "--out", str(out)], cwd=config.REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())

@@ -9,8 +9,9 @@ In that order, each step logged to ``<out>/gpu-check.log``:
 2. the GPU unit tests (``GPU_UNIT_TESTS``), under pytest;
 3. every notebook whose packages are there, whole, under nbval in quick mode, each in a pytest of
    its own, ``--jobs`` at a time (``COURSE_THREADS`` divides the cores between them, 2 at least);
-4. the GPU cells of each notebook that cannot run whole there (``gpu_bundle.plan``), each on its own
-   through the notebook's own code (``course_utils.kit.gpu_cells``), in a process of its own;
+4. the GPU cells of each notebook that cannot run whole here (a package it needs is not installed:
+   ``missing_here``; or ``--cells-only``), each on its own through the notebook's own code
+   (``course_utils.kit.gpu_cells``), in a process of its own;
 5. a summary, ``summary.md`` and ``summary.json``: for each GPU cell whether it ran, was skipped (and
    the guard's reason, from the log the guards write, ``COURSE_GPU_CELLS``), failed or was never
    reached; for each notebook its cells passed and failed; what was left out, and why.
@@ -48,6 +49,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TextIO
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 from course_utils import config
 from course_utils.kit import gpu_bundle, gpu_cells
 
@@ -77,6 +81,22 @@ class Log:
 
     def close(self) -> None:
         self.fh.close()
+
+
+def missing_here(stem: str) -> list[str]:
+    """Return why notebook ``stem`` cannot run whole here: each package it needs that is not installed.
+
+    A package that ``gpu_bundle.TOO_LARGE`` names comes with that reason (it cannot travel to a lent
+    GPU machine); on a workstation with the whole course installed the list is empty.
+    """
+    reasons = []
+    for requirement in gpu_bundle.NEEDS.get(stem, ()):
+        name = Requirement(requirement).name
+        try:
+            importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            reasons.append(f"{name}: {gpu_bundle.TOO_LARGE.get(canonicalize_name(name), 'not installed here')}")
+    return reasons
 
 
 def run_logged(cmd: Sequence[str], log: Callable[[str], None], env: dict[str, str],
@@ -369,6 +389,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=config.REPO_ROOT / "build" / "gpu-check")
     parser.add_argument("--jobs", type=int, default=4, help="notebooks at a time (default 4)")
     parser.add_argument("--only", nargs="*", default=None, help="notebook numbers to run (default: all)")
+    parser.add_argument("--cells-only", nargs="*", default=None,
+                        help="notebook numbers whose GPU cells run alone instead of the whole notebook")
     parser.add_argument("--no-unit", action="store_true", help="leave out the GPU unit tests")
     parser.add_argument("--dry-run", action="store_true", help="COURSE_DEVICE=cpu: the same path without a GPU")
     parser.add_argument("--deadline-s", type=float, default=540,
@@ -412,7 +434,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     stems = gpu_bundle.notebook_stems()
     if args.only:
         stems = [s for s in stems if s.split("_")[0] in {o.zfill(2) for o in args.only}]
-    blocked = gpu_bundle.plan(stems)
+    blocked = {stem: missing_here(stem) for stem in stems}
+    for stem in args.cells_only or ():
+        for s_ in stems:
+            if s_.startswith(stem.zfill(2)) and not blocked[s_]:
+                blocked[s_] = ["asked for with --cells-only"]
     whole = [s for s in stems if not blocked[s]]
     alone = [s for s in stems if blocked[s]]
     left_out = {s: "; ".join(blocked[s]) for s in alone}
