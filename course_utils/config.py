@@ -10,7 +10,6 @@ cache goes to ``inductor_cache_dir()``, a folder in the user's cache that surviv
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import os
 import sys
 from collections.abc import Iterator, Mapping
@@ -102,9 +101,11 @@ def build_tag() -> str:
 
     Read from the installed package's metadata, so torch is not imported.
     """
-    try:
+    try:  # imported here: the doctor must start on a Python below the floor to say so (3.7 has no importlib.metadata)
+        import importlib.metadata
+
         version = importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:
+    except ImportError:  # no importlib.metadata, or no torch (PackageNotFoundError is an ImportError)
         version = "none"
     return f"torch-{version}-py{sys.version_info.major}.{sys.version_info.minor}"
 

@@ -207,6 +207,11 @@ _ONEDNN_PROBE = (
     "a = torch.ones(16, 64, dtype=torch.int8)\n"
     "torch._int_mm(a, torch.ones(64, 32, dtype=torch.int8))\n"
     "torch.nn.functional.linear(torch.randn(64, 256), torch.randn(256, 256)).sum()\n"
+    # a oneDNN convolution, asked for by name: where nothing above runs through oneDNN (an AVX2 CPU
+    # without VNNI runs _int_mm in torch's own loop, and linear in a BLAS) this still prints its ISA line
+    "if torch.backends.mkldnn.is_available():\n"
+    "    torch.ops.aten.mkldnn_convolution(torch.randn(1, 8, 8, 8), torch.randn(8, 8, 3, 3), None,"
+    " [0, 0], [1, 1], [1, 1], 1)\n"
 )
 
 

@@ -639,9 +639,17 @@ sig_end = next(i for i in range(sig_start, len(lines)) if lines[i].rstrip().ends
 signature = "\n".join(lines[sig_start:sig_end + 1])
 print(signature)
 n_loops = sum("#pragma omp for" in ln for ln in lines)
-print(f"... {len(lines)} lines, {n_loops} parallel loop(s) over the rows; the last one, which writes the result:\n")
+print(f"... {len(lines)} lines, {n_loops} parallel loop(s) over the rows; the last one, which writes the result:\n"
+      if n_loops else f"... {len(lines)} lines; one thread, so no OpenMP loops: the last loop over the rows, "
+                      "which writes the result:\n")
 
-last_loop = max(i for i, ln in enumerate(lines) if "#pragma omp for" in ln)
+omp_loops = [i for i, ln in enumerate(lines) if "#pragma omp for" in ln]
+if omp_loops:
+    last_loop = omp_loops[-1]
+else:  # one thread (COURSE_THREADS=1): no OpenMP pragmas, the row loops are the outermost plain for loops
+    fors = [i for i, ln in enumerate(lines) if ln.lstrip().startswith("for(")]
+    outer = min(len(lines[i]) - len(lines[i].lstrip()) for i in fors)
+    last_loop = [i for i in fors if len(lines[i]) - len(lines[i].lstrip()) == outer][-1]
 store = next((i for i in range(last_loop, len(lines)) if ".store(" in lines[i] or "out_ptr" in lines[i] and "] =" in lines[i]),
              min(last_loop + 40, len(lines) - 1))
 excerpt = lines[last_loop:store + 1]
@@ -668,7 +676,7 @@ print(f"It stores {stores} result. The {temporaries} temporaries in between (cal
       "live in local variables (registers): no intermediate tensor is written to memory.")
 if vector:
     print(f"Loads and stores are SIMD vectors of {vector.group(1)} floats (at::vec::Vectorized), sized for this "
-          "CPU's instruction set; #pragma omp splits the rows between threads.")
+          "CPU's instruction set" + ("; #pragma omp splits the rows between threads." if n_loops else "."))
 from packaging.version import Version
 
 if Version(torch.__version__.split("+")[0]) >= Version("2.14"):
