@@ -640,8 +640,8 @@ signature = "\n".join(lines[sig_start:sig_end + 1])
 print(signature)
 n_loops = sum("#pragma omp for" in ln for ln in lines)
 print(f"... {len(lines)} lines, {n_loops} parallel loop(s) over the rows; the last one, which writes the result:\n"
-      if n_loops else f"... {len(lines)} lines; one thread, so no OpenMP loops: the last loop over the rows, "
-                      "which writes the result:\n")
+      if n_loops else f"... {len(lines)} lines and no OpenMP loops (torch uses {torch.get_num_threads()} thread"
+                      "); the last loop over the rows, which writes the result:\n")
 
 omp_loops = [i for i, ln in enumerate(lines) if "#pragma omp for" in ln]
 if omp_loops:

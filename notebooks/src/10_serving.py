@@ -940,7 +940,8 @@ if requires_accelerator("batched decoding on a GPU: a batch of 32 against one ro
     print(f"a call decoding 32 rows ({NEW_TOKENS} steps, 32x the tokens) against one decoding 1 row: {gpu_said}")
     rows = generate_cached(gpu_model, gpu_prompts[32], NEW_TOKENS)
     assert len(rows) == 32 and all(len(r) == NEW_TOKENS for r in rows)
-    assert rows[0] == generate_cached(gpu_model, gpu_prompts[32][:1], NEW_TOKENS)[0], "row 0 alone decodes the same"
+    with torch.inference_mode():  # a row's logits do not depend on the rows beside it (up to rounding)
+        torch.testing.assert_close(gpu_model(gpu_prompts[32])[:1], gpu_model(gpu_prompts[32][:1]), atol=1e-4, rtol=1e-4)
     del gpu_model
 
 # %% [markdown]

@@ -220,7 +220,7 @@ if requires_cuda("the CUDA attention backends (flash, memory-efficient, cuDNN)")
         print(f"{backend.name:<20} runs; max difference from float32 math {gap:.1e}")
         assert gap < 1e-2, f"{backend.name} in half precision should stay within 1e-2 of float32"
     fused = [name for name in ran_here if name != "MATH"]
-    assert fused, "at least one fused CUDA backend (flash or memory-efficient) should run on this GPU"
+    assert fused, "at least one fused CUDA backend (flash, memory-efficient or cuDNN) should run on this GPU"
 
     def only(name):
         """Return a call of SDPA restricted to one backend."""
@@ -232,7 +232,7 @@ if requires_cuda("the CUDA attention backends (flash, memory-efficient, cuDNN)")
     gpu_attn = bench.compare({name: only(name) for name in ran_here}, baseline="MATH")
     print(gpu_attn)
     best = min(fused, key=lambda name: gpu_attn.row(name).median_s)
-    print(f"{best} against MATH on this GPU: {gpu_attn.describe(best, 'MATH', name='attn.gpu.fused_vs_math')}")
+    print(f"the fastest fused backend here, {best}: {gpu_attn.describe(best, 'MATH', name='attn.gpu.fused_vs_math')}")
 else:
     print("On a GPU this cell would time each CUDA backend in half precision; which ones run depends on "
           "the GPU's generation and the head dimension.")
