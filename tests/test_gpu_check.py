@@ -299,3 +299,11 @@ def test_the_repository_leaves_the_bundle_its_budget_in_one_call():
     room = (gpu_bundle.MACHINE.carry_mib - gpu_bundle.DEFAULT_BUDGET_MIB) * 2**20
     assert tracked <= room, (f"the tracked files are {tracked / 2**20:.1f} MiB; with the bundle's "
                              f"{gpu_bundle.DEFAULT_BUDGET_MIB} MiB that passes one call's {gpu_bundle.MACHINE.carry_mib} MiB")
+
+
+def test_the_check_never_replaces_a_folder_that_is_not_its_own(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(SystemExit):
+        gpu_check.main(["--dry-run", "--out", str(tmp_path)])
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    assert "no gpu-check.log" in capsys.readouterr().err

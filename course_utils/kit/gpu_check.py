@@ -410,6 +410,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         env["COURSE_DEVICE"] = "cuda" if torch.cuda.is_available() else "cpu"
     os.environ["COURSE_DEVICE"] = env["COURSE_DEVICE"]
     out = args.out.resolve()
+    if out.exists() and any(out.iterdir()) and not (out / "gpu-check.log").exists():
+        parser.error(f"--out {out} holds files but no gpu-check.log: name an empty folder or a GPU check's own")
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
