@@ -129,15 +129,21 @@ class Row:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Variants timed side by side; ``speedup`` is baseline time / variant time (>1 is faster)."""
+    """Variants timed side by side; ``speedup`` is baseline time / variant time (>1 is faster).
+
+    ``device`` is where the variants ran (``"cpu"`` or ``"cuda"``); a recorded verdict carries it.
+    """
 
     baseline: str
     rows: list[Row] = field(default_factory=list)
+    device: str = "cpu"
 
     @classmethod
-    def from_samples(cls, samples: Mapping[str, list[float]], baseline: str | None = None) -> Comparison:
+    def from_samples(cls, samples: Mapping[str, list[float]], baseline: str | None = None, *,
+                     device: torch.device | str | None = None) -> Comparison:
         """Return a comparison of timings measured elsewhere (seconds per sample, for example one
-        per training epoch), so they get the same noise-aware ``verdict`` as ``compare``'s."""
+        per training epoch), so they get the same noise-aware ``verdict`` as ``compare``'s.
+        ``device`` is where they were measured (default: the CPU)."""
         if not samples or any(not times for times in samples.values()):
             raise ValueError("from_samples() needs at least one timing for every variant")
         baseline = baseline or next(iter(samples))
@@ -145,7 +151,8 @@ class Comparison:
             raise KeyError(f"baseline {baseline!r} is not one of {list(samples)}")
         stats = {name: _quantiles(list(times)) for name, times in samples.items()}
         base = stats[baseline][0]
-        return cls(baseline, [Row(name, med, iqr, base / med) for name, (med, iqr) in stats.items()])
+        where = torch.device(device).type if device is not None else "cpu"
+        return cls(baseline, [Row(name, med, iqr, base / med) for name, (med, iqr) in stats.items()], where)
 
     def row(self, label: str) -> Row:
         """Return the row called ``label``; KeyError names the labels that exist."""
@@ -185,7 +192,7 @@ class Comparison:
             word = "no clear difference"
         if name is not None:
             noisy = any(r.median_s and r.iqr_s / r.median_s > NOISY_SPREAD for r in (a, b))
-            record_verdict(name, word, noisy=noisy, label=label, against=other,
+            record_verdict(name, word, noisy=noisy, device=self.device, label=label, against=other,
                            ratio=round(b.median_s / a.median_s, 4), margin=margin)
         return word
 
@@ -231,30 +238,35 @@ class Comparison:
         return "\n".join([head, *body, *([note] if note else [])])
 
 
-def band_verdict(value: float, other: float, band: float = 0.1, *, name: str | None = None) -> str:
+def band_verdict(value: float, other: float, band: float = 0.1, *, name: str | None = None,
+                 device: torch.device | str | None = None) -> str:
     """Return "higher", "lower" or "no clear difference" for two figures that carry no spread of their
     own (one load run each, or speed-ups taken from two different tables): ``value`` is higher only
     when it exceeds ``other`` by more than ``band`` (10%) as a ratio, lower when below ``other / (1 +
     band)``. State the band beside the verdict; timings with a spread use ``Comparison.verdict``.
-    With ``name``, the verdict is also recorded under that name (``record_verdict``)."""
+    With ``name``, the verdict is also recorded under that name (``record_verdict``), as measured on
+    ``device`` (default: the CPU)."""
     if not (value > 0 and other > 0) or band < 0:
         raise ValueError(f"band_verdict needs two positive figures and band >= 0, got {value!r}, {other!r}, {band!r}")
     ratio = value / other
     word = "higher" if ratio > 1 + band else "lower" if ratio < 1 / (1 + band) else "no clear difference"
     if name is not None:
-        record_verdict(name, word, value=value, other=other, band=band)
+        record_verdict(name, word, device=device, value=value, other=other, band=band)
     return word
 
 
 def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, baseline: str | None = None,
             rounds: int = 3, warmup: int = 3, min_run_time: float | None = None,
-            num_threads: int | None = None, **kwargs: Any) -> Comparison:
+            num_threads: int | None = None, device: torch.device | str | None = None,
+            **kwargs: Any) -> Comparison:
     """Return a ``Comparison`` of every variant called with the same arguments.
 
     All variants are warmed up first; then ``rounds`` rounds time each variant in
     turn (interleaved, so a slow spell on a busy machine hits all of them), and each
     variant's median and IQR are taken over all its timed blocks. ``baseline``
-    (default: the first variant) is the denominator of the speed-ups.
+    (default: the first variant) is the denominator of the speed-ups. ``device`` says where the
+    variants run, for the verdicts the comparison records; without it, the device of the first
+    tensor among the arguments, else the CPU (pass it when the variants take no tensors).
     """
     if not variants:
         raise ValueError("compare() needs at least one variant")
@@ -275,7 +287,12 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, baseline: st
     for _ in range(rounds):
         for name, timer in timers.items():
             samples[name] += list(timer.blocked_autorange(min_run_time=run_time).times)
-    return Comparison.from_samples(samples, baseline)
+    return Comparison.from_samples(samples, baseline, device=device if device is not None else _device_of(args, kwargs))
+
+
+def _device_of(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> torch.device:
+    """Return the device of the first tensor among ``args`` and ``kwargs``' values, else the CPU."""
+    return next((a.device for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), torch.device("cpu"))
 
 
 def bar_chart(comparison: Comparison, title: str | None = None, ax: Any = None) -> Any:

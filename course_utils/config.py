@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -110,9 +111,29 @@ def build_tag() -> str:
     return f"torch-{version}-py{sys.version_info.major}.{sys.version_info.minor}"
 
 
+#: Settings that change the C++ Inductor writes, or how it builds it, which torch's own cache keys
+#: miss, with the short name each gets in the folder's name. Torch 2.14.1 with one folder for two
+#: values of ``ATEN_CPU_CAPABILITY`` handed the ``default`` profile a graph compiled for AVX2, and
+#: its C++ (``at::vec::Vectorized``) then failed to build.
+ISA_VARIABLES: tuple[tuple[str, str], ...] = (("ATEN_CPU_CAPABILITY", "aten"), ("TORCHINDUCTOR_CPP_MARCH", "march"))
+
+
+def cache_tag(environ: Mapping[str, str] | None = None) -> str:
+    """Return the compile cache's folder name: ``build_tag()``, plus each setting of ``ISA_VARIABLES``
+    that ``environ`` (default: this process's environment) sets, as in
+    ``torch-2.14.1-py3.11-aten-avx2-march-haswell`` (a CPU profile's folder)."""
+    environ = os.environ if environ is None else environ
+    parts = [build_tag()]
+    for variable, short in ISA_VARIABLES:
+        value = re.sub(r"[^A-Za-z0-9._]+", "_", (environ.get(variable) or "").strip())
+        if value:
+            parts.append(f"{short}-{value}")
+    return "-".join(parts)
+
+
 def inductor_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     """Return the folder for Inductor's compile cache in this course: ``TORCHINDUCTOR_CACHE_DIR``
-    when the learner set it, else ``<user cache>/pytorch2-course/inductor/<build_tag()>``.
+    when the learner set it, else ``<user cache>/pytorch2-course/inductor/<cache_tag()>``.
 
     Inductor's own default is under the temporary directory (``/tmp/torchinductor_<user>``), which
     many Linux systems empty at boot, so a cache warmed the day before a workshop would be gone.
@@ -120,14 +141,14 @@ def inductor_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     (``compile_cache_env``). Each torch release and Python gets a folder of its own: one folder
     shared by torch 2.14.1 on Python 3.11 and torch 2.11.0 on Python 3.12 crashed the second
     (``malloc(): unaligned tcache chunk detected`` in notebook 11's FlexAttention cell, on the CPU),
-    while a folder of its own, cold or warm, did not. The folder is not created (Inductor creates
-    it on first use).
+    while a folder of its own, cold or warm, did not. So does each CPU profile (``cache_tag``). The
+    folder is not created (Inductor creates it on first use).
     """
     environ = os.environ if environ is None else environ
     chosen = (environ.get("TORCHINDUCTOR_CACHE_DIR") or "").strip()
     if chosen:
         return Path(chosen).expanduser().absolute()
-    return user_cache_home(environ).joinpath(*INDUCTOR_CACHE_PARTS, build_tag())
+    return user_cache_home(environ).joinpath(*INDUCTOR_CACHE_PARTS, cache_tag(environ))
 
 
 def compile_cache_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:

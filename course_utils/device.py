@@ -8,11 +8,14 @@ every torch the course supports) names the one this build of torch was made for:
 - ``mps``: the GPU of an Apple silicon Mac (Metal Performance Shaders);
 - ``xpu``: an Intel GPU, with torch's XPU build.
 
-``COURSE_DEVICE`` (``cpu``, ``cuda``, ``cuda:1``, ``mps``, ``xpu``) overrides the automatic choice;
-GPU CI sets ``COURSE_DEVICE=cuda`` so a missing GPU fails loudly instead of silently testing the
-CPU path. Two guards keep GPU cells honest on other machines: ``requires_cuda`` for cells written
+The lessons measure on the CPU on every machine; the GPU cells go further where there is a GPU.
+Two guards keep those cells honest on other machines: ``requires_cuda`` for cells written
 against ``torch.cuda`` (CUDA graphs, NCCL, CUDA memory snapshots) and ``requires_accelerator``
-for cells that run on whichever accelerator is there.
+for cells that run on whichever accelerator is there. ``COURSE_DEVICE`` (``cpu``, ``cuda``,
+``cuda:1``, ``mps``, ``xpu``) overrides ``get_device()``'s automatic choice: naming a device the
+machine lacks is an error (the doctor's device line fails), so GPU CI sets ``COURSE_DEVICE=cuda``
+and a missing GPU fails loudly instead of silently testing the CPU path; ``COURSE_DEVICE=cpu``
+makes both guards skip, saying so, on a machine that has a GPU.
 
 ``COURSE_GPU_CELLS`` names a JSON-lines file to which every guard appends what it decided (the
 cell's ``what``, ran or skipped, and why), so a GPU check can tell which GPU cells really ran
@@ -208,14 +211,14 @@ def _device_count(kind: str) -> int | None:
 
 
 def get_device() -> torch.device:
-    """Return the device the course should use.
+    """Return the device this machine offers the course: what ``COURSE_DEVICE`` names, else the accelerator.
 
     ``COURSE_DEVICE`` wins when set; otherwise the accelerator torch sees (``accelerator()``:
     CUDA, ROCm or XPU), else the CPU. Apple's MPS is never chosen automatically, only with
-    ``COURSE_DEVICE=mps``: the notebooks' measured lessons (Inductor's C++ kernels, int8, the
-    serving engine) are written for the CPU, and ``torch.compile`` on MPS is a prototype, so a Mac
-    runs them on its CPU unless the learner opts in (``accelerator()`` still names the MPS device
-    for the cells that run on any accelerator). Raises RuntimeError when ``COURSE_DEVICE`` names an
+    ``COURSE_DEVICE=mps`` (``torch.compile`` on MPS is a prototype). The lessons do not follow it:
+    they measure on the CPU on every machine, and the GPU cells ask ``accelerator()`` behind their
+    guards. It serves the doctor's device line (so a ``COURSE_DEVICE`` naming a missing GPU fails
+    loudly) and ``synchronize()``'s default. Raises RuntimeError when ``COURSE_DEVICE`` names an
     accelerator this machine does not have (or an index past its last device), and ValueError for
     a device string torch does not understand or one the course cannot run on.
     """
@@ -277,6 +280,17 @@ def _log_guard(guard: str, what: str, ran: bool, reason: str = "") -> None:
         print(f"note: COURSE_GPU_CELLS={target!r} cannot be written ({err}); the cell goes on")
 
 
+def _kept_off(guard: str, what: str) -> bool:
+    """Return True (after printing why) when ``COURSE_DEVICE=cpu`` keeps GPU cells off a machine that has a GPU."""
+    if os.environ.get("COURSE_DEVICE", "").strip().lower() != "cpu":
+        return False
+    message = (f"skipped: COURSE_DEVICE=cpu keeps the GPU cells off ({what}); "
+               f"unset it to run this cell on {accelerator_description()}")
+    print(message)
+    _log_guard(guard, what, False, message)
+    return True
+
+
 def requires_cuda(what: str, *, allow_rocm: bool = True) -> bool:
     """Return True when CUDA is available; otherwise print why the cell is skipped.
 
@@ -289,9 +303,11 @@ def requires_cuda(what: str, *, allow_rocm: bool = True) -> bool:
     cells that need NVIDIA's own software (ONNX Runtime's CUDA provider, FP8 on sm_89+).
     Without CUDA it prints ``skipped: needs CUDA (<what>)`` (``skipped: needs an NVIDIA GPU with CUDA
     (<what>)`` with ``allow_rocm=False``), naming the accelerator torch does see (MPS, XPU) when there
-    is one, and returns False.
+    is one, and returns False. ``COURSE_DEVICE=cpu`` keeps the cell off a GPU that is there (it says so).
     """
     if has_cuda() and (allow_rocm or not is_rocm()):
+        if _kept_off("requires_cuda", what):
+            return False
         _log_guard("requires_cuda", what, True)
         return True
     if has_cuda():  # a ROCm build, and the cell needs NVIDIA
@@ -316,11 +332,14 @@ def requires_accelerator(what: str, kinds: Iterable[str] | None = None) -> bool:
 
     ``kinds`` narrows the accelerators the cell supports (``("cuda", "xpu")`` for a cell that reads
     Inductor's Triton kernels, which MPS does not get). It prints
-    ``skipped: needs an accelerator: CUDA, ROCm, MPS or XPU (<what>)`` on a machine with none.
+    ``skipped: needs an accelerator: CUDA, ROCm, MPS or XPU (<what>)`` on a machine with none, and
+    skips, saying so, when ``COURSE_DEVICE=cpu`` keeps GPU cells off.
     """
     acc = accelerator()
     wanted = None if kinds is None else tuple(kinds)
     if acc is not None and (wanted is None or acc.type in wanted):
+        if _kept_off("requires_accelerator", what):
+            return False
         _log_guard("requires_accelerator", what, True)
         return True
     if wanted is None:

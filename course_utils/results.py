@@ -1,7 +1,7 @@
 """Which headline results did a run record? The results ledger that ``make report`` reads.
 
 ``record`` appends one result (a dotted name, a finite value, its unit and context, plus the
-mode, torch version, device, CPU class and time) as a JSON line to the ``COURSE_RESULTS`` file
+mode, torch version, the device it was computed on, CPU class and time) as a JSON line to the ``COURSE_RESULTS`` file
 when that is set; ``read_results`` reads such a file back. The names are a contract: the report's
 expected ranges (``kit/report.py``) look results up by name. Notebooks call ``bench.record``,
 which is this function.
@@ -12,6 +12,11 @@ of a value, and what can flip it (CPU class, cores, torch threads, mode, a noisy
 Verdict names are their own namespace, so two runs (yours and the reference machine's, see
 ``python -m course_utils report``) can be compared verdict by verdict. ``bench.Comparison.verdict``
 and ``bench.band_verdict`` call it when given ``name=``.
+
+A record's ``device`` is where its number was computed, not what the machine has: the lessons
+measure on the CPU on every machine (so a GPU laptop's figures still compare with the CPU
+ranges), and only the GPU cells pass ``device="cuda"`` (their ``bench.compare`` does it for
+them). A record computed on CUDA also names the GPU's class.
 """
 
 from __future__ import annotations
@@ -44,15 +49,26 @@ def _context(context: dict[str, Any]) -> dict[str, Any]:
     return {k: v if isinstance(v, (int, float, str, bool, type(None))) else str(v) for k, v in context.items()}
 
 
-def _stamp() -> dict[str, Any]:
-    """The facts every record carries: mode, torch, device, CPU class, time; on CUDA the GPU's class too."""
-    from .cpu import cpu_class
-    from .device import cuda_description, get_device
+def _where(device: Any) -> torch.device:
+    """Return ``device`` (a torch.device, a string such as ``"cuda"``, or None for the CPU) as a torch.device."""
+    if device is None:
+        return torch.device("cpu")
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device {device!r} is not a device torch understands (try 'cpu' or 'cuda')") from err
 
-    device = get_device()
-    stamp = {"mode": config.mode_name(), "torch": torch.__version__, "device": str(device),
+
+def _stamp(device: Any = None) -> dict[str, Any]:
+    """The facts every record carries: mode, torch, the device it was computed on (default: the
+    CPU), CPU class and time; on CUDA the GPU's class too."""
+    from .cpu import cpu_class
+    from .device import cuda_description
+
+    where = _where(device)
+    stamp = {"mode": config.mode_name(), "torch": torch.__version__, "device": where.type,
              "cpu_class": cpu_class(), "time": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")}
-    if device.type == "cuda":  # the GPU's class: its name and architecture ("NVIDIA H200 (sm_90)")
+    if where.type == "cuda":  # the GPU's class: its name and architecture ("NVIDIA H200 (sm_90)")
         stamp["gpu_class"] = cuda_description()
     return stamp
 
@@ -65,28 +81,30 @@ def _append(entry: dict[str, Any]) -> None:
             fh.write(json.dumps(entry) + "\n")
 
 
-def record(name: str, value: float, unit: str, **context: Any) -> dict[str, Any]:
+def record(name: str, value: float, unit: str, *, device: Any = None, **context: Any) -> dict[str, Any]:
     """Return the headline result as a dict, appending it as a JSON line to ``COURSE_RESULTS`` if set.
 
     ``name`` is dotted lower-case (``compile.speedup.fusion``); ``value`` a finite
-    number; ``context`` any extra facts (sizes, settings). Each record also notes
-    the mode (quick/full), torch version, device, CPU class and time.
+    number; ``device`` where it was computed (default: the CPU; pass ``"cuda"`` from a GPU
+    cell); ``context`` any extra facts (sizes, settings). Each record also notes
+    the mode (quick/full), torch version, CPU class and time.
     """
     _check_name(name, "result")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"result {name!r} needs a finite number, got {value!r}")
     if not isinstance(unit, str):
         raise TypeError(f"unit must be a string such as 's' or 'x', got {type(unit).__name__}")
-    entry = {"name": name, "value": float(value), "unit": unit, **_stamp(), "context": _context(context)}
+    entry = {"name": name, "value": float(value), "unit": unit, **_stamp(device), "context": _context(context)}
     _append(entry)
     return entry
 
 
-def record_verdict(name: str, verdict: str, *, noisy: bool = False, **context: Any) -> str:
+def record_verdict(name: str, verdict: str, *, noisy: bool = False, device: Any = None, **context: Any) -> str:
     """Record the verdict a cell prints under a stable ``name``; return ``verdict`` (lower-cased).
 
     ``verdict`` is a short phrase ("faster", "no clear difference", "lower", "pays"); ``noisy``
-    says the measurement behind it had a large spread (a busy machine); ``context`` holds what
+    says the measurement behind it had a large spread (a busy machine); ``device`` where it was
+    measured (default: the CPU; ``Comparison`` passes its own); ``context`` holds what
     it compared (labels, ratio, band). The record also notes the cores and torch threads, so a
     report can say why the same verdict came out differently on another machine. Use it as
     ``print(f"compiled: {bench.record_verdict('compile.chain', word)}")``, or pass ``name=`` to
@@ -97,7 +115,7 @@ def record_verdict(name: str, verdict: str, *, noisy: bool = False, **context: A
         raise ValueError(f"verdict {verdict!r} for {name!r} must be a short lower-case phrase such as "
                          "'faster', 'no clear difference' or 'does not pay'")
     verdict = verdict.strip().lower()
-    entry = {"kind": VERDICT, "name": name, "verdict": verdict, **_stamp(),
+    entry = {"kind": VERDICT, "name": name, "verdict": verdict, **_stamp(device),
              "cores": os.cpu_count(), "threads": torch.get_num_threads(), "noisy": bool(noisy),
              "context": _context(context)}
     _append(entry)

@@ -177,13 +177,35 @@ def test_band_verdict_needs_a_gap_beyond_the_band():
         bench.band_verdict(0.0, 1.0)
 
 
-def test_a_record_on_cuda_names_the_gpu_class_and_one_on_the_cpu_does_not(results_file, monkeypatch):
+def test_a_record_says_where_it_was_computed_and_a_cuda_one_names_the_gpu_class(results_file, monkeypatch):
     from course_utils import device
 
-    monkeypatch.setenv("COURSE_DEVICE", "cpu")
-    cpu_rec = bench.record("setup.first_call_s", 1.0, "s")
+    # What the machine has does not matter: a lesson measured on the CPU says cpu on a GPU machine.
     monkeypatch.setattr(device, "get_device", lambda: torch.device("cuda"))
     monkeypatch.setattr(device, "cuda_description", lambda: "NVIDIA H200 (sm_90)")
-    gpu_rec = bench.record("setup.first_call_s", 1.0, "s")
+    cpu_rec = bench.record("setup.first_call_s", 1.0, "s")
+    gpu_rec = bench.record("setup.first_call_s", 1.0, "s", device=torch.device("cuda", 0))
     assert "gpu_class" not in cpu_rec and cpu_rec["device"] == "cpu"
     assert gpu_rec["device"] == "cuda" and gpu_rec["gpu_class"] == "NVIDIA H200 (sm_90)"
+    assert bench.record_verdict("a.b", "faster", device="cuda")  # recorded with the GPU's class
+    assert [r.get("gpu_class") for r in bench.read_results(results_file)] == [None, "NVIDIA H200 (sm_90)",
+                                                                            "NVIDIA H200 (sm_90)"]
+    with pytest.raises(ValueError, match="not a device torch understands"):
+        bench.record("setup.first_call_s", 1.0, "s", device="gpu0")
+
+
+def test_a_comparison_records_its_verdict_on_the_device_its_variants_ran_on(results_file, monkeypatch):
+    from course_utils import device
+
+    monkeypatch.setattr(device, "cuda_description", lambda: "NVIDIA H200 (sm_90)")
+    x = torch.ones(8)
+    on_cpu = bench.compare({"a": torch.neg, "b": torch.abs}, x, rounds=1, warmup=0, min_run_time=0.001)
+    assert on_cpu.device == "cpu"
+    on_cpu.verdict("a", name="t.cpu")
+    told = bench.compare({"a": lambda: None}, rounds=1, warmup=0, min_run_time=0.001, device="cuda")
+    assert told.device == "cuda"  # no tensor arguments to infer from: the cell says where
+    told.verdict("a", name="t.told")
+    sampled = bench.Comparison.from_samples({"a": [1.0, 1.1], "b": [2.0, 2.1]}, device=torch.device("cuda", 1))
+    bench.band_verdict(2.0, 1.0, name="t.band", device=sampled.device)
+    got = {r["name"]: r["device"] for r in bench.read_results(results_file)}
+    assert got == {"t.cpu": "cpu", "t.told": "cuda", "t.band": "cuda"} and sampled.device == "cuda"

@@ -20,18 +20,19 @@ ROOT = config.REPO_ROOT
 PROBE = """
 import json, os
 import conftest  # the root conftest, as pytest loads it: sets the variable for the suite
-from course_utils.kit import lab, runner
+from course_utils.kit import kernel, runner
 suite = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
 with runner._environment(quick=True, blocked=False, results=None):
     notebook_runner = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
 print(json.dumps({"suite": suite, "runner": notebook_runner,
-                  "kernel": lab.kernel_env().get("TORCHINDUCTOR_CACHE_DIR")}))
+                  "kernel": kernel.environment().get("TORCHINDUCTOR_CACHE_DIR")}))
 """
 
 
 def _probe(env: dict[str, str]) -> dict[str, str]:
     """Return the folder that the test suite, the runner and the kernel each choose under ``env``."""
-    clean = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME")}
+    dropped = ("TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME", *(v for v, _ in config.ISA_VARIABLES))
+    clean = {k: v for k, v in os.environ.items() if k not in dropped}
     proc = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env={**clean, **env},
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -42,7 +43,7 @@ def test_kernel_runner_and_tests_share_one_folder_in_the_users_cache(tmp_path):
     home = tmp_path / "home"
     seen = _probe({"HOME": str(home)})
     expected = str(home / ".cache" / "pytorch2-course" / "inductor" / config.build_tag())
-    assert seen == {"suite": expected, "runner": expected, "kernel": expected}
+    assert seen == {"suite": expected, "runner": expected, "kernel": expected}  # no CPU profile's settings
     xdg = tmp_path / "xdg"
     seen = _probe({"HOME": str(home), "XDG_CACHE_HOME": str(xdg)})
     assert set(seen.values()) == {str(xdg / "pytorch2-course" / "inductor" / config.build_tag())}
@@ -57,7 +58,7 @@ def test_a_folder_the_learner_chose_wins_everywhere(tmp_path):
 def test_the_default_is_not_under_the_temporary_directory():
     environ = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
     folder = config.inductor_cache_dir(environ)
-    assert folder.is_absolute() and folder.parts[-3:] == ("pytorch2-course", "inductor", config.build_tag())
+    assert folder.is_absolute() and folder.parts[-3:] == ("pytorch2-course", "inductor", config.cache_tag(environ))
     for tmp in {Path(tempfile.gettempdir()).resolve(), Path("/tmp"), Path("/var/tmp")}:
         assert not folder.resolve().is_relative_to(tmp), f"{folder} is under {tmp}: a reboot may empty it"
 
@@ -70,11 +71,48 @@ def test_user_cache_home_follows_the_xdg_rule():
     assert config.inductor_cache_dir({"TORCHINDUCTOR_CACHE_DIR": "~/ic", "HOME": "/h"}) == Path.home() / "ic"
 
 
-def test_the_installed_kernel_carries_the_folder(tmp_path, monkeypatch):
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "chosen"))
-    spec = json.loads((lab.install_kernel(prefix=str(tmp_path / "prefix")) / "kernel.json").read_text())
-    assert spec["env"]["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "chosen")
-    assert spec["env"]["OMP_WAIT_POLICY"] == "PASSIVE"  # the thread policy is still there
+def test_a_cpu_profile_gets_a_folder_of_its_own_everywhere(tmp_path):
+    """Torch's cache misses ATEN_CPU_CAPABILITY: one folder for two profiles built AVX2 code for 'default'."""
+    home = tmp_path / "home"
+    base = home / ".cache" / "pytorch2-course" / "inductor"
+    seen = _probe({"HOME": str(home), "ATEN_CPU_CAPABILITY": "default"})
+    assert set(seen.values()) == {str(base / f"{config.build_tag()}-aten-default")}
+    seen = _probe({"HOME": str(home), "ATEN_CPU_CAPABILITY": "avx2", "TORCHINDUCTOR_CPP_MARCH": "haswell"})
+    assert set(seen.values()) == {str(base / f"{config.build_tag()}-aten-avx2-march-haswell")}
+    assert config.cache_tag({"TORCHINDUCTOR_CPP_MARCH": " x86-64 v3/.."}) == f"{config.build_tag()}-march-x86_64_v3_.."
+
+
+def test_the_installed_kernel_chooses_the_folder_when_it_starts(tmp_path, monkeypatch):
+    """kernel.json starts course_utils.kit.kernel, which sets the folder from the kernel's own environment."""
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import KernelManager
+
+    folder = lab.install_kernel(prefix=str(tmp_path / "prefix"))
+    spec = json.loads((folder / "kernel.json").read_text())
+    assert spec["argv"][spec["argv"].index("-m") + 1] == "course_utils.kit.kernel"
+    assert "TORCHINDUCTOR_CACHE_DIR" not in spec["env"] and spec["env"]["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    manager = KernelManager(kernel_name=lab.KERNEL_NAME,
+                            kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(folder.parent)]))
+    manager.start_kernel()
+    client = manager.client()
+    client.start_channels()
+    printed: list[dict] = []
+    try:
+        client.wait_for_ready(timeout=120)
+        reply = client.execute_interactive("import os; print(os.environ['TORCHINDUCTOR_CACHE_DIR'], "
+                                           "os.environ['OMP_WAIT_POLICY'])", timeout=60,
+                                           output_hook=lambda msg: printed.append(msg))
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+    assert reply["content"]["status"] == "ok"
+    text = "".join(m["content"].get("text", "") for m in printed if m["msg_type"] == "stream")
+    expected = tmp_path / "home" / ".cache" / "pytorch2-course" / "inductor" / f"{config.build_tag()}-aten-default"
+    assert text.split() == [str(expected), "PASSIVE"]
 
 
 def test_a_cold_run_still_gets_an_empty_cache(monkeypatch, tmp_path):
@@ -86,7 +124,7 @@ def test_a_cold_run_still_gets_an_empty_cache(monkeypatch, tmp_path):
         folder = os.environ["TORCHINDUCTOR_CACHE_DIR"]
         assert "course-cold-" in folder and not os.listdir(folder)
     with runner._environment(quick=True, blocked=False, results=None):
-        default = tmp_path / ".cache" / "pytorch2-course" / "inductor" / config.build_tag()
+        default = tmp_path / ".cache" / "pytorch2-course" / "inductor" / config.cache_tag()
         assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(default)
 
 

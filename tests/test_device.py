@@ -24,6 +24,12 @@ MACHINES = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _no_course_device(monkeypatch):
+    """Each test starts without ``COURSE_DEVICE`` (a GPU check's dry run sets it to cpu); tests that need it set it."""
+    monkeypatch.delenv("COURSE_DEVICE", raising=False)
+
+
 def fake_machine(monkeypatch: pytest.MonkeyPatch, machine: str, count: int = 1) -> None:
     """Make torch report ``machine`` (a key of MACHINES) with ``count`` devices of its accelerator."""
     kind, rocm, _ = MACHINES[machine]
@@ -359,6 +365,24 @@ def test_each_guard_logs_whether_its_cell_ran_and_why(monkeypatch, tmp_path, cap
     assert skipped == printed and all(r.startswith("skipped: ") for r in skipped)
     assert lines[2]["reason"] == "" and lines[2]["device"] == "CUDA: NVIDIA H200 (sm_90)"
     assert lines[3]["device"].startswith("ROCm/HIP")
+
+
+@pytest.mark.parametrize("machine", ["nvidia", "amd", "apple", "intel"])
+def test_course_device_cpu_keeps_the_gpu_cells_off_a_gpu_and_says_so(monkeypatch, tmp_path, capsys, machine):
+    log = tmp_path / "gpu_cells.jsonl"
+    monkeypatch.setenv("COURSE_GPU_CELLS", str(log))
+    monkeypatch.setenv("COURSE_DEVICE", "CPU ")
+    fake_machine(monkeypatch, machine)
+    assert device.requires_accelerator("batched decoding") is False
+    assert device.requires_cuda("CUDA graphs") is False
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ("skipped: COURSE_DEVICE=cpu keeps the GPU cells off (batched decoding); "
+                      f"unset it to run this cell on {MACHINES[machine][2]}")
+    # A machine without CUDA still gets the plainer reason: it needs CUDA.
+    assert out[1].startswith("skipped: COURSE_DEVICE=cpu" if MACHINES[machine][0] == "cuda" else "skipped: needs CUDA")
+    assert [json.loads(line)["ran"] for line in log.read_text().splitlines()] == [False, False]
+    monkeypatch.setenv("COURSE_DEVICE", "cuda" if MACHINES[machine][0] == "cuda" else MACHINES[machine][0])
+    assert device.requires_accelerator("batched decoding") is True
 
 
 def test_without_the_variable_the_guards_write_nothing(monkeypatch, tmp_path):

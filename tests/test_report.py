@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import ast
 import os
+from pathlib import Path
 
 import pytest
 
 from course_utils import bench
 from course_utils.kit import report
+
+ROOT = Path(__file__).resolve().parents[1]
 
 REFERENCE = {
     "machine": {"description": "test box", "torch": "2.14.1", "python": "3.11", "date": "2026-11-30"},
@@ -54,6 +58,26 @@ def test_reference_file_is_complete_and_consistent():
     missing = set(ref["results"]) - set(ref["expected"])
     assert not missing, f"reference results without an expected range: {sorted(missing)}"
     assert ref["machine"]["description"] and ref["machine"]["date"]
+
+
+def test_every_headline_a_notebook_computes_on_a_gpu_has_a_gpu_range():
+    """A notebook ``bench.record`` call made with ``device=`` (a GPU cell's headline) needs a "gpu"
+    range; the CPU-computed headlines, which are all of them today, are judged by their "cpu"
+    ranges, so a "gpu" range with no such call would be a range nothing reads."""
+    expected = report.load_reference()["expected"]
+    calls = []
+    for twin in sorted((ROOT / "notebooks" / "src").glob("*.py")):
+        for node in ast.walk(ast.parse(twin.read_text(encoding="utf-8"), filename=str(twin))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "record"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "bench"):
+                name = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else None
+                calls.append((twin.name, name, any(k.arg == "device" for k in node.keywords)))
+    assert len(calls) > 50, "the scan found too few bench.record calls: has the notebooks' spelling changed?"
+    on_gpu = [(nb, name) for nb, name, gpu in calls if gpu]
+    lacking = [(nb, name) for nb, name in on_gpu if not (expected.get(name) or {}).get("gpu")]
+    assert not lacking, f"headlines recorded from a GPU without a 'gpu' range in expected_ranges.json: {lacking}"
+    unread = sorted(n for n, exp in expected.items() if exp.get("gpu") and n not in {name for _, name in on_gpu})
+    assert not unread, f"'gpu' ranges for headlines no notebook computes on a GPU: {unread}"
 
 
 def test_cli_without_results_says_what_to_do(tmp_path, monkeypatch, capsys):

@@ -164,7 +164,7 @@ def all_guarded(folder: Path | None = None) -> list[Guarded]:
 # ---- what each GPU cell takes from earlier cells ---------------------------------------------------
 
 def _state_00(twin: Twin, ns: dict) -> None:
-    """The cell defines what it needs itself (``device = get_device()``)."""
+    """The cell defines what it needs itself (``dev = accelerator()``)."""
 
 
 def _state_02(twin: Twin, ns: dict) -> None:

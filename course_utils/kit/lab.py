@@ -3,11 +3,12 @@ Jupyter news?" pop-up.
 
 The course kernel (``pytorch2-course``) runs this environment's Python with the course's thread
 policy in its environment (``course_utils.threads.KERNEL_ENV``: idle OpenMP threads sleep, so a
-busy laptop stays usable) and Inductor's compile cache in a folder that survives a reboot
-(``course_utils.config.inductor_cache_dir``); ``python -m course_utils.kit.lab`` (run by
-``make setup``, ``make kernel`` and so by every ``make lab``) installs it for the current user.
-A kernel's environment is fixed when it is installed, so the cache folder is the one chosen then:
-a ``TORCHINDUCTOR_CACHE_DIR`` set in the shell that runs ``make lab`` is the one its kernels use.
+busy laptop stays usable); ``python -m course_utils.kit.lab`` (run by ``make setup``,
+``make kernel`` and so by every ``make lab``) installs it for the current user. It starts through
+``course_utils.kit.kernel``, which puts Inductor's compile cache in a folder that survives a reboot
+(``course_utils.config.inductor_cache_dir``), chosen when each kernel starts: a
+``TORCHINDUCTOR_CACHE_DIR`` set in the shell that runs ``make lab`` is the one its kernels use, and
+a CPU profile gets a folder of its own.
 
 JupyterLab reads setting overrides for every user of an environment from
 ``<sys.prefix>/share/jupyter/lab/settings/overrides.json``. The course's setup (``make setup``)
@@ -73,23 +74,37 @@ def display_name(prefix: Path | str | None = None) -> str:
 
 
 def kernel_env() -> dict[str, str]:
-    """Return the course kernel's environment variables: the thread policy and the compile cache."""
-    from .. import config
+    """Return the variables kernel.json gives the course kernel: the thread policy (the compile
+    cache is chosen by ``course_utils.kit.kernel`` when the kernel starts)."""
     from ..threads import KERNEL_ENV
 
-    return {**KERNEL_ENV, **config.compile_cache_env()}
+    return dict(KERNEL_ENV)
 
 
 def install_kernel(prefix: str | None = None) -> Path:
-    """Install the course kernel (this Python, with ``kernel_env()``'s variables) and return its
-    folder: for the current user, or under ``prefix`` when given (tests)."""
+    """Install the course kernel (this Python, started through ``course_utils.kit.kernel``, with
+    ``kernel_env()``'s variables) and return its folder: for the current user, or under ``prefix``
+    when given (tests)."""
     from ipykernel.kernelspec import install
 
-    return Path(install(user=prefix is None, prefix=prefix, kernel_name=KERNEL_NAME,
-                        display_name=display_name(), env=kernel_env()))
+    from .kernel import MODULE
+
+    folder = Path(install(user=prefix is None, prefix=prefix, kernel_name=KERNEL_NAME,
+                          display_name=display_name(), env=kernel_env()))
+    spec_file = folder / "kernel.json"
+    spec = json.loads(spec_file.read_text(encoding="utf-8"))
+    argv = spec["argv"]
+    if "ipykernel_launcher" not in argv:
+        raise RuntimeError(f"{spec_file} does not start ipykernel_launcher ({argv}); this ipykernel "
+                           "writes kernel specs the course does not know how to adapt")
+    spec["argv"] = [MODULE if part == "ipykernel_launcher" else part for part in argv]
+    spec_file.write_text(json.dumps(spec, indent=1) + "\n", encoding="utf-8")
+    return folder
 
 
 if __name__ == "__main__":
     print(f"JupyterLab settings for the course: {write_overrides()}")
+    from .. import config
+
     print(f"Kernel {KERNEL_NAME} -> {sys.executable} (in {install_kernel()}); "
-          f"compile cache {kernel_env()['TORCHINDUCTOR_CACHE_DIR']}")
+          f"compile cache (chosen as each kernel starts; here now) {config.inductor_cache_dir()}")

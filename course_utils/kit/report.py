@@ -185,7 +185,11 @@ def latest_valid(records: Sequence[Any], warn: Warn = _print_warning) -> dict[st
 
 
 def device_kind(device: str | None) -> str:
-    """'gpu' for CUDA devices, else 'cpu' (also for a missing or non-string device)."""
+    """'gpu' for a result computed on CUDA, else 'cpu' (also for a missing or non-string device).
+
+    A record's device is where its number was computed (``results.record``), so a lesson measured
+    on the CPU of a machine that has a GPU is judged against the CPU ranges.
+    """
     return "gpu" if isinstance(device, str) and device.startswith("cuda") else "cpu"
 
 

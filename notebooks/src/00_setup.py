@@ -86,7 +86,7 @@ else:
 import torch
 
 from course_utils import bench, config, exercises, session
-from course_utils.device import accelerator, accelerator_description, accelerator_memory, get_device, requires_accelerator
+from course_utils.device import accelerator, accelerator_description, accelerator_memory, requires_accelerator
 from course_utils.kit import doctor, env
 
 print(session.start(seed=0))
@@ -152,25 +152,27 @@ assert not problems, "fix the FAIL lines above before going on"
 print(f"{len(checks)} checks, all passed")
 
 # %% [markdown]
-# Which device will the course use? `get_device()` picks the accelerator torch sees (CUDA, ROCm
-# or XPU) and the CPU otherwise (Apple's MPS only when you ask for it with `COURSE_DEVICE=mps`);
-# setting `COURSE_DEVICE=cpu` (or `cuda`) overrides the choice. The guarded cell below shows the
-# pattern the course's GPU examples follow: a guard that says why it skipped, and a body that asks
-# `accelerator()` for the device instead of assuming CUDA, so the same lines describe an NVIDIA, AMD,
-# Apple or Intel GPU.
+# Do you need a GPU? No. Every lesson measures on the CPU, on every machine, a GPU machine
+# included, so your figures can be set beside the course's CPU ranges. A few cells go further where
+# torch sees a GPU (CUDA graphs, Triton kernels, FP8, CUDA profiler rows). Each starts with a guard:
+# `requires_cuda` for cells written against `torch.cuda` (ROCm builds drive AMD GPUs through it
+# too), `requires_accelerator` for cells that run on any accelerator (CUDA, ROCm, XPU, or a Mac's
+# MPS). Where the guard's condition fails, the cell prints why it skipped and the notebook goes on.
+# Inside, the cell asks `accelerator()` for the device instead of assuming CUDA, so the same lines
+# describe an NVIDIA, AMD, Apple or Intel GPU.
+#
+# Two settings change this. `COURSE_DEVICE=cpu` keeps the GPU cells off a GPU you have. Naming a
+# device (`COURSE_DEVICE=cuda`, `mps` or `xpu`) makes a missing one an error, so the doctor's
+# device line above fails instead of the GPU cells skipping one by one. The cell below is one such
+# guarded cell.
 
 # %%
-device = get_device()
-print(f"the course will run on: {device}")
-
 if requires_accelerator("the name, architecture and memory of your GPU"):
     dev = accelerator()
     print(f"accelerator torch sees: {accelerator_description()}")  # name; sm_XY on NVIDIA, gfx on AMD
     memory = accelerator_memory(dev)
     print(f"its memory: {memory.total_bytes / 2**30:.1f} GiB ({memory.meaning})" if memory is not None
           else f"its memory: torch reports none for a {dev.type} device")
-    if dev.type != device.type:
-        print(f"the lessons run on the {device.type.upper()} here; COURSE_DEVICE={dev.type} moves them to it")
 
 # %% [markdown]
 # ## A first `torch.compile`

@@ -1047,7 +1047,8 @@ if requires_accelerator("per-sample gradients on the GPU: a loop of tiny kernel 
     got, ref = gpu_psg(gpu_params, xg, yg), gpu_loop(xg, yg)
     for name in gpu_params:
         torch.testing.assert_close(got[name], ref[name], rtol=1e-3, atol=1e-4)
-    gpu_table = bench.compare({"loop": lambda: gpu_loop(xg, yg), "vmap(grad)": lambda: gpu_psg(gpu_params, xg, yg)})
+    gpu_table = bench.compare({"loop": lambda: gpu_loop(xg, yg), "vmap(grad)": lambda: gpu_psg(gpu_params, xg, yg)},
+                              device=dev)  # where they ran: the recorded verdict says so
     print(gpu_table)
     gpu_said = gpu_table.describe("vmap(grad)", "loop", name="func.gpu.vmap_vs_loop")
     print(f"{dev.type.upper()}, batch {len(xg)}: vmap(grad) is {gpu_said}")

@@ -799,7 +799,7 @@ if requires_cuda("FP8 torch._scaled_mm against a bf16 matmul, compute capability
         fp8_err = ((fp8_mm().float() - ref_gpu).norm() / ref_gpu.norm()).item()
         print(f"FP8 relative error vs fp32: {fp8_err:.4f}")
         assert fp8_err < 0.1
-        gpu_table = bench.compare({"bf16 matmul": bf16_mm, "fp8 _scaled_mm": fp8_mm})
+        gpu_table = bench.compare({"bf16 matmul": bf16_mm, "fp8 _scaled_mm": fp8_mm}, device="cuda")
         print(gpu_table)
         print(f"{n}x{n}: FP8 is {gpu_table.describe('fp8 _scaled_mm', 'bf16 matmul', name='quant.gpu.fp8_vs_bf16')}")
 

@@ -932,7 +932,7 @@ if requires_accelerator("batched decoding on a GPU: a batch of 32 against one ro
     gpu_model = load_tiny_gpt()[0].to(dev)
     gpu_prompts = {b: torch.randint(0, tok.vocab_size, (b, 8), device=dev) for b in (1, 32)}
     gpu_decode = bench.compare({f"batch {b}": lambda idx=idx: generate_cached(gpu_model, idx, NEW_TOKENS)
-                                for b, idx in gpu_prompts.items()})
+                                for b, idx in gpu_prompts.items()}, device=dev)
     print(gpu_decode)
     for b in gpu_prompts:
         print(f"{dev.type.upper()}, batch {b:2d}: {b * NEW_TOKENS / gpu_decode.row(f'batch {b}').median_s:,.0f} tokens/s")

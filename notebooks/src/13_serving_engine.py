@@ -978,7 +978,7 @@ if requires_accelerator("the batched decoding step on a GPU"):
         past = [(torch.zeros(b, cfg.n_head, 256, HEAD_DIM, device=dev),) * 2 for _ in range(cfg.n_layer)]
         gpu_steps[f"batch {b}"] = lambda t=toks, p=at, kv=past: gpu_model.forward_cached(t, p, kv)
     with torch.inference_mode():
-        step_table = bench.compare(gpu_steps)
+        step_table = bench.compare(gpu_steps, device=dev)
     print(f"one decoding step on the {dev.type.upper()}:\n{step_table}")
     gpu_said = step_table.describe("batch 32", "batch 1", name="engine.gpu.step_b32_vs_b1")
     print(f"one step for 32 rows against one for 1 row: {gpu_said}")
