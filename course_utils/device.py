@@ -261,6 +261,10 @@ def _seen() -> str:
     return "" if acc == "none" else f"; torch sees {acc}, which this cell does not use"
 
 
+#: The ``what`` of the last guard that let its cell run (``skip_cell`` logs against it).
+_last_ran: dict[str, str] = {}
+
+
 def _log_guard(guard: str, what: str, ran: bool, reason: str = "") -> None:
     """Append one guard's decision to the file ``COURSE_GPU_CELLS`` names (nothing when it is unset).
 
@@ -268,6 +272,8 @@ def _log_guard(guard: str, what: str, ran: bool, reason: str = "") -> None:
     ran), ``device`` (what torch sees) and ``pid``. An unwritable file is reported on stdout and
     does not stop the cell: the log serves a check, not the lesson.
     """
+    if ran:
+        _last_ran.update(guard=guard, what=what)
     target = os.environ.get("COURSE_GPU_CELLS", "").strip()
     if not target:
         return
@@ -278,6 +284,19 @@ def _log_guard(guard: str, what: str, ran: bool, reason: str = "") -> None:
             fh.write(json.dumps(line) + "\n")
     except OSError as err:
         print(f"note: COURSE_GPU_CELLS={target!r} cannot be written ({err}); the cell goes on")
+
+
+def skip_cell(reason: str) -> None:
+    """Say why a GPU cell whose guard let it run cannot go on here, and log the cell as skipped.
+
+    For a need the guards cannot see (ONNX Runtime built without its CUDA provider): prints
+    ``skipped: <reason>`` and appends a "skipped" line for the last guard that ran to the
+    ``COURSE_GPU_CELLS`` log, so a GPU check does not count the cell as ran.
+    """
+    message = f"skipped: {reason}"
+    print(message)
+    if _last_ran:
+        _log_guard(_last_ran["guard"], _last_ran["what"], False, message)
 
 
 def _kept_off(guard: str, what: str) -> bool:

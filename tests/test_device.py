@@ -385,6 +385,18 @@ def test_course_device_cpu_keeps_the_gpu_cells_off_a_gpu_and_says_so(monkeypatch
     assert device.requires_accelerator("batched decoding") is True
 
 
+def test_skip_cell_logs_the_cell_its_guard_let_run_as_skipped(monkeypatch, tmp_path, capsys):
+    log = tmp_path / "gpu_cells.jsonl"
+    monkeypatch.setenv("COURSE_GPU_CELLS", str(log))
+    fake_machine(monkeypatch, "nvidia")
+    assert device.requires_cuda("ONNX Runtime on CUDA", allow_rocm=False) is True
+    device.skip_cell("this onnxruntime build has no CUDA provider")
+    assert capsys.readouterr().out.strip() == "skipped: this onnxruntime build has no CUDA provider"
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(x["what"], x["ran"]) for x in lines] == [("ONNX Runtime on CUDA", True), ("ONNX Runtime on CUDA", False)]
+    assert lines[-1]["reason"] == "skipped: this onnxruntime build has no CUDA provider"
+
+
 def test_without_the_variable_the_guards_write_nothing(monkeypatch, tmp_path):
     monkeypatch.delenv("COURSE_GPU_CELLS", raising=False)
     monkeypatch.chdir(tmp_path)

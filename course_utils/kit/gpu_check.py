@@ -16,9 +16,10 @@ In that order, each step logged to ``<out>/gpu-check.log``:
    the guard's reason, from the log the guards write, ``COURSE_GPU_CELLS``), failed or was never
    reached; for each notebook its cells passed and failed; what was left out, and why.
 
-``COURSE_DEVICE`` decides the device (``cuda`` on a GPU machine; the check sets it to ``cuda`` when
-torch sees CUDA and it is unset). ``--dry-run`` runs the same path with ``COURSE_DEVICE=cpu`` on a
-machine without a GPU: every GPU cell is then expected to say it was skipped, and nothing else may fail.
+``COURSE_DEVICE`` is set to ``cuda`` when torch sees CUDA and it is unset, so a GPU torch cannot
+see fails the doctor loudly. ``--dry-run`` runs the same path with ``COURSE_DEVICE=cpu``, which keeps
+the GPU cells off (on a GPU machine too): every GPU cell is then expected to say it was skipped, and
+nothing else may fail.
 The exit status is 0 when the check passed (on a GPU: every GPU cell ran or is named as left out).
 ``--deadline-s`` (540 by default) bounds the whole run, so it fits a device call of 10 minutes with
 its summary written; the files are copied to ``$OUT`` after each step when that variable is set.

@@ -109,7 +109,7 @@ from tqdm import tqdm
 from course_utils import bench, config, exercises, session
 from course_utils.data import evaluate, load_retrieval_set, ranking_agreement, similarity, synthetic_audio
 from course_utils.deploy import onnx_tools
-from course_utils.device import requires_cuda
+from course_utils.device import requires_cuda, skip_cell
 from course_utils.models import load_minilm
 
 print(session.start(seed=0))
@@ -886,7 +886,7 @@ assert train_warnings
 # %%
 if requires_cuda("MiniLM on ONNX Runtime's CUDA provider against eager PyTorch on the GPU", allow_rocm=False):
     if "CUDAExecutionProvider" not in ort.get_available_providers():
-        print("skipped: this onnxruntime build has no CUDA provider; install onnxruntime-gpu to use the GPU")
+        skip_cell("this onnxruntime build has no CUDA provider; install onnxruntime-gpu to use the GPU")
     else:
         import copy
 
@@ -902,7 +902,8 @@ if requires_cuda("MiniLM on ONNX Runtime's CUDA provider against eager PyTorch o
         gpu_encoder = onnx_tools.OrtEncoder(gpu_sess)
         # ONNX Runtime may use TF32 matrix multiplies on recent GPUs: a looser tolerance.
         torch.testing.assert_close(gpu_encoder(g_ids, g_mask), eager_gpu(g_ids, g_mask), atol=5e-3, rtol=5e-3)
-        gpu_table = bench.compare({"eager PyTorch (GPU)": eager_gpu, "ONNX Runtime (CUDA)": gpu_encoder}, g_ids, g_mask)
+        gpu_table = bench.compare({"eager PyTorch (GPU)": eager_gpu, "ONNX Runtime (CUDA)": gpu_encoder},
+                                  g_ids, g_mask, device="cuda")  # CPU inputs, GPU work: say where it ran
         print(gpu_table)
         gpu_said = gpu_table.describe("ONNX Runtime (CUDA)", "eager PyTorch (GPU)", name="onnx.gpu.ort_cuda_vs_eager")
         print(f"batch of {len(g_ids)}: ONNX Runtime's CUDA provider is {gpu_said}")
