@@ -638,30 +638,31 @@ sig_start = next(i for i, ln in enumerate(lines) if 'extern "C"' in ln)
 sig_end = next(i for i in range(sig_start, len(lines)) if lines[i].rstrip().endswith(")"))
 signature = "\n".join(lines[sig_start:sig_end + 1])
 print(signature)
-n_loops = sum("#pragma omp for" in ln for ln in lines)
-print(f"... {len(lines)} lines, {n_loops} parallel loop(s) over the rows; the last one, which writes the result:\n"
-      if n_loops else f"... {len(lines)} lines and no OpenMP loops (torch uses {torch.get_num_threads()} thread"
-                      "); the last loop over the rows, which writes the result:\n")
 
-omp_loops = [i for i, ln in enumerate(lines) if "#pragma omp for" in ln]
-if omp_loops:
-    last_loop = omp_loops[-1]
-else:  # one thread (COURSE_THREADS=1): no OpenMP pragmas, the row loops are the outermost plain for loops
-    fors = [i for i, ln in enumerate(lines) if ln.lstrip().startswith("for(")]
-    outer = min(len(lines[i]) - len(lines[i].lstrip()) for i in fors)
-    last_loop = [i for i in fors if len(lines[i]) - len(lines[i].lstrip()) == outer][-1]
-store = next((i for i in range(last_loop, len(lines)) if ".store(" in lines[i] or "out_ptr" in lines[i] and "] =" in lines[i]),
-             min(last_loop + 40, len(lines) - 1))
-excerpt = lines[last_loop:store + 1]
+# Which parameter is which buffer? Match the kernel's parameters with the arguments the wrapper passes
+# (the wrapper names the graph's inputs arg0_1, arg1_1, ... and returns the result buffer).
+call_args = re.search(rf"{kernels[0]}\((.*?)\)", wrapper_call(output_code)).group(1).split(", ")
+params = re.findall(r"\b(\w*ptr\d+)\b", signature)
+pointer = dict(zip(call_args, params))
+result_ptr = pointer[re.search(r"return \((\w+),", wrapper_call(output_code)).group(1)]
+
+# The line that writes the result (a vector .store() or a plain assignment), and the innermost loop around it.
+store = next(i for i, ln in enumerate(lines)
+             if re.search(rf"\.store\({result_ptr}\b|\b{result_ptr}\[[^]]*\] =", ln))
+depth = len(lines[store]) - len(lines[store].lstrip())
+loop = next(i for i in range(store, sig_end, -1)
+            if lines[i].lstrip().startswith("for(") and len(lines[i]) - len(lines[i].lstrip()) < depth)
+n_loops = sum("#pragma omp for" in ln for ln in lines)
+print(f"... {len(lines)} lines; {n_loops} loop(s) over the rows split between threads by #pragma omp for"
+      if n_loops else f"... {len(lines)} lines and no OpenMP loops (torch uses {torch.get_num_threads()} thread)")
+print(f"the innermost loop that writes the result ({result_ptr}):\n")
+excerpt = lines[loop:store + 1]
 indent = min(len(ln) - len(ln.lstrip()) for ln in excerpt if ln.strip())
 print("\n".join(ln[indent:] for ln in excerpt))
 
 # %%
-# Which pointer is x? Match the kernel's parameters with the arguments the wrapper passes
-# (the wrapper names the graph's inputs arg0_1, arg1_1, ...; x is the first).
-call_args = re.search(rf"{kernels[0]}\((.*?)\)", wrapper_call(output_code)).group(1).split(", ")
-params = re.findall(r"\b(\w*ptr\d+)\b", signature)
-x_ptr = dict(zip(call_args, params))["arg0_1"]
+# Which pointer is x? The wrapper passes the graph's first input, arg0_1.
+x_ptr = pointer["arg0_1"]
 
 loop_text = "\n".join(excerpt)
 x_loads = re.findall(rf"auto (tmp\d+) = [^;]*\b{x_ptr}\b", loop_text)
@@ -676,7 +677,10 @@ print(f"It stores {stores} result. The {temporaries} temporaries in between (cal
       "live in local variables (registers): no intermediate tensor is written to memory.")
 if vector:
     print(f"Loads and stores are SIMD vectors of {vector.group(1)} floats (at::vec::Vectorized), sized for this "
-          "CPU's instruction set" + ("; #pragma omp splits the rows between threads." if n_loops else "."))
+          "CPU's instruction set.")
+else:
+    print(f"Loads and stores are single floats: Inductor wrote no vector code here (torch's CPU capability: "
+          f"{torch.backends.cpu.get_cpu_capability()}).")
 from packaging.version import Version
 
 if Version(torch.__version__.split("+")[0]) >= Version("2.14"):
@@ -687,8 +691,8 @@ else:  # older Inductor lays the loops out differently; the excerpt above is the
 
 # %% [markdown]
 # That is the fused loop: LayerNorm's normalisation, GELU, the scale and the residual add,
-# computed element by element with nothing written to memory in between. (The kernel's earlier
-# loops, counted above, pass over the same rows for the mean and the variance, which a LayerNorm
+# computed element by element with nothing written to memory in between. (Before it, the kernel
+# passes over the same rows for the mean and the variance in loops of its own, which a LayerNorm
 # cannot avoid: every element needs its row's statistics first.)
 #
 # ## Counting: eager kernels against fused kernels
