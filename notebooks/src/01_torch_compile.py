@@ -1079,7 +1079,8 @@ if not config.is_quick():
 # under your system's temporary directory, which many systems empty at boot, so the course kernel
 # (and the course's tests and workshop check) set it to a folder for your torch release and Python,
 # such as `~/.cache/pytorch2-course/inductor/torch-2.14.1-py3.11` (under `$XDG_CACHE_HOME` where that
-# is set; each torch release and Python gets its own), unless you chose a folder yourself. It holds:
+# is set; each torch release and Python gets its own, and so does each setting of
+# `ATEN_CPU_CAPABILITY`, which Inductor's cache keys miss), unless you chose a folder yourself. It holds:
 #
 # - the **FX graph cache** and the **AOTAutograd cache**: the compiled form of each graph, keyed by
 #   the graph, the input properties and the settings, so a new process can skip AOTAutograd's
