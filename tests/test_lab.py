@@ -118,7 +118,7 @@ def test_course_kernel_carries_the_thread_policy(tmp_path):
     assert folder.name == lab.KERNEL_NAME
     assert spec["argv"][0] == sys.executable
     assert spec["env"] == lab.kernel_env() and KERNEL_ENV["OMP_WAIT_POLICY"] == "PASSIVE"
-    assert spec["env"].items() >= KERNEL_ENV.items()  # the policy; the kernel picks the compile cache as it starts (test_compile_cache.py)
+    assert spec["env"].items() >= KERNEL_ENV.items()  # the policy; the cache is picked at start (test_compile_cache.py)
 
 
 def test_makefile_names_the_same_kernel():

@@ -671,7 +671,8 @@ width = [max(len(str(r[i])) for r in rows) + 2 for i in range(4)]
 print("".join(h.ljust(w) for h, w in zip(["", "torch.jit.trace", "torch.jit.script", "torch.export"], width)))
 for row in rows:
     print("".join(str(c).ljust(w) for c, w in zip(row, width)))
-print("\nwhat the installed torch says when you call them:")
+print("\nwhat the installed torch says when you call them (tracing a module goes through "
+      "torch.jit.trace_module, whose warning names it trace_method):")
 for category, msg in sorted(status_msgs):
     print(f"  {category}: {msg}")
 assert status_msgs, "expected torch.jit.trace/script to warn that they are deprecated"
@@ -744,12 +745,16 @@ bench.bar_chart(aoti_table, title="MLP(64, 128, 10), batch 8, CPU, one thread");
 
 # %%
 saved_us = (aoti_table.row("eager").median_s - aoti_table.row("AOTInductor").median_s) * 1e6
-print(f"AOTInductor runs at {aoti_speedup:.2f}x eager: {saved_us:.1f} µs saved per call")
+aoti_word = aoti_table.verdict("AOTInductor")
+print(f"median ratio: AOTInductor at {aoti_speedup:.2f}x eager"
+      + (f", {saved_us:.1f} µs saved per call" if aoti_word == "faster" else " (see the verdict below)"))
 from course_utils import cpu
 
-print(f"(CPU class {cpu.cpu_class()}: the generated C++ is vectorised for the instruction set torch reports, "
-      f"{cpu.info().torch_capability}, so the ratio differs between CPU classes; the overhead it removes does not)")
-aoti_word = aoti_table.verdict("AOTInductor")
+capability = cpu.info().torch_capability
+print(f"(CPU class {cpu.cpu_class()}: "
+      + (f"the generated C++ is vectorised for the instruction set torch reports, {capability}"
+         if capability != "DEFAULT" else "the generated C++ is not vectorised here (torch reports DEFAULT)")
+      + ", so the ratio differs between CPU classes; the overhead it removes does not)")
 print(f"verdict on this machine: AOTInductor is {aoti_table.describe('AOTInductor', name='export.aoti.vs_eager')}: " + {
     "faster": "one generated C++ function replaced eager's per-operator Python and dispatcher overhead",
     "no clear difference": "the overhead it removes was lost in the timing spread here",
@@ -758,13 +763,15 @@ if aoti_word == "faster":
     repaid_calls = aoti_compile_s / (saved_us * 1e-6)
     bench.record_verdict("export.aoti.compile_repaid", "pays", calls=round(repaid_calls), compile_s=aoti_compile_s)
     print(f"the {aoti_compile_s:.0f} s compile is repaid after about {repaid_calls:,.0f} calls")
+else:
+    print("no clear saving per call here, so no number of calls repays the compile on this machine")
 
 # %% [markdown]
-# For a small model much of eager's time is per-operator overhead (Python, the dispatcher,
-# a separate loop per operator), which the compiled package, one generated C++ function with the
-# LayerNorm and GELU fused, does not pay; the verdict above says whether that showed on this
-# machine. It does not pay everywhere: where it saved time, the compile is only repaid after the
-# number of calls printed above, and a model whose time goes into large matrix multiplies
+# For a small model, eager pays a per-operator overhead (Python, the dispatcher, a separate loop
+# per operator) that the compiled package, one generated C++ function with the LayerNorm and GELU
+# fused, does not pay; the verdict above says whether that showed on this machine. It does not pay
+# everywhere: where it saved time, the cell prints how many calls repay the compile, and a model
+# whose time goes into large matrix multiplies
 # has little overhead left to remove, because eager already hands those to an optimised library
 # (notebook 01 measures that case with `torch.compile`). The main point of AOTInductor is less the
 # speed than *where* the code can run: anywhere the package can be loaded, with no Python.
@@ -1050,13 +1057,14 @@ if cpp_run is not None:
     verdict = bench.band_verdict(cpp_epoch_s, py_epoch_s, band=0.2, name="export.cpp.train.epoch_time")
     print(f"\nmedian epoch, {LT['epochs'] - 1} epochs after a warm-up one, {lt_threads} thread(s): "
           f"C++ {cpp_epoch_s * 1e3:.1f} ms, Python {py_epoch_s * 1e3:.1f} ms")
-    print(f"verdict on this machine: the C++ epoch time is {verdict} "
+    print(f"verdict on this machine: C++ against Python epoch time: {verdict} "
           f"(ratio {cpp_epoch_s / py_epoch_s:.2f}; a 20% band, since epochs this short carry noise)")
     steps = math.ceil(len(digits.x_train) / LT["batch"])
     print(f"per training step ({steps} per epoch): Python {py_epoch_s / steps * 1e6:.0f} µs, "
           f"C++ {cpp_epoch_s / steps * 1e6:.0f} µs; the operators inside are the same libtorch kernels, so " + {
               "lower": "what C++ saved is the work around them (Python's interpreter and module calls)",
-              "no clear difference": "the work around them (Python's interpreter) was small next to the kernels",
+              "no clear difference": "either the work around them (Python's interpreter) was small next to the "
+                                     "kernels, or other load on the machine hid it (compare the epoch times above)",
               "higher": "the gap is not Python's overhead (C++ has none): it is how each program uses those "
                         "kernels (the optimizer's implementation, threads, memory allocation), "
                         "which this cell does not break down"}[verdict])
@@ -1255,7 +1263,8 @@ if has_executorch:
     assert weights_kib < pte_kib < 2 * weights_kib, "the weights are most of the file"
 
 # %% [markdown]
-# The table counts each operator inside and outside the delegated subgraphs. Every operator left
+# Where ExecuTorch is installed, the table counts each operator inside and outside the delegated
+# subgraphs. Every operator left
 # outside runs on ExecuTorch's portable kernels, plain C++ written for any CPU, and every boundary
 # between a delegate and a portable kernel splits the graph into one more XNNPACK call: check that
 # split for any model you ship. The `.pte` itself is mostly the weights; the program around them
@@ -1295,6 +1304,8 @@ if has_executorch:
     print("\nbatch 129 (above max=128):", first_line(err))
     print("the runtime's log says why:", *(f"\n  {ln}" for ln in refusal_log))
     assert any("resize" in ln for ln in refusal_log), refusal_log
+else:
+    print("skipped: ExecuTorch is not installed here (the cell that looked for it says how to add it)")
 
 # %% [markdown]
 # Where the AOTInductor package runs code that was never checked for a batch above its range
@@ -1339,15 +1350,19 @@ if has_executorch:
                         f"runs {portable_ops} portable kernel call(s) outside XNNPACK and crosses into it "
                         f"{split.num_delegated_subgraphs} times"}[vs_aoti])
     bench.bar_chart(et_table, title="MLP(64, 128, 10), batch 8, CPU, one thread");
+else:
+    print("skipped: ExecuTorch is not installed here (the cell that looked for it says how to add it)")
 
 
 # %% [markdown]
-# All three run the same weights and agree on the numbers; they differ in where they can run.
+# All three run the same weights, and where ExecuTorch is installed the cells above check that they
+# agree on the numbers; they differ in where they can run.
 # Eager needs Python; the AOTInductor package needs libtorch and a loader built for the same torch;
 # the `.pte` needs only the ExecuTorch runtime and the kernels compiled into it, which is what makes
 # it fit a phone app or a microcontroller's firmware. ExecuTorch's speed on a phone depends on that
 # phone's CPU and on which back end takes the graph (XNNPACK here; Core ML, Vulkan, Qualcomm's QNN
-# and others elsewhere), so measure it there; the verdicts above only rank the three on this machine.
+# and others elsewhere), so measure it there; the verdicts above (with ExecuTorch installed) only rank
+# the three on this machine.
 #
 # ## Check yourself
 #

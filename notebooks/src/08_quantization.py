@@ -234,8 +234,8 @@ assert half_cos[torch.float16] > half_cos[torch.bfloat16]  # float16's finer man
 
 
 # %% [markdown]
-# Half the bytes for a tiny loss of accuracy: float16's finer mantissa gives the closer
-# embeddings here, since nothing in this model comes near its overflow limit. On a CPU, whether a
+# Half the bytes for a tiny loss of accuracy. float16's finer mantissa gives the closer embeddings
+# (asserted above), since nothing in this model comes near its overflow limit. On a CPU, whether a
 # cast also saves time depends on the CPU (recent x86 chips have bf16 dot-product instructions,
 # older ones emulate them) and on the library that runs the matmuls. The final table measures it
 # for bf16.
@@ -331,7 +331,7 @@ print(f"worst layer per tensor: {worst_name}")
 assert all(c <= t + 1e-6 for c, t in zip(rel_err["per channel"], rel_err["per tensor"]))
 assert max_rel_err < 0.05
 bench.record("quant.handwritten.max_rel_err", max_rel_err, "ratio", scheme="int8 symmetric per channel",
-             model="all-MiniLM-L6-v2", layers=len(linears))
+             model="all-MiniLM-L6-v2", layers=len(linears));
 
 # %%
 w = linears[worst_name].weight.detach()
@@ -427,6 +427,9 @@ print("why:", why)
 if cpu_facts.profile and route["int_mm"] == "oneDNN" and onednn_dot and not cpu_facts.int8_dot:
     print(f"(CPU profile {cpu_facts.profile}: torch picks this route from the real CPU, which has VNNI; on a real "
           "AVX2-only CPU it would be torch's own loop. `make test-haswell` emulates one to show that.)")
+elif cpu_facts.profile:
+    print(f"(CPU profile {cpu_facts.profile}: it caps torch's and Inductor's own vector code only; oneDNN, FBGEMM "
+          "and ONNX Runtime still use the real CPU's instructions, so the int8 timings in this notebook mix the two)")
 
 # %% [markdown]
 # ## PyTorch's eager dynamic quantization: deprecated, still running
@@ -450,6 +453,8 @@ for w_ in caught:
         print(f"{w_.category.__name__}: {first_line}")
 deprecations = [w_ for w_ in caught if issubclass(w_.category, DeprecationWarning)]
 assert deprecations and "torchao" in str(deprecations[0].message), "expected a deprecation pointing at torchao"
+where_to = [ln.strip() for ln in str(deprecations[0].message).splitlines()[1:] if "torchao" in ln]
+print("where it says each piece went:" + "".join(f"\n  {ln}" for ln in where_to))
 print()
 print(mlp_ao[0])
 print(f"quantized engine: {torch.backends.quantized.engine}")
@@ -607,7 +612,7 @@ print(f"\ntorchao's int8 layer rides on that product: the bare int8 GEMM measure
 #
 # Two more facts hide in those layers. FBGEMM calls its kernel with `reduce_range=True`: the
 # activations are quantized to 7 bits, not 8, to keep the 16-bit pair sums of AVX2 from
-# saturating. That is one reason torch.ao's quality is lower in the final table. And the other
+# saturating. That costs torch.ao some quality; the final table measures how much. And the other
 # torchao configurations do not run here at all; the library says why:
 #
 
@@ -705,8 +710,8 @@ assert ort_quality["per channel"] > ort_quality["per tensor (the default)"]
 
 # %% [markdown]
 # The default, `per_channel=False`, gives one scale per weight matrix, and on this model that
-# costs visible quality; `per_channel=True` is the switch to remember. The remaining gap to torchao
-# (see the final table) comes from the activations: ONNX Runtime's `DynamicQuantizeLinear` uses one
+# costs quality (asserted above); `per_channel=True` is the switch to remember. Against torchao
+# (see the final table), one difference left is the activations: ONNX Runtime's `DynamicQuantizeLinear` uses one
 # scale for a whole activation tensor (asymmetric uint8), while torchao's dynamic configuration
 # uses one scale per row, that is per token.
 #
@@ -937,10 +942,23 @@ for name, (fn, nbytes) in digits_variants.items():
 
 acc_drop = acc_fp32 - digits_acc["int8 ORT static QDQ"]
 full_drop = acc_fp32 - digits_acc["int8 static, 8-bit weights"]
-print(f"\nstatic int8 (reduce_range) accuracy drop: {acc_drop:.2f} percentage points; "
-      f"with full-range 8-bit weights: {full_drop:.2f}")
-if saturates_here:
-    print("  on this CPU the full-range variant's pair sums can saturate; any extra loss above comes from that")
+
+
+def change(drop: float) -> str:
+    """Say an accuracy drop in percentage points, a negative drop as a gain."""
+    return f"a drop of {drop:.2f} points" if drop >= 0 else f"a gain of {-drop:.2f} points"
+
+
+ACC_BAND = 0.5  # percentage points: about two test images either way
+print(f"\nstatic int8 (reduce_range) against fp32: {change(acc_drop)}; with full-range 8-bit weights: "
+      f"{change(full_drop)}")
+extra = full_drop - acc_drop
+if saturates_here and extra > ACC_BAND:
+    print(f"  on this CPU the full-range variant's pair sums can saturate, and it lost {extra:.2f} points more")
+elif saturates_here:
+    print(f"  on this CPU the full-range variant's pair sums can saturate, but no extra loss showed here (within "
+          f"{ACC_BAND} points): saturating needs large activations meeting large weights of the same sign, and this "
+          "model and test set did not produce enough of them")
 else:
     print("  on this CPU nothing saturates, so the two differ only by the 7-bit weights' coarser steps")
 print("ORT static int8 (reduce_range): "
@@ -983,9 +1001,10 @@ bench.bar_chart(digits_table, title="digits CNN, batch 256, CPU");
 # networks have far more.
 #
 # On accuracy: the course uses `reduce_range=True` because it is safe on every x86 CPU. If you
-# quantize with full 8-bit weights, check the accuracy on the oldest CPU you deploy to: the loss
-# appears only on CPUs without VNNI, so it passes on a new development machine and fails in
-# production. (The course's test suite runs this model on an emulated AVX2-only CPU to check it.)
+# quantize with full 8-bit weights, check the accuracy on the oldest CPU you deploy to: a loss from
+# saturation can appear only on CPUs without VNNI (the cell above says whether it did here), so a
+# model can pass on a new development machine and fail in production. (The course's test suite runs
+# this model on an emulated AVX2-only CPU to check it.)
 #
 # ## Static int8 inside PyTorch: PT2E with `X86InductorQuantizer`
 #
@@ -1098,7 +1117,7 @@ assert not unread_tensors(mlp_pt2e) and mlp_bytes / pt2e_mlp_bytes > 3.5
 bench.record("quant.pt2e.size_ratio", mlp_bytes / pt2e_mlp_bytes, "x", model="MLP 1024-4096-1024",
              scheme=f"PT2E X86InductorQuantizer {'default' if onednn_dot else 'reduce_range (7-bit activations)'}: "
                     "int8 per-channel weights, uint8 per-tensor activations",
-             unread_dropped=len(unread))
+             unread_dropped=len(unread));
 
 
 # %% [markdown]
@@ -1178,13 +1197,14 @@ if not config.is_quick():  # two more compiles: quick mode compares with fp32 ea
             print(f"{label:<42} {census(sources[0])}")
 print(f"{pt2e_label:<42} {mlp_census[True]}")
 pt2e_mlp_variants = {"fp32 eager": mlp, **frozen_mlps, pt2e_label: mlp_pt2e_frozen}
+unasserted_gap = {}  # label -> its largest difference from fp32, where it could not be asserted
 with torch._inductor.config.patch(freezing=True), torch.inference_mode():
     for label, fn in pt2e_mlp_variants.items():  # generated_code reset Dynamo: these calls recompile, frozen
         if onednn_dot or "torchao" not in label or not cpu_facts.cpu_class.startswith("x86"):
             # 7-bit activations (reduce_range, on a CPU without VNNI) double the rounding step: a wider atol
             torch.testing.assert_close(fn(x_mlp), mlp(x_mlp), rtol=0.05, atol=0.02 if onednn_dot else 0.04)
         else:  # torchao's dynamic activations use all 8 bits, and frozen they run in oneDNN's int8 kernels
-            gap = (fn(x_mlp) - mlp(x_mlp)).abs().max().item()
+            gap = unasserted_gap[label] = (fn(x_mlp) - mlp(x_mlp)).abs().max().item()
             print(f"{label}: up to {gap:.3f} from fp32 here (not asserted: no int8 dot-product instruction, "
                   "and the only variant with full 8-bit activations, whose 16-bit pair sums can saturate)")
     pt2e_mlp_table = bench.compare(pt2e_mlp_variants, x_mlp)
@@ -1194,22 +1214,36 @@ for other, key in (("fp32 eager", "vs_fp32_eager"), ("fp32 compiled (freezing)",
                    ("torchao int8 dyn-act, compiled (freezing)", "vs_torchao_dyn_act")):
     if other in pt2e_mlp_variants:
         print(f"PT2E int8 MLP: {pt2e_mlp_table.describe(pt2e_label, other, name=f'quant.pt2e.mlp.{key}')}")
+torchao_frozen = "torchao int8 dyn-act, compiled (freezing)"
+if torchao_frozen in pt2e_mlp_variants:
+    print("why, against torchao's dynamic MLP: the census above counts the int8 calls each runs; PT2E's activation "
+          "scales were fixed at calibration, while torchao's dynamic ones are computed from each batch on every call, "
+          + {"faster": "work PT2E does not do",
+             "no clear difference": "and that per-call work was small next to the matmuls here",
+             "slower": "so the difference lies elsewhere (compare the census lines)"}[
+              pt2e_mlp_table.verdict(pt2e_label, torchao_frozen)])
+    if torchao_frozen in unasserted_gap:
+        print(f"(and torchao's frozen MLP was {unasserted_gap[torchao_frozen]:.3f} from fp32 here, above the others' "
+              "tolerance: a timing of what it ran, not a like-for-like baseline)")
 if config.is_quick():
     print("(quick mode: the compiled fp32 and torchao baselines are left out; the full run compares with them)")
 pt2e_base = "fp32 compiled (freezing)" if frozen_mlps else "fp32 eager"
 pt2e_word = pt2e_mlp_table.verdict(pt2e_label, pt2e_base)  # recorded above
 print(f"why, against {pt2e_base}: " + {
-    "faster": f"oneDNN's int8 kernels read a quarter of the weight bytes, and on this CPU ({route['isa']}) "
+    "faster": f"oneDNN's int8 kernels read a quarter of the weight bytes, and on this CPU (oneDNN: {route['isa']}) "
               + ("do several 8-bit multiply-adds per instruction" if onednn_dot else "that outweighs their extra steps"),
     "no clear difference": "the quarter-size weight reads and the per-call activation quantizing (a generated loop) "
                            "come out even at batch 16 here",
-    "slower": f"oneDNN's int8 kernels on this CPU ({route['isa']}) "
+    "slower": f"oneDNN's int8 kernels on this CPU (oneDNN: {route['isa']}) "
               + ("cost more than the float ones they replace" if onednn_dot else
                  "have no 8-bit dot-product instruction: 16-bit pair sums, more instructions per multiply-add"),
 }[pt2e_word])
 if cpu_facts.profile and onednn_dot and not cpu_facts.int8_dot:
     print(f"(CPU profile {cpu_facts.profile}: oneDNN reads the real CPU, so these int8 timings are not "
           "an AVX2-only CPU's)")
+elif cpu_facts.profile:
+    print(f"(CPU profile {cpu_facts.profile}: oneDNN reads the real CPU, while the fp32 baselines' generated code "
+          "is capped by the profile)")
 
 # %% [markdown]
 # With freezing on, torchao's dynamic layers can be rewritten into oneDNN calls as well (the census
@@ -1255,7 +1289,7 @@ print(f"size: {cnn_bytes / 1e3:.1f} KB fp32, {cnn_pt2e_bytes / 1e3:.1f} KB int8 
       f"{cnn_bytes / cnn_pt2e_bytes:.2f}x smaller")
 assert pt2e_drop <= 1.0
 bench.record("quant.pt2e.acc_drop", pt2e_drop, "pp", model="digits SmallResNet", fp32_acc=acc_fp32,
-             reference_acc=acc_pt2e_reference, calibration_images=len(x_calib), epochs=epochs)
+             reference_acc=acc_pt2e_reference, calibration_images=len(x_calib), epochs=epochs);
 
 # %%
 pt2e_cnn_variants = {"fp32 torch eager": cnn, "int8 ORT static QDQ": digits_variants["int8 ORT static QDQ"][0]}
@@ -1388,7 +1422,7 @@ for bits, r in qat_rows.items():
           f"(band {BAND_PP:g} point): {meaning}")
 bench.record("quant.qat.acc_recovered", qat_rows[2]["qat"] - qat_rows[2]["ptq"], "pp", bits=2,
              model="digits MLP 64-128-128-10", base_config="IntxWeightOnlyConfig per channel",
-             fp32_acc=acc_mlp_fp32, ptq_acc=qat_rows[2]["ptq"], qat_acc=qat_rows[2]["qat"], tune_epochs=tune_epochs)
+             fp32_acc=acc_mlp_fp32, ptq_acc=qat_rows[2]["ptq"], qat_acc=qat_rows[2]["qat"], tune_epochs=tune_epochs);
 
 
 # %% [markdown]
@@ -1498,7 +1532,7 @@ int8_words = {n: minilm_table.verdict(n, "fp32 eager", name=f"quant.minilm.{verd
 for word, heading in (("faster", "FASTER than"), ("no clear difference", "not clearly different from"),
                       ("slower", "SLOWER than")):
     names = [n for n in int8_rows if int8_words[n] == word]
-    print(f"int8 variants {heading} fp32 eager on this CPU: " + (", ".join(names) or "none"))
+    print(f"int8 variants {heading} fp32 eager on this CPU: " + ("; ".join(names) or "none"))
 lowest = min(rows, key=lambda n: rows[n]["cosine"])
 print(f"lowest quality: {lowest} (mean cosine {rows[lowest]['cosine']:.4f}, "
       f"top-3 agreement {rows[lowest]['agree']:.0%})")
@@ -1515,21 +1549,32 @@ bench.record("quant.minilm.int8.latency_ratio", int8_rows[fastest]["latency_rati
 print(f"on this CPU ({cpu_facts.cpu_class}) the fastest good int8 variant is "
       f"{minilm_table.describe(fastest, 'fp32 eager', name='quant.minilm.int8_fastest_good.vs_fp32_eager')}")
 # The rows that are not int8 get their verdict too: a ratio in the table is not a direction on its own.
+bf16_dot = any(f in cpu_facts.features for f in ("avx512_bf16", "amx_bf16", "bf16"))
+why_not_int8 = {
+    "bf16": ("this CPU has bf16 dot-product instructions (AVX512-BF16, AMX or Arm's BF16)" if bf16_dot else
+             "this CPU has no bf16 dot-product instructions, so its bf16 matmuls widen to float32 and back"),
+    "compiled": (f"Inductor's generated code is scalar here (torch's vector code: {cpu_facts.torch_capability}), "
+                 "and the matmuls stay the same library calls" if cpu_facts.torch_capability == "DEFAULT" else
+                 "compiling fuses the small element-wise work around the matmuls, which stay the same library calls"),
+    "ORT": "ONNX Runtime runs the exported graph with its own float kernels and graph fusions",
+}
 for name in rows:
     if name not in int8_rows and name != "fp32 eager":
         said = minilm_table.describe(name, "fp32 eager", name=f"quant.minilm.{verdict_key(name)}.vs_fp32_eager")
-        print(f"{name} on this CPU: {said}")
+        why = next((text for key, text in why_not_int8.items() if key in name), "")
+        print(f"{name} on this CPU: {said}" + (f" ({why})" if why else ""))
 
 
 # %% [markdown]
 # How to read this table:
 #
 # - **Size.** Only variants that quantize the embedding table as well as the Linear layers get
-#   near a quarter of fp32; the Linear-only ones (hand-written, `torch.ao`) stop well above.
+#   near a quarter of fp32; the Linear-only ones (hand-written, `torch.ao`) keep the embedding
+#   table in fp32 (the size column shows where each landed).
 # - **Quality.** The ranking agreement is the stricter test: swapping two near-tied passages in
-#   the top 3 counts as a disagreement even when the cosine barely moves. The variants with
-#   per-channel weight scales stay closest to fp32; `torch.ao`'s dynamic quantization uses one
-#   scale per weight tensor (and per activation tensor) and shows what that costs on this model.
+#   the top 3 counts as a disagreement even when the cosine barely moves. Per-channel weight scales
+#   are the usual way to stay close to fp32; `torch.ao`'s dynamic quantization uses one scale per
+#   weight tensor (and per activation tensor). The quality columns show what each gave on this model.
 # - **Speed.** Storing int8 is not enough. A variant can only win with integer matmul kernels
 #   that are fast on *this* CPU *and* little work around them. ONNX Runtime's `MatMulInteger`
 #   kernels (MLAS) have their own AVX2, AVX-512, VNNI and ARM versions. torchao's dynamic layers
@@ -1551,6 +1596,8 @@ for name in rows:
 #
 # Which of these your machine gets is the first thing to check before choosing an int8 path; the
 # setup cell printed your class, and `python -m course_utils cpu --probe` asks oneDNN directly.
+# (Under one of the course's CPU profiles the class printed is the profile's, such as `x86-baseline`
+# for `default`; oneDNN, FBGEMM and ONNX Runtime still take the real CPU's row.)
 #
 # ## Pitfalls and their fixes
 #
@@ -1648,9 +1695,10 @@ else:
 #   `torch.compile` rides on `torch._int_mm` by default; with freezing on, Inductor rewrites it into
 #   oneDNN int8 calls (the PT2E section counts them), so check the generated code for your setting.
 #   Float8 configurations need a recent GPU, int4 an extra package.
-# - ONNX Runtime: dynamic quantization suits transformers (turn on `per_channel`); CNNs want static
-#   QDQ quantization with calibration data, and `reduce_range=True` for U8S8 models that must run
-#   on x86 CPUs without VNNI, where 16-bit pair sums can saturate.
+# - ONNX Runtime: the usual advice is dynamic quantization for transformers (turn on `per_channel`)
+#   and static QDQ quantization with calibration data for CNNs, with `reduce_range=True` for U8S8
+#   models that must run on x86 CPUs without VNNI, where 16-bit pair sums can saturate; this
+#   notebook's verdicts show what each gave on your CPU.
 # - PT2E is PyTorch's static int8 flow, now in torchao: `torch.export`, `prepare_pt2e` with
 #   `X86InductorQuantizer`, calibration, `convert_pt2e`, then `torch.compile` **with freezing**,
 #   without which Inductor keeps the float matmuls of the reference graph. The generated code says

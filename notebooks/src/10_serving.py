@@ -1465,7 +1465,7 @@ assert client_ok == 1
 assert text == complete(OAI_PROMPT, OAI_TOKENS)  # the same greedy text as the model alone
 assert refusal.startswith("BadRequestError (400)")
 bench.record("serve.openai.client_ok", client_ok, "flag", client=f"openai {openai.__version__}",
-             new_tokens=OAI_TOKENS, calls="models, completion, chat, streamed completion")
+             new_tokens=OAI_TOKENS, calls="models, completion, chat, streamed completion");
 
 # %% [markdown]
 # ## Pitfalls and their fixes

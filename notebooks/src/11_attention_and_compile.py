@@ -161,7 +161,7 @@ err_causal = (F.scaled_dot_product_attention(q, k, v, is_causal=True)
               - attention_by_hand(q, k, v, causal)).abs().max().item()
 print(f"largest difference, SDPA vs by hand: {err_full:.2e} (no mask), {err_causal:.2e} (causal)")
 assert max(err_full, err_causal) < TOL
-bench.record("attn.sdpa.max_abs_err", max(err_full, err_causal), "abs", seq=S, head_dim=D, tol=TOL)
+bench.record("attn.sdpa.max_abs_err", max(err_full, err_causal), "abs", seq=S, head_dim=D, tol=TOL);
 
 # %% [markdown]
 # The differences are rounding: the fused kernel adds the same numbers in a different order.
@@ -376,7 +376,7 @@ for name, (block_mask, score_mod, reference) in variants.items():
     print(f"{name:<15} max difference from SDPA {err:.1e} | first call (compiles) {first_s:5.1f} s | "
           f"blocks skipped {block_mask.sparsity():5.1f}%")
 assert matches == len(variants), "every FlexAttention variant must equal its SDPA reference"
-bench.record("attn.flex.variants_equal", matches, "count", variants=len(variants), seq=S_FLEX, tol=FLEX_TOL)
+bench.record("attn.flex.variants_equal", matches, "count", variants=len(variants), seq=S_FLEX, tol=FLEX_TOL);
 
 # %% [markdown]
 # ### What a block mask skips
@@ -394,7 +394,7 @@ print(f"block size {block}: {tiles.numel()} tiles, {int((~tiles).sum())} of them
       f"(BlockMask.sparsity() says {sw_mask.sparsity():.1f}%)")
 print(sw_mask)
 assert math.isclose(skipped * 100, sw_mask.sparsity(), abs_tol=1e-6)
-bench.record("attn.flex.block_sparsity", skipped, "fraction", seq=S_FLEX, window=WINDOW, block=block)
+bench.record("attn.flex.block_sparsity", skipped, "fraction", seq=S_FLEX, window=WINDOW, block=block);
 
 # %% [markdown]
 # Skipping empty tiles is where FlexAttention's speed comes from; the tiles on the window's edge are
@@ -1271,7 +1271,7 @@ print(f"recompile entries: {len(recompiles)}; first, in {recompiles[0][0]}:")
 print("   ", recompiles[0][1].strip().splitlines()[0].strip(' []"'))
 frames = {cid.strip("[]").split("/")[0] for cid in compile_ids}
 assert breaks and recompiles and len(frames) >= 2 and len(compile_ids) >= 3
-bench.record("compile.tlparse.report_pages", len(pages), "pages", compile_ids=len(compile_ids))
+bench.record("compile.tlparse.report_pages", len(pages), "pages", compile_ids=len(compile_ids));
 
 # %% [markdown]
 # The report shows what this program did: frame 0 is `scaled_tanh` up to the `print`, frame 1 the
