@@ -73,3 +73,28 @@ def count(source: str, pattern: str) -> int:
     """Return how many times the regular expression ``pattern`` occurs in ``source`` (multi-line:
     ``^`` and ``$`` match at each line). Escape a literal with ``re.escape`` if it has special characters."""
     return len(re.findall(pattern, source, flags=re.M))
+
+
+def vectorises_here() -> bool:
+    """Return whether Inductor writes SIMD vector code (``at::vec::Vectorized``) for this process's CPU.
+
+    Asks Inductor's own choice, ``torch._inductor.cpu_vec_isa.pick_vec_isa()`` (a private API): no
+    instruction set on a CPU without AVX2 (x86) or under ``ATEN_CPU_CAPABILITY=default``, which then
+    gets plain scalar loops. Where that call is missing it answers True, the common case.
+    """
+    try:
+        from torch._inductor import cpu_vec_isa
+
+        return bool(cpu_vec_isa.pick_vec_isa())
+    except (ImportError, AttributeError):
+        return True
+
+
+def scalar_note() -> str:
+    """Return a clause for a printed reason where Inductor writes no vector code here, else ""."""
+    if vectorises_here():
+        return ""
+    import torch
+
+    return (f" (Inductor wrote no SIMD vector code here: torch's CPU capability is "
+            f"{torch.backends.cpu.get_cpu_capability()}, so its loops go one float at a time)")

@@ -89,3 +89,13 @@ def test_the_parsers_on_a_fixed_text():
     assert inductor_code.kernel_calls(twice) == ["cpp_fused_a_0", "triton_poi_fused_b_1", "cpp_fused_a_0"]
     assert inductor_code.kernel_source(text, "triton_poi_fused_b_1") == "\n@triton.jit\n"
     assert inductor_code.count(text, r"^\w+ = async_compile") == 2
+
+
+def test_scalar_note_speaks_only_where_inductor_writes_no_vector_code(monkeypatch):
+    from torch._inductor import cpu_vec_isa
+
+    monkeypatch.setattr(cpu_vec_isa, "pick_vec_isa", lambda: cpu_vec_isa.invalid_vec_isa)
+    assert not inductor_code.vectorises_here()
+    assert "no SIMD vector code" in inductor_code.scalar_note()
+    monkeypatch.setattr(cpu_vec_isa, "pick_vec_isa", lambda: cpu_vec_isa.VecAVX2())
+    assert inductor_code.vectorises_here() and inductor_code.scalar_note() == ""

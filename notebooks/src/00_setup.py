@@ -85,7 +85,7 @@ else:
 
 import torch
 
-from course_utils import bench, config, exercises, session
+from course_utils import bench, config, exercises, inductor_code, session
 from course_utils.device import accelerator, accelerator_description, accelerator_memory, requires_accelerator
 from course_utils.kit import doctor, env
 
@@ -182,7 +182,8 @@ if requires_accelerator("the name, architecture and memory of your GPU"):
 # and TorchInductor turns that graph into C++ (on a GPU, Triton) code, compiles it, and caches it.
 # Later calls with inputs of the same kind skip all of that and run the generated code directly.
 #
-# A chain of element-wise operations is where compiling has the most to save. In eager mode each
+# A chain of element-wise operations is where fusion removes the most memory traffic; whether that
+# shows as time depends on how fast the generated loop runs, and the cell says. In eager mode each
 # operation below reads its whole input from memory and writes a whole new tensor back. Inductor
 # *fuses* the chain into one loop that reads `x` once and writes the result once.
 #
@@ -252,14 +253,14 @@ chain_reason = {
     "no clear difference": "the saved memory traffic was lost in the timing spread (a busy machine, or "
                            "a tensor small enough to stay in cache)",
     "slower": "the generated loop ran the element-wise maths more slowly than eager's kernels here, more "
-              "than the memory it saved"}[chain_word]
+              "than the memory it saved" + inductor_code.scalar_note()}[chain_word]
 chain_said = table.describe("compiled", name="setup.chain.compiled_vs_eager")
 print(f"steady state ({compiled_ms:.3f} ms vs {eager_ms:.3f} ms per call): compiled is {chain_said}")
 print(f"why, on this machine: {chain_reason}")
 
 
 # %% [markdown]
-# ### Where compiling does not pay
+# ### Where fusion has nothing to save
 #
 # Fusion can only save memory traffic where there is some to save. A single matrix multiply has
 # nothing to fuse: on the CPU, Inductor hands it to the same optimised library routine
@@ -358,8 +359,9 @@ else:
 # - `make lab` and `make test` set everything up; the doctor tells you what is missing and how to
 #   fix it.
 # - `torch.compile` pays a one-off compile cost on the first call, then runs generated code.
-#   Fusion saves memory traffic, so fusion only helps where there is traffic to save (the
-#   element-wise chain on a large tensor); a lone matrix multiply has nothing to fuse, and on a
+#   Fusion saves memory traffic, so fusion can only help where there is traffic to save (the
+#   element-wise chain on a large tensor is such a case; its verdict above says whether the fused
+#   loop was faster here); a lone matrix multiply has nothing to fuse, and on a
 #   tiny tensor what compiling can save is dispatch overhead, which competes with per-call guard
 #   checks. The verdict lines above say how each case came out on your machine, judged against
 #   the timing spread.

@@ -610,6 +610,9 @@ word = frozen_table.verdict("max-autotune + freezing", "default + freezing",
                             name="compile.modes.autotune_freezing.tuned_vs_default")  # describe() below prints this verdict
 verdict_line = {"faster": "autotuning paid here", "no clear difference": "autotuning made no clear difference here",
                 "slower": "the autotuned version ran slower here"}[word]
+if tuned["templates"] == 0 and word != "no clear difference":
+    verdict_line += (" by the timer, but it kept the library call for every matmul, so both frozen versions run "
+                     "the same kind of code: read the gap as timing noise")
 verdict_line += f" (max-autotune + freezing is {frozen_table.describe('max-autotune + freezing', 'default + freezing')})"
 same_kernels = all(r["kernels"] == mode_runs["default"]["kernels"] for r in mode_runs.values())
 print(f"-> {verdict_line}. " + ("The four plain modes generated the same kernels, so their timings differ by noise only."
@@ -880,11 +883,12 @@ def reason(name: str, r: dict) -> str:
         tail = {"faster": "; the saved traffic showed as time",
                 "no clear difference": ", but the saved traffic did not show as time here",
                 "slower": ", but here the generated code took longer than eager's separate kernels: saving the "
-                          "traffic was not enough on this CPU"}[word]
+                          "traffic was not enough on this CPU" + inductor_code.scalar_note()}[word]
         return fused + tail + where
     tail = {"faster": "the fused glue was a large enough share of the time to show",
             "no clear difference": "so most of the time is spent in the same routines either way",
-            "slower": "and the compiled call's own overhead outweighed what fusing the glue saved"}[word]
+            "slower": "and here the generated glue loops ran slower than eager's kernels for the same operations"
+                      + (inductor_code.scalar_note() or " (the tiny-input row shows the size of the per-call costs)")}[word]
     return (f"{r['library']} of its operations are matrix multiplies, convolutions or attention, which run in the same "
             f"library routines as in eager; Inductor only fused the glue between them into {r['loops']} loop(s), {tail}")
 
@@ -1324,6 +1328,8 @@ if PRECOMPILE:
         print(f"\nfrom the C++ source of {vector_kernel} (built when the file is executed):")
         print("  " + cpp[0] + "\n  " + cpp[1] + " ...\n  ...\n  " + step_loop
               + "\n  " + next(ln for ln in cpp[cpp.index(step_loop):] if "loadu" in ln)[:110] + " ...")
+    else:
+        print("\nno kernel uses SIMD vectors here" + inductor_code.scalar_note())
     print("\nthe start of call(), forward and backward as one program:")
     call_lines = inductor_code.wrapper_call(step_code).splitlines()
     for line in [call_lines[0].strip()] + [ln[4:] for ln in call_lines[1:12]]:
@@ -1346,7 +1352,8 @@ if PRECOMPILE:
 
 # %% [markdown]
 # So the artifact is Inductor's output code made into a standalone program: the kernels as C++ source
-# (with the loop steps of this CPU's vector width written into it: the `for` line above), the wrapper
+# (with the loop steps of this CPU's vector width written into it: the `for` line above, where the
+# cell printed one), the wrapper
 # that calls them and the matrix-multiply library in order (the training step's `call()` runs the
 # forward and then the backward, with no autograd in between), and checks on what it is given. It
 # calls torch's private internals, so it belongs to the torch version that wrote it.
@@ -1451,7 +1458,7 @@ if PRECOMPILE:
           f"put {len(got['grads'])} gradients on the model, matching loss.backward() (max difference {grad_err:.1e}), "
           "and a second call without zero_grad() doubled them, as eager's accumulation does")
     print(f"Dynamo graphs traced in that process: {loaded['dynamo_graphs']}; C++ built: {loaded['kernels_built']} "
-          f"kernel libraries, {loaded['probes_built']} CPU probes; first result {loaded['first_s']:.2f} s after the "
+          f"kernel libraries, {loaded['probes_built']} CPU probe{'s' if loaded['probes_built'] != 1 else ''}; first result {loaded['first_s']:.2f} s after the "
           f"compiler's imports ({loaded['imports_s']:.1f} s)")
     assert loaded["dynamo_graphs"] == 0, "precompile.load runs the captured program: Dynamo never traces it"
 
@@ -1651,7 +1658,8 @@ if PRECOMPILE:
 #   so the kernels are built again from the code (its source says so; this notebook does not run it);
 # - **the CPU's instruction set**: the kernels are C++ source that Inductor wrote for the capture
 #   machine's vector width (an AVX-512 register holds 16 floats, an AVX2 register 8; the excerpt above
-#   shows the step written into a loop), and the loading machine builds that source with its own
+#   shows the step written into a loop, where this CPU gets vector code), and the loading machine
+#   builds that source with its own
 #   compiler flags;
 # - **shapes, dtypes, devices, layouts and the model's structure**, as shown above.
 #
@@ -1796,11 +1804,12 @@ exercises.check("01.cache_env", cache_env)
 #   overhead but reuse their output memory.
 # - Bisect a problem with `eager` → `aot_eager` → `aot_eager_decomp_partition` → `inductor`, or let
 #   `CompilerBisector` do it.
-# - On a CPU compiling has the most to save where fusion removes memory traffic, and can have little
-#   where matrix multiplies and convolutions dominate (they run in the same libraries either way: only
-#   the glue around them is fused); on tiny calls its own per-call checks weigh as much as the work, or
-#   more. Measure
-#   the steady state and the first call separately, in the same run, and read the verdict for your machine.
+# - On a CPU compiling has the most to save where fusion removes memory traffic, provided the
+#   generated loops keep up with eager's kernels (section 5's verdicts say whether they did here), and
+#   can have little where matrix multiplies and convolutions dominate (they run in the same libraries
+#   either way: only the glue around them is fused); on tiny calls its own per-call checks weigh as
+#   much as the work, or more. Measure the steady state and the first call separately, in the same
+#   run, and read the verdict for your machine.
 # - The first call is paid again in every new process unless the on-disk cache is warm; keep
 #   `TORCHINDUCTOR_CACHE_DIR`. `torch.compiler.precompile` captures a whole computation (a training
 #   step included) once, as a Python file plus a cache bundle, that a new process loads without running

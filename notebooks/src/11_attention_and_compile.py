@@ -417,20 +417,14 @@ print(f"verdict on this machine: FlexAttention is "
 # %% [markdown]
 # ### What the CPU backend does not do
 #
-# On the installed torch, compiled FlexAttention on the CPU is for inference: the compiled CPU kernel
-# has no backward pass, so training with it needs a GPU. The error says so directly. (Where the cells
-# above fell back to the unfused reference, that one has a backward, and the cell shows it instead.)
+# On the installed torch, FlexAttention on the CPU is for inference: it has no backward pass there
+# (compiled or, where the cells above fell back to it, the unfused reference), so training with it
+# needs a GPU. The error says so directly:
 
 # %%
 q_train = qf.clone().requires_grad_()
-if flex is compiled_flex:
-    err = expect_error(lambda: compiled_flex(q_train, kf, vf, block_mask=sw_mask).sum().backward(),
-                       match="backward")
-    print(type(err).__name__ + ":", str(err).splitlines()[0])
-else:
-    flex(q_train, kf, vf, block_mask=sw_mask).sum().backward()
-    assert q_train.grad is not None and q_train.grad.shape == q_train.shape
-    print(f"the unfused reference has a backward: q.grad has shape {tuple(q_train.grad.shape)}")
+err = expect_error(lambda: flex(q_train, kf, vf, block_mask=sw_mask).sum().backward(), match="backward")
+print(type(err).__name__ + ":", str(err).splitlines()[0])
 
 # %% [markdown]
 # ## 3 · Autocast to bfloat16 with `torch.compile`
@@ -1385,7 +1379,7 @@ exercises.check("11.block_sparsity", block_sparsity)
 #   memory panel showed. `sdpa_kernel` lists and restricts the backends.
 # - FlexAttention expresses masks and biases as small functions; each variant matched its
 #   masked-SDPA reference (compiled where Inductor supports this CPU), and a block mask skips the
-#   empty tiles (counted above). On the installed torch its compiled CPU kernel is inference only.
+#   empty tiles (counted above). On the installed torch it is inference only on the CPU.
 # - Autocast to bf16 under `torch.compile` keeps two to three significant digits (section 3 printed its
 #   error); whether it is faster depends on the CPU's bf16 support (the verdict above).
 # - Regional compilation compiles one block and reuses it: far fewer operations traced (asserted), so
