@@ -1458,7 +1458,8 @@ if PRECOMPILE:
           f"put {len(got['grads'])} gradients on the model, matching loss.backward() (max difference {grad_err:.1e}), "
           "and a second call without zero_grad() doubled them, as eager's accumulation does")
     print(f"Dynamo graphs traced in that process: {loaded['dynamo_graphs']}; C++ built: {loaded['kernels_built']} "
-          f"kernel libraries, {loaded['probes_built']} CPU probe{'s' if loaded['probes_built'] != 1 else ''}; first result {loaded['first_s']:.2f} s after the "
+          f"kernel libraries, {loaded['probes_built']} CPU probe{'s' if loaded['probes_built'] != 1 else ''}; "
+          f"first result {loaded['first_s']:.2f} s after the "
           f"compiler's imports ({loaded['imports_s']:.1f} s)")
     assert loaded["dynamo_graphs"] == 0, "precompile.load runs the captured program: Dynamo never traces it"
 

@@ -113,7 +113,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from course_utils import bench, config, exercises, session
 from course_utils.device import accelerator, requires_accelerator
-from course_utils.inductor_code import fused_kernels, generated_code, kernel_source, library_calls, wrapper_call
+from course_utils.inductor_code import fused_kernels, generated_code, kernel_source, library_calls, scalar_note, wrapper_call
 
 print(session.start(seed=0))
 
@@ -655,7 +655,8 @@ loop = next(i for i in range(store, sig_end, -1)
 n_loops = sum("#pragma omp for" in ln for ln in lines)
 print(f"... {len(lines)} lines; {n_loops} loop(s) over the rows split between threads by #pragma omp for"
       if n_loops else f"... {len(lines)} lines and no OpenMP loops (torch uses {torch.get_num_threads()} thread)")
-print(f"the innermost loop that writes the result ({result_ptr}):\n")
+print(f"the innermost loop that writes the result ({result_ptr}); x0 is the row, from the enclosing loop over rows, "
+      "x1 the column:\n")
 excerpt = lines[loop:store + 1]
 indent = min(len(ln) - len(ln.lstrip()) for ln in excerpt if ln.strip())
 print("\n".join(ln[indent:] for ln in excerpt))
@@ -762,7 +763,8 @@ print(f"verdict on this machine: compiled is {table.describe('compiled')}: " + {
                            "whether the machine was busy; in quick mode the tensors are also small enough to "
                            "stay in cache)",
     "slower": "the generated loop's arithmetic (including its passes over each row for the statistics) cost "
-              "more than eager's hand-written kernels for these operations, more than the traffic it saved"}[fused_word])
+              "more than eager's hand-written kernels for these operations, more than the traffic it saved"
+              + scalar_note()}[fused_word])
 bench.bar_chart(table, title=f"LayerNorm + GELU + residual, {ROWS}x{DIM}");
 
 
@@ -990,7 +992,8 @@ else:
 #   Inductor's table breaks them into pointwise operations and reductions; PrimTorch's prims go further
 #   still, but Inductor lowers ATen, not prims.
 # - **TorchInductor** inlines pointwise work into loops, fuses loops that share a pass over memory,
-#   and writes C++/OpenMP with SIMD vectors (Triton on GPUs). Here it turned the function's eager
+#   and writes C++/OpenMP, with SIMD vectors where the CPU allows (the excerpt's cell said which
+#   here; Triton on GPUs). Here it turned the function's eager
 #   kernels into one generated kernel (`internals.kernels.eager`, `internals.kernels.fused`), and
 #   left matrix multiplies to a library.
 #

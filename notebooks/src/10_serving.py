@@ -116,7 +116,7 @@ from fastapi.testclient import TestClient
 from pydantic import BaseModel, Field
 from tqdm import tqdm
 
-from course_utils import bench, config, exercises, session
+from course_utils import bench, config, exercises, inductor_code, session
 from course_utils.device import accelerator, requires_accelerator
 from course_utils.models import load_tiny_gpt
 from course_utils.models.gpt import generate_cached, greedy_steps, pad_prompts
@@ -364,14 +364,14 @@ print("verdict: " + ("health checks wait for whole generations" if ratio > 5 els
 # model threads hold, which is why the size of the gap is this machine's verdict. Nor does `async` make the model itself
 # concurrent: the two throughput figures only differ in how requests take turns on the same cores
 # (one after another on the loop, or several threads contending for the model), and neither lets
-# requests share the model's work. The blocking server may even show more requests per second than
+# requests share the model's work. The blocking server can even show more requests per second than
 # the threaded one (one request at a time avoids threads contending for the model); its health
 # checks show the price. The fix is not `async` as such: it is to keep the loop free and give the model
 # its own thread. That is what the next step does, and the same structure also lets us batch.
 #
 # ## Step 4 · A batching worker
 #
-# Running the model on 8 prompts at once can cost far less than 8 separate runs: the weights are read
+# Running the model on 8 prompts at once can cost less than 8 separate runs: the weights are read
 # once per step for the whole batch, and the per-step Python and dispatch overhead is shared. So we
 # decouple receiving requests from running the model:
 #
@@ -493,7 +493,7 @@ print(f"verdict on this machine: batching served {word} requests per second than
 
 # %% [markdown]
 # Two things changed at once: the throughput (the verdict above), because concurrent requests now
-# share each decoding step, and the health check, because the event loop only shuffles tokens while the model works in
+# share each decoding step, and the health check's latency (the table above), because the event loop only shuffles tokens while the model works in
 # its own thread. (Torch releases Python's global interpreter lock inside its operators, so the loop
 # really does run while the model computes; the Python code between steps still takes turns with it.)
 #
@@ -732,7 +732,8 @@ bare32 = bare_decode_tokens_per_s(model, batch_size=32, prompt_len=8, new_tokens
 efficiency = eff_run.tokens_per_s / bare32
 print(f"bare model, batch 32: {bare32:,.0f} tokens/s; served at 32 clients: {eff_run.tokens_per_s:,.0f} tokens/s "
       f"-> efficiency {efficiency:.2f}")
-print("server on its own core, load generator on the others" if is_pinned else
+print("server pinned to one core, load generator to the other(s) (other programs on a busy machine still share them)"
+      if is_pinned else
       "server and load generator share every core (this OS or machine cannot give each its own)")
 print("\n".join(breakdown.lines()))
 print(f"load generator (this kernel): {client_s / eff_run.wall_s:.0%} of a core")
@@ -908,10 +909,11 @@ else:
     print(f"start-up including the compile: {startup_s:.0f} s (clients could not connect before it ended)")
     print(f"iteration batching at 32 clients, median of 3 runs each: compiled {median['compiled']:,.0f} tokens/s, "
           f"eager {median['eager']:,.0f} tokens/s -> {median['compiled'] / median['eager']:.2f}x: compiling "
-          f"{compile_word} here (differences under 15% are within run-to-run variation)")
+          f"{compile_word} here (differences under 15% are within run-to-run variation)"
+          + inductor_code.scalar_note())
 
 # %% [markdown]
-# What limits the gain on a CPU: one decoding step of a model this small is a few
+# Why compiling may gain little on a CPU: one decoding step of a model this small is a few
 # small matrix products, which Inductor hands to the same libraries eager mode calls, so there is
 # little to fuse; what compiling saves is Python and dispatch overhead per operation, which matters
 # most at small batches. Had the compiled region contained the `int(...)` or the in-place cache

@@ -367,13 +367,16 @@ for name, (block_mask, score_mod, reference) in variants.items():
         if flex is flex_attention or "not supported for CPU" not in str(err):
             raise
         flex = flex_attention  # the unfused reference: the same answers, none of the fusion
-        print(f"compiled FlexAttention is not available here ({str(err).strip().splitlines()[-1]}); "
-              "this cell and the ones below use the unfused reference")
+        cause = next(ln.strip() for ln in str(err).splitlines() if "not supported for CPU" in ln)
+        print(f"compiled FlexAttention is not available here ({cause}); this cell and the ones below use the "
+              "unfused reference (the first row's time includes the failed compile, and the reference's warning "
+              "to use torch.compile does not apply on this CPU)")
         out = flex(qf, kf, vf, score_mod=score_mod, block_mask=block_mask)
     first_s = time.perf_counter() - start
     err = (out - reference).abs().max().item()
     matches += err < FLEX_TOL
-    print(f"{name:<15} max difference from SDPA {err:.1e} | first call (compiles) {first_s:5.1f} s | "
+    print(f"{name:<15} max difference from SDPA {err:.1e} | "
+          f"first call ({'compiles' if flex is compiled_flex else 'unfused'}) {first_s:5.1f} s | "
           f"blocks skipped {block_mask.sparsity():5.1f}%")
 assert matches == len(variants), "every FlexAttention variant must equal its SDPA reference"
 bench.record("attn.flex.variants_equal", matches, "count", variants=len(variants), seq=S_FLEX, tol=FLEX_TOL);
@@ -408,11 +411,12 @@ sliding = bench.compare({
     "flex, block mask": lambda: flex(qf, kf, vf, block_mask=sw_mask),
 }, min_run_time=config.pick(0.3, 1.0))
 print(sliding)
-if flex is not compiled_flex:
-    print("FlexAttention ran unfused here (see above): this comparison cannot show what the fused kernel buys")
 print(f"verdict on this machine: FlexAttention is "
-      f"{sliding.describe('flex, block mask', name='attn.flex.sliding_window.vs_sdpa_dense')} "
-      f"(it skips {skipped:.0%} of the tiles; SDPA reads the whole {S_FLEX}x{S_FLEX} mask)")
+      f"{sliding.describe('flex, block mask', name='attn.flex.sliding_window.vs_sdpa_dense')} " + (
+          f"(it skips {skipped:.0%} of the tiles; SDPA reads the whole {S_FLEX}x{S_FLEX} mask)"
+          if flex is compiled_flex else
+          f"(it ran unfused here: the reference computes every score and masks afterwards, so it skips none of "
+          f"the {skipped:.0%} of tiles the block mask marks empty; only the compiled kernel would)"))
 
 # %% [markdown]
 # ### What the CPU backend does not do
@@ -509,9 +513,11 @@ caps = cpu.capabilities()
 native = [name for name in ("amx_bf16", "avx512_bf16") if caps.get(name)]
 no_native = "none (bf16 products are computed through float32 conversions)"
 print(f"native bf16 instructions on this CPU: {', '.join(native) if native else no_native}"
-      + ("; the avx2 profile leaves oneDNN, which runs these products, on the real CPU" if cpu.active_profile() else ""))
+      + (f"; the {cpu.active_profile()} profile leaves oneDNN, which runs these products, on the real CPU and "
+         "those instructions" if cpu.active_profile() and native else ""))
 print(f"verdict on this machine ({cpu.cpu_class()}): bf16 is "
-      f"{amp.describe('bf16 autocast compiled', name='compile.bf16.block.vs_fp32')}")
+      f"{amp.describe('bf16 autocast compiled', name='compile.bf16.block.vs_fp32')}"
+      + ("" if native else " (without native bf16 instructions, every product converts to and from bf16)"))
 assert rel < 2e-2, "bf16 keeps 2 to 3 significant digits: the error should be well under 2%"
 
 # %% [markdown]
@@ -671,7 +677,7 @@ if len(DEPTHS) > 1:
     same_ops = {cold[("regional", n)]["ops_traced"] for n in DEPTHS}
     traced = f"both trace the same {same_ops.pop()} operations" if len(same_ops) == 1 else ""
     why = ("" if not traced else f" (as expected: {traced})" if own == "no clear difference"
-           else f" ({traced}, so the difference comes from the machine's load, not from the depth)")
+           else f" ({traced}, so the difference is run-to-run variation, one cold start each, not the depth)")
     print(f"the ratio at {DEPTHS[-1]} blocks against {DEPTHS[0]}: {deeper} (band 10%); regional's own cold start "
           f"at {DEPTHS[-1]} against {DEPTHS[0]} blocks: {own}{why}")
 if ("nested region", N_LAYER) in cold:
@@ -1008,9 +1014,13 @@ for name, r in real.items():
     if "max-autotune" in r["groups"]:
         tuned, plain = r["groups"]["max-autotune"]["table"].speedup("max-autotune"), frozen["table"].speedup("freezing")
         word = bench.band_verdict(tuned, plain, band=0.1, name=f"compile.real.{r['key']}.max_autotune_vs_freezing")
+        templates = r["groups"]["max-autotune"]["templates"]
         print(f"{name}, max-autotune against freezing: {tuned:.2f}x against {plain:.2f}x over eager, {word} (10% band); "
               f"it timed candidates for {r['groups']['max-autotune']['autotuned']} matrix-multiply shapes, and "
-              f"{r['groups']['max-autotune']['templates']} of the kernels it generated are Inductor's own templates")
+              f"{templates} of the kernels it generated are Inductor's own templates"
+              + ("" if templates or word == "no clear difference" else
+                 ": with no template chosen both run the same library calls, so the two speed-ups differ by timing "
+                 "noise (each is over its own eager run, timed in a separate group)"))
 
 # TorchInductor CPU update 5 (PyTorch developer forum, 2023): the geometric-mean speed-up of Inductor over
 # eager, fp32 inference, (all threads of one server socket, one thread on one core).
@@ -1378,8 +1388,9 @@ exercises.check("11.block_sparsity", block_sparsity)
 #   it dispatches to a flash-attention kernel that never builds the S×S score matrix, which the
 #   memory panel showed. `sdpa_kernel` lists and restricts the backends.
 # - FlexAttention expresses masks and biases as small functions; each variant matched its
-#   masked-SDPA reference (compiled where Inductor supports this CPU), and a block mask skips the
-#   empty tiles (counted above). On the installed torch it is inference only on the CPU.
+#   masked-SDPA reference (compiled where Inductor supports this CPU), and a block mask records the
+#   empty tiles the fused kernel skips (counted above; the unfused reference computes them all). On
+#   the installed torch it is inference only on the CPU.
 # - Autocast to bf16 under `torch.compile` keeps two to three significant digits (section 3 printed its
 #   error); whether it is faster depends on the CPU's bf16 support (the verdict above).
 # - Regional compilation compiles one block and reuses it: far fewer operations traced (asserted), so

@@ -649,7 +649,7 @@ bench.record("engine.prefix.ttft_ratio", ttft_ratio, "x", shared_tokens=SHARED, 
 # of the whole prompt. How much of it shows up in TTFT depends on what else the step that prefills
 # a newcomer does: it also decodes one token for every running sequence (and our `read` copies
 # their blocks), which costs the same with or without prefix caching. The more sequences decode
-# meanwhile, the larger that shared part, which dilutes the gain; the last line above says whether
+# meanwhile, the larger that shared part, which can dilute the gain; the last line above says whether
 # twice the load changed it on this machine.
 #
 # ### Prefix caching in the course's engine
@@ -663,8 +663,9 @@ bench.record("engine.prefix.ttft_ratio", ttft_ratio, "x", shared_tokens=SHARED, 
 # blocks are filed one step later, once its first token is out. The engine keeps one cache row per sequence
 # rather than pages: the cell prints what those rows take at the server's default limits, and
 # without an attention kernel that reads blocks in place, paging on a CPU means section 3's gather
-# at every step (`core.py`'s docstring gives the reasoning; section 3's verdict is this machine's
-# measurement of what the gather costs).
+# at every step (`core.py`'s docstring gives the reasoning; section 3's verdict measures the paged
+# run as a whole on this machine: the gather, fuller padded steps and any tokens its preemptions
+# recompute).
 #
 # The cell below sends the real engine requests that share a 208-character system prompt (13 full
 # blocks) and differ after it, one at a time while four long answers decode, with the cache on and
@@ -761,7 +762,8 @@ for load, runs in served.items():
         cost = bench.band_verdict(ttft_on, ttft_off, band=0.15, name="engine.prefix.served.cost_unshared")
         print(f"  what the cache costs when nothing is shared: TTFT {ttft_on / ttft_off:.2f}x, "
               + {"higher": "a measurable cost on this machine",
-                 "lower": "no cost visible (lower than without is timing noise: the cache did strictly more work)",
+                 "lower": "no cost visible: lower than without, beyond the band, yet the cache did strictly more "
+                          "work, so this is run-to-run variation larger than the band on this machine",
                  "no clear difference": "no clear cost"}[cost] + " (15% band)")
 bench.record("engine.prefix.served_ttft_ratio", served_cmp["shared"].speedup("prefix cache"), "x",
              shared_tokens=SERVED_SYSTEM, requests=N_SERVED, streams=4);
@@ -906,7 +908,7 @@ bench.record("engine.spec.acceptance_rate", acceptance, "fraction", new_tokens=S
 bench.record("engine.spec.speedup", spec_cmp.speedup("prompt lookup"), "x", new_tokens=SPEC_NEW, k=4);
 
 # %% [markdown]
-# What it costs when drafts are poor: every rejected draft token was computed for nothing, and the search for
+# Does it still pay when the prompt offers nothing? Every rejected draft token was computed for nothing, and the search for
 # a match costs Python time at every step. The cell below runs the same decoder on a prompt of
 # shuffled characters, which offers nothing worth copying (the model's own output may still repeat
 # itself, and then drafts come from there); the acceptance rate and the verdict say what is left.
@@ -922,8 +924,10 @@ bad_cmp = bench.compare({"greedy": lambda: greedy_with_cache(shuffled, SPEC_NEW)
                         warmup=1, min_run_time=config.pick(0.4, 2.0))
 print(f"shuffled prompt: {spec_bad['accepted']} of {spec_bad['proposed']} drafts accepted "
       f"({spec_bad['accepted'] / max(spec_bad['proposed'], 1):.0%}), {spec_bad['passes'] + 1} passes for "
-      f"{SPEC_NEW} tokens; prompt lookup is "
-      f"{bad_cmp.describe('prompt lookup', 'greedy', name='engine.spec.shuffled.lookup_vs_greedy')} here")
+      f"{SPEC_NEW} tokens, against {acceptance:.0%} on the real prompt; prompt lookup is "
+      f"{bad_cmp.describe('prompt lookup', 'greedy', name='engine.spec.shuffled.lookup_vs_greedy')} here"
+      + (" (the drafts came from the model's own repeating output)" if bad_cmp.verdict("prompt lookup", "greedy") == "faster"
+         else ""))
 
 # %% [markdown]
 # A tiny greedy model tends to repeat itself, which flatters prompt lookup: the continuation
@@ -1480,7 +1484,8 @@ bench.record("serve.ray.replicas_used", replicas_used, "replicas", clients=RAY_C
 word = {"higher": "more", "lower": "fewer", "no clear difference": "no clearly different number of"}[
     bench.band_verdict(tps[RAY_NAME], tps[COURSE_NAME], band=0.15, name="engine.ray.two_replicas_vs_one_server")]
 print(f"verdict on this machine ({os.cpu_count()} cores): two Ray replicas served {word} tokens/s than "
-      f"one course server process ({tps[RAY_NAME] / tps[COURSE_NAME]:.2f}x)")
+      f"one course server process ({tps[RAY_NAME] / tps[COURSE_NAME]:.2f}x; the replicas, Ray's proxy and controller "
+      "and the load generator all share these cores)")
 
 # %% [markdown]
 # **A replica dies mid-run.** The next cell starts a load and, half a second in, kills one replica
@@ -1501,7 +1506,7 @@ print(f"verdict on this machine ({os.cpu_count()} cores): two Ray replicas serve
 
 # %%
 KILL_REQUESTS, KILL_NEW = config.pick(32, 96), config.pick(32, 48)
-KILL_TIMEOUT_S = 15  # seconds without a byte before an attempt fails (healthy answers take well under 1 s)
+KILL_TIMEOUT_S = 15  # seconds without a byte before an attempt fails (healthy answers: the p99 printed above)
 before = replica_actor_names()
 result = {}
 loader = threading.Thread(target=lambda: result.update(report=run_load(
@@ -1517,7 +1522,8 @@ ray_srv.wait_for_replicas(2)
 after = replica_actor_names()
 failures = Counter(error.split(":")[0] for error in killed_run.errors)
 print(f"killed replica {killed.rsplit('#', 1)[-1]} 0.5 s into {KILL_REQUESTS} requests of {KILL_NEW} tokens")
-print(f"failed attempts: {len(killed_run.errors)} {dict(failures)}; HTTP statuses {killed_run.statuses}; "
+print(f"failed attempts: {len(killed_run.errors)} {dict(failures)}; HTTP statuses {killed_run.statuses} (one per "
+      "attempt: a cut stream had already answered 200 before its replica died, and its retry answered again); "
       f"retries sent: {killed_run.retries}; lost: {killed_run.n_lost}")
 print("answers per replica:", {name: n for name, n in killed_run.served_by.items()})
 refused = sum(n for kind, n in failures.items() if kind.startswith("HTTP"))
