@@ -1572,7 +1572,8 @@ if PRECOMPILE and not config.is_quick():
     empty = pre_routes["precompiled, empty directory"]
     print(f"on another machine (an empty directory) the precompiled forward built its {empty['kernels_built']} kernel "
           f"librar{'y' if empty['kernels_built'] == 1 else 'ies'} from the source it carries, as the cold compile built "
-          f"{pre_routes['cold']['kernels_built']}, and {empty['probes_built']} CPU probes: "
+          f"{pre_routes['cold']['kernels_built']}, and {empty['probes_built']} "
+          f"CPU probe{'s' if empty['probes_built'] != 1 else ''}: "
           + ("on a CPU the bundle does not carry built libraries, so there it can save at most the tracing and code "
              "generation; the verdict above says whether that showed in this run"
              if empty["kernels_built"] else "its kernels needed no build"))
