@@ -748,12 +748,11 @@ saved_us = (aoti_table.row("eager").median_s - aoti_table.row("AOTInductor").med
 aoti_word = aoti_table.verdict("AOTInductor")
 print(f"median ratio: AOTInductor at {aoti_speedup:.2f}x eager"
       + (f", {saved_us:.1f} µs saved per call" if aoti_word == "faster" else " (see the verdict below)"))
-from course_utils import cpu
+from course_utils import cpu, inductor_code
 
-capability = cpu.info().torch_capability
 print(f"(CPU class {cpu.cpu_class()}: "
-      + (f"the generated C++ is vectorised for the instruction set torch reports, {capability}"
-         if capability != "DEFAULT" else "the generated C++ is not vectorised here (torch reports DEFAULT)")
+      + (f"the generated C++ is vectorised for the instruction set torch reports, {cpu.info().torch_capability}"
+         if inductor_code.vectorises_here() else "the generated C++ is not vectorised here" + inductor_code.scalar_note())
       + ", so the ratio differs between CPU classes; the overhead it removes does not)")
 print(f"verdict on this machine: AOTInductor is {aoti_table.describe('AOTInductor', name='export.aoti.vs_eager')}: " + {
     "faster": "one generated C++ function replaced eager's per-operator Python and dispatcher overhead",

@@ -1553,9 +1553,8 @@ bf16_dot = any(f in cpu_facts.features for f in ("avx512_bf16", "amx_bf16", "bf1
 why_not_int8 = {
     "bf16": ("this CPU has bf16 dot-product instructions (AVX512-BF16, AMX or Arm's BF16)" if bf16_dot else
              "this CPU has no bf16 dot-product instructions, so its bf16 matmuls widen to float32 and back"),
-    "compiled": (f"Inductor's generated code is scalar here (torch's vector code: {cpu_facts.torch_capability}), "
-                 "and the matmuls stay the same library calls" if cpu_facts.torch_capability == "DEFAULT" else
-                 "compiling fuses the small element-wise work around the matmuls, which stay the same library calls"),
+    "compiled": ("compiling fuses the small element-wise work around the matmuls, which stay the same library calls"
+                 + inductor_code.scalar_note()),
     "ORT": "ONNX Runtime runs the exported graph with its own float kernels and graph fusions",
 }
 for name in rows:
