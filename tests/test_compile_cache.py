@@ -11,6 +11,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from course_utils import config
 from course_utils.kit import lab, runner
 
@@ -138,3 +140,59 @@ def test_each_torch_release_and_python_gets_a_folder_of_its_own(monkeypatch):
     assert here.name == f"torch-{importlib.metadata.version('torch')}-py{sys.version_info[0]}.{sys.version_info[1]}"
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "2.11.0+cu130")
     assert config.inductor_cache_dir(environ) == here.parent / f"torch-2.11.0+cu130-py{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+#: Compiles one small graph in a fresh Python and says whether it worked and whether torch's FX graph
+#: cache answered; Inductor's C++ build errors surface as BackendCompilerFailed around a CppCompileError.
+COMPILE_ONCE = """
+import json, torch
+from torch._dynamo.utils import counters
+failed = None
+try:
+    torch.compile(lambda x: (x.sin() * 2 + 1).relu())(torch.randn(1000))
+except Exception as error:
+    failed = f"{type(error).__name__}: {str(error)[:300]}"
+print(json.dumps({"failed": failed, "fx_hits": counters["inductor"]["fxgraph_cache_hit"]}))
+"""
+
+
+def test_torchs_own_cache_keys_miss_aten_cpu_capability(tmp_path):
+    """The fact behind cache_tag() and notebook 01's section 7, checked against the installed torch.
+
+    One cache folder, compiled once as this CPU allows (vector code), then once under
+    ATEN_CPU_CAPABILITY=default: torch hands the second process the first one's graph, whose C++ does
+    not build without AVX2. When a torch release keys its cache on the capability, this test fails:
+    then the '-aten-' folder suffix is no longer needed and notebook 01 should stop saying so.
+    """
+    import platform
+
+    from course_utils import inductor_code
+
+    if platform.machine().lower() not in ("x86_64", "amd64") or os.environ.get("ATEN_CPU_CAPABILITY"):
+        pytest.skip("the check needs an x86 CPU running with torch's own capability choice")
+    if not inductor_code.vectorises_here():
+        pytest.skip("Inductor writes no vector code on this CPU, so both runs build the same C++")
+    env = {k: v for k, v in os.environ.items() if k not in dict(config.ISA_VARIABLES)}
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "one-folder")
+
+    def compile_once(extra: dict[str, str]) -> dict:
+        proc = subprocess.run([sys.executable, "-c", COMPILE_ONCE], cwd=ROOT, env={**env, **extra},
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    first = compile_once({})
+    assert first["failed"] is None, first
+    second = compile_once({"ATEN_CPU_CAPABILITY": "default"})
+    assert second["failed"] is not None, (
+        f"torch {torch_version()} now compiles for ATEN_CPU_CAPABILITY=default from a folder filled "
+        f"with vector code ({second}): its cache keys on the capability, so notebook 01 section 7 and "
+        "config.ISA_VARIABLES's comment are out of date")
+    assert "CppCompileError" in second["failed"] or "Vectorized" in second["failed"], second
+
+
+def torch_version() -> str:
+    """Return the installed torch's version without importing it into the test process."""
+    import importlib.metadata
+
+    return importlib.metadata.version("torch")

@@ -54,7 +54,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from course_utils import config
-from course_utils.kit import gpu_bundle, gpu_cells
+from course_utils.kit import doctor, gpu_bundle, gpu_cells
 
 #: Unit tests that exercise the device code (on a GPU, ``test_gpu_real`` runs for real).
 GPU_UNIT_TESTS = ("tests/test_device.py", "tests/test_gpu_cells.py", "tests/test_gpu_real.py")
@@ -93,9 +93,7 @@ def missing_here(stem: str) -> list[str]:
     reasons = []
     for requirement in gpu_bundle.NEEDS.get(stem, ()):
         name = Requirement(requirement).name
-        try:
-            importlib.metadata.distribution(name)
-        except importlib.metadata.PackageNotFoundError:
+        if doctor.installed_version(name) is None:
             reasons.append(f"{name}: {gpu_bundle.TOO_LARGE.get(canonicalize_name(name), 'not installed here')}")
     return reasons
 
