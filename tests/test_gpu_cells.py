@@ -40,6 +40,13 @@ ALL_GUARDED = all_guarded()
 ANY_ACCELERATOR = [g for g in ALL_GUARDED if g.guard == "requires_accelerator"]
 
 
+@pytest.fixture(autouse=True)
+def _no_course_device(monkeypatch):
+    """Each test starts without ``COURSE_DEVICE``: the GPU check's dry run sets it to cpu, which keeps every
+    guard off, and a test that pretends a GPU is there must see its guard open as on a real GPU machine."""
+    monkeypatch.delenv("COURSE_DEVICE", raising=False)
+
+
 # ---- the guards this issue set ---------------------------------------------------------------------
 
 #: notebook -> (guard, kinds, allow_rocm) of each of its guarded cells, in order.
@@ -152,7 +159,6 @@ def test_an_any_accelerator_cell_runs_on_a_stand_in_device(cell, monkeypatch, tm
     monkeypatch.setattr(course_device, "accelerator", lambda: torch.device("cpu"))
     monkeypatch.setattr(course_device, "requires_accelerator", guard)
     monkeypatch.setenv("COURSE_QUICK", "1")
-    monkeypatch.delenv("COURSE_DEVICE", raising=False)
     results = tmp_path / "results.jsonl"
     monkeypatch.setenv("COURSE_RESULTS", str(results))
     torch.manual_seed(0)
@@ -181,7 +187,6 @@ def _write_twin(folder, stem: str, body: str):
 def test_run_gpu_cells_reports_a_skip_here_and_the_guard_logs_it(monkeypatch, tmp_path):
     from course_utils.kit import gpu_cells
 
-    monkeypatch.delenv("COURSE_DEVICE", raising=False)
     monkeypatch.setenv("COURSE_GPU_CELLS", str(tmp_path / "log.jsonl"))
     monkeypatch.setattr(course_device, "accelerator", lambda: None)
     monkeypatch.setattr(course_device, "has_cuda", lambda: False)
