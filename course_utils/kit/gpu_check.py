@@ -463,7 +463,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             results_by_nb[stem] = NotebookResult(stem, "left out", left_out=why)
             continue
         log(f"== {stem}: its GPU cells alone ({why})")
-        runs = alone_runs[stem] = run_alone(stem, env, log, min(120, max(10, deadline - time.monotonic())))
+        runs = alone_runs[stem] = run_alone(stem, env, log, min(180, max(10, deadline - time.monotonic())))
         failed = [r for r in runs if r["outcome"] in ("failed", "not run")]
         results_by_nb[stem] = NotebookResult(
             stem, "GPU cells alone", passed=len(runs) - len(failed), failed=len(failed),

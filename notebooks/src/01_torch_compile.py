@@ -633,7 +633,8 @@ print(f"-> {verdict_line}. " + ("The four plain modes generated the same kernels
 # On a GPU the picture changes. The next cell (GPU only) compiles a small model with
 # `reduce-overhead`, checks that CUDA graphs were used, and shows their one trap: a CUDA graph
 # writes its outputs into the same memory on every replay, so an output you keep from one call is
-# overwritten by the next call (reading it raises an error). Clone what you keep.
+# overwritten by the next call: reading it afterwards gives the later call's values, or an error
+# that says it was overwritten where the runtime can tell (the cell prints which). Clone what you keep.
 # `torch.compiler.cudagraph_mark_step_begin()` tells the CUDA-graph runtime where a new iteration
 # begins, for loops where its own guess (every call to the compiled model starts one, unless a
 # backward pass is pending) is wrong; it is not a timing or compile marker.
@@ -654,6 +655,8 @@ if requires_cuda("CUDA graphs recorded and replayed by mode='reduce-overhead'"):
             print(f"{mode:<16} CUDA graphs skipped: {counters['inductor']['cudagraph_skips']}")
             gpu_variants[mode] = fn
         assert counters["inductor"]["cudagraph_skips"] == 0, "reduce-overhead should use CUDA graphs here"
+        # a graph was recorded: its input gx (not a parameter) is copied into the graph's memory on each replay
+        assert counters["inductor"]["cudagraph_recorded_non_static_inputs"] >= 1, "no CUDA graph was recorded"
         print(bench.compare({"eager": gpu_model, **gpu_variants}, gx))
 
         expected_first = gpu_model(gx)

@@ -885,14 +885,20 @@ assert train_warnings
 
 # %%
 if requires_cuda("MiniLM on ONNX Runtime's CUDA provider against eager PyTorch on the GPU", allow_rocm=False):
-    if "CUDAExecutionProvider" not in ort.get_available_providers():
+    gpu_sess = None
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        gpu_sess = ort.InferenceSession(str(helper_path), providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
+        print("session runs on:", gpu_sess.get_providers())
+    if gpu_sess is None:
         skip_cell("this onnxruntime build has no CUDA provider; install onnxruntime-gpu to use the GPU")
+    elif gpu_sess.get_providers()[0] != "CUDAExecutionProvider":
+        # listed but not loaded (its CUDA or cuDNN libraries do not match this machine's): ONNX Runtime
+        # fell back to the CPU, and a CPU run is not the comparison this cell is about
+        skip_cell("ONNX Runtime could not load its CUDA provider here (its warning above says why)")
     else:
         import copy
 
         gpu_model = copy.deepcopy(mini.model).cuda()
-        gpu_sess = ort.InferenceSession(str(helper_path), providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
-        print("session runs on:", gpu_sess.get_providers())
         g_ids, g_mask = mini.tokenize(batches[32])
 
         @torch.inference_mode()

@@ -400,7 +400,10 @@ print("memory history available" if snapshot_error is None
 if requires_cuda("a CUDA memory snapshot of one training step, for pytorch.org/memory_viz"):
     gpu_mlp = MLP(64, 256, 10).cuda()
     gpu_opt = torch.optim.SGD(gpu_mlp.parameters(), lr=0.05)
-    torch.cuda.memory._record_memory_history(max_entries=100_000)
+    # stacks="python": memory_viz shows where in your Python each block was allocated. The default, "all",
+    # adds C++ frames, which torch turns into names with addr2line when the snapshot is written: that can
+    # take minutes on some systems.
+    torch.cuda.memory._record_memory_history(max_entries=100_000, stacks="python")
     train_step(gpu_mlp, gpu_opt, xb.cuda(), yb.cuda())
     snapshot_path = TRACE_DIR / "memory_snapshot.pickle"
     torch.cuda.memory._dump_snapshot(str(snapshot_path))
