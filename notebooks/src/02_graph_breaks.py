@@ -112,7 +112,7 @@ import torch._dynamo
 
 from course_utils import bench, compat, config, exercises, session
 from course_utils.breaks import break_report
-from course_utils.inductor_code import fused_kernels, generated_code
+from course_utils.inductor_code import fused_kernels, generated_code, scalar_note
 from course_utils.device import accelerator, requires_accelerator
 
 print(session.start(seed=0))
@@ -313,8 +313,8 @@ print("\nevery count matches what the notebook expects for this torch")
 # - **`if` on a tensor, `.item()`, `.tolist()`**: the next Python line needs the *value* in a tensor,
 #   which does not exist while tracing (Dynamo traces with "fake" tensors that carry only shape,
 #   dtype and device).
-# - **A library Dynamo cannot look into** (SciPy here, which the course has as a dependency of
-#   scikit-learn): compiled code outside torch.
+# - **A library Dynamo cannot look into** (SciPy here, one of the course's dependencies): compiled
+#   code outside torch.
 # - **NumPy does not break** any more. Many older tutorials say that
 #   `x.numpy()` breaks the graph; on this torch (and on 2.11) Dynamo translates NumPy calls on a
 #   tensor's data into torch operations and keeps them in the graph. `try`/`except`, `getattr` and
@@ -564,8 +564,9 @@ assert disabled.breaks == 1 and inlined.breaks > disabled.breaks
 # `torch.compiler.allow_in_graph(fn)` tells Dynamo not to trace `fn` but to put the call into the
 # graph as one node; the backend (AOTAutograd, then Inductor) still traces through it. It is often
 # recommended for "known safe" functions. The current documentation is more careful, and
-# the cell below shows why: because the backend traces `fn` once, any Python side effect inside it
-# (here a deprecation warning) happens **while compiling, not on each call**. For pure tensor code
+# the cell below shows why: the backend runs `fn` only while it traces (a few times; the cell counts
+# them), so any Python side effect inside it (here a deprecation warning) happens **while compiling,
+# not on each call**. For pure tensor code
 # that Dynamo chokes on, it works; for everything else the documentation recommends a custom
 # operator (above) instead.
 
@@ -621,14 +622,18 @@ if compat.has("nonstrict_trace"):
         warnings.simplefilter("ignore")
         report = break_report(with_settings, x)
         graphs, breaks = report.graphs, report.breaks
-        compiled_settings = check_fix(with_settings, lambda t: legacy_scaled(torch.relu(t), {"beta": 1.5}) + 1, x)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        # the eager reference spells out legacy_scaled's maths, so every warning counted comes from compiling
+        compiled_settings = check_fix(with_settings, lambda t: torch.relu(t) * torch.sigmoid(torch.relu(t) * 1.5) + 1, x)
+        loose_compiling = sum("legacy_scaled" in str(w.message) for w in caught)
         for _ in range(5):
             compiled_settings(x)
+        loose_calls = sum("legacy_scaled" in str(w.message) for w in caught) - loose_compiling
     print(f"nonstrict_trace with a dict argument: {graphs} graph, {breaks} breaks, equal to eager "
-          f"(rtol=1e-5); the warning fired {len(caught)} times in 5 compiled calls")
-    assert breaks == 0 and len(caught) == 0
+          f"(rtol=1e-5); the warning fired {loose_compiling} times while compiling and {loose_calls} times "
+          "in 5 compiled calls")
+    assert breaks == 0 and loose_calls == 0
 else:
     print(f"skipped: torch.compiler.nonstrict_trace needs a newer torch than {torch.__version__}")
 
@@ -1107,7 +1112,7 @@ fig.tight_layout();
 # %%
 speedup_large = large.ratio("compiled, 3 breaks", "compiled, fixed")
 speedup_tiny = tiny.ratio("compiled, 3 breaks", "compiled, fixed")
-# The headline is the per-call effect on small inputs: the breaks' fixed costs, large and robust.
+# The headline is the per-call effect on small inputs, where the breaks' fixed costs are all there is.
 bench.record("breaks.speedup.fixed", speedup_tiny, "x", input="8 numbers", breaks_before=breaks_before,
              large_tensor_ratio=round(speedup_large, 2), large_size=SIZE)
 for label, table, role in ((f"{SIZE}x{SIZE} tensor", large, "large"), ("8 numbers", tiny, "tiny")):
@@ -1125,6 +1130,14 @@ print(f"\nwhy, on the {SIZE}x{SIZE} tensor: copying it once takes {copy_ms:.2f} 
          "no clear difference": "Here the saved trips were lost in the timing spread.",
          "slower": "Here the one fused loop did that arithmetic more slowly than the four separate loops, so how "
                    "each loop was compiled mattered more than the memory it saved."}[large_word])
+eager_word = large.verdict("compiled, fixed", "eager")
+print(f"against eager on the {SIZE}x{SIZE} tensor: the fixed block is {large.describe('compiled, fixed', 'eager')}; " + {
+    "faster": "its one loop reads the tensor once and writes it once, where eager makes a pass per operation.",
+    "no clear difference": "the arithmetic dominates, and eager's kernels and Inductor's loop did it about "
+                           "equally fast here.",
+    "slower": "eager's own kernels did the transcendental arithmetic faster than Inductor's generated loop"
+              + scalar_note() + f", and that outweighed the passes over memory it saved (about {copy_ms:.1f} ms "
+              "each, measured above)."}[eager_word])
 tiny_word = tiny.verdict("compiled, fixed", "compiled, 3 breaks")
 print("why, on 8 numbers: the fixed block makes one call into one graph where the broken one enters four graphs, "
       "checks four sets of guards and runs Python and an .item() between them; " + {
@@ -1141,12 +1154,14 @@ print("why, on 8 numbers: the fixed block makes one call into one graph where th
 #   much they cost depends on how the element-wise maths (five transcendental functions here)
 #   compares with your memory bandwidth; and the one fused loop is different code from the four
 #   separate loops, so it may do that maths faster or more slowly than they do. That is why the
-#   large-tensor ratio varies between machines, in either direction.
+#   large-tensor ratio varies between machines, in either direction. For the same reason compiled
+#   code can lose to eager's own kernels when the maths dominates (the "against eager" line says
+#   how it went here).
 # - **Python between the graphs**: leaving compiled code, running the logging call and the
 #   `.item()`, evaluating the `if` in Python, entering the next graph.
 # - **guards**: four graphs, four sets of guards to check.
-# - **`.item()` is a synchronisation point**: it needs the value now. On a CPU that is cheap; on a
-#   GPU the CPU has to wait until all queued GPU work is done (the guarded cell below).
+# - **`.item()` is a synchronisation point**: it needs the value now. On a CPU the value is already
+#   in memory; on a GPU the CPU has to wait until all queued GPU work is done (the guarded cell below).
 #
 # On 8 numbers there is nothing to fuse and the overheads are all that is left, so that is the
 # cleanest measure of what the breaks themselves cost per call (it is the headline result). On the
@@ -1236,7 +1251,8 @@ exercises.check("02.recompile", my_letters)
 #   0-d tensors instead of floats); `capture_scalar_outputs`; a custom operator for library code;
 #   `torch.compiler.disable` to keep Python on purpose (the break stays); `allow_in_graph` or
 #   `nonstrict_trace` with care (side effects happen at compile time). Confirm with `fullgraph=True`,
-#   which raises `torch._dynamo.exc.Unsupported` at the first call.
+#   which raises at the first call (`torch._dynamo.exc.Unsupported` for a break; a branch on a value
+#   read with `.item()` raises `torch._dynamo.exc.UserError`, as exercise 2 shows).
 # - `TORCH_LOGS="graph_breaks,recompiles,guards"` (or `torch._logging.set_logs(...)` in a notebook)
 #   shows breaks, recompiles and guards as they happen.
 # - Guards check each input's metadata (shape, dtype, strides, device, `requires_grad`) and the value

@@ -105,7 +105,7 @@ from tqdm import tqdm
 from course_utils import bench, compat, config, exercises, session
 from course_utils.breaks import break_report
 from course_utils.expect import expect_error
-from course_utils.inductor_code import fused_kernels, generated_code
+from course_utils.inductor_code import fused_kernels, generated_code, scalar_note
 
 print(session.start(seed=0))
 
@@ -324,8 +324,8 @@ print("whole tensor:      ", key_line(err, "single-element"))
 # 1. **Same output structure**: the same number of tensors, nested the same way.
 # 2. **Same dtype and number of dimensions** for each output tensor.
 # 3. **No aliasing**: a branch may not return one of its operands, or a view of one, as its output.
-# 4. **No in-place mutation** of operands (when autograd is recording) or of tensors the branch
-#    closes over (globals, attributes, enclosing variables).
+# 4. **No in-place mutation** of operands (whenever grad mode is on, even for tensors that do not
+#    require gradients) or of tensors the branch closes over (globals, attributes, enclosing variables).
 # 5. **No Python side effects**: no `print`, no appending to a list outside the branch.
 #
 # *Reading* closed-over tensors is fine (module parameters, a global weight): the tracer adds them
@@ -439,7 +439,8 @@ assert program.module()(pos).shape == (2, 3) and program.module()(neg).shape == 
 
 # %% [markdown]
 # **Rule 4 and inference.** Autograd needs the original value of a tensor that a later gradient
-# reads, which is why in-place mutation of operands is refused while gradients are being recorded.
+# reads, which is why in-place mutation of operands is refused whenever grad mode is on (the cell
+# above refused it on a tensor that does not even require gradients).
 # Recent releases relax the rule under `torch.no_grad()`; the next cell reports what yours does
 # (on a copy, because a permitted mutation really does change the caller's tensor):
 
@@ -771,8 +772,7 @@ else:
     print(f"skipped: torch {torch.__version__} has no torch._higher_order_ops.scan")
 
 # %% [markdown]
-# The unrolled loop's graph grows with the step count (and so do export and compile times); the
-# `scan` graph stays the same size. There is a second difference. The unrolled graph is made for
+# The unrolled loop's graph grows with the step count; the `scan` graph stays the same size. There is a second difference. The unrolled graph is made for
 # the example's step count, so asking export for a *dynamic* number of steps (notebook 06 covers
 # `dynamic_shapes`) fails, while one exported `scan` serves any length:
 
@@ -888,9 +888,10 @@ print("ONNX Runtime matches eager on both branches (rtol=1e-4)")
 #   in the graph-break message of section 1.
 #
 # Two sizes: a short vector, where per-call overhead dominates, and a long one (in full mode larger
-# than a typical CPU cache), where moving data through memory does (the work around the decision is a few cheap element-wise operations, so the
-# time goes into reading and writing memory, not into arithmetic). Every variant is checked against
-# eager on both branches before it is timed.
+# than a typical CPU cache), where the versions differ in how many times they pass over the vector in
+# memory. Whether those passes are what takes the time depends on the machine: beside the variants the
+# cell times one plain copy of the vector, and the verdicts say which it was on yours. Every variant
+# is checked against eager on both branches before it is timed.
 
 # %%
 def clip_then_score_where(x: torch.Tensor) -> torch.Tensor:
@@ -901,7 +902,7 @@ def clip_then_score_where(x: torch.Tensor) -> torch.Tensor:
 
 
 SIZES = config.pick(quick=(256, 65_536), full=(256, 16_777_216))  # 16M floats: 64 MB, more than a CPU cache
-tables, first_calls = {}, {}
+tables, first_calls, copy_ms = {}, {}, {}
 for n in tqdm(SIZES, desc="sizes"):
     torch._dynamo.reset()  # each size starts from a clean compiler
     x_big, x_small = torch.randn(n), 1e-3 * torch.randn(n)  # scaled and unchanged branches
@@ -916,6 +917,7 @@ for n in tqdm(SIZES, desc="sizes"):
         for x in (x_big, x_small):
             torch.testing.assert_close(fn(x), clip_then_score(x), rtol=1e-4, atol=1e-4)
     tables[n] = bench.compare(variants, x_big, rounds=5, min_run_time=config.pick(0.3, 3.0))  # long: noisy machines
+    copy_ms[n] = bench.time_fn(torch.clone, x_big).median_ms  # one read and one write of the vector
 
 for n in SIZES:
     print(f"\n{n:,} elements (first compiled calls, s: "
@@ -936,6 +938,21 @@ for n in SIZES:
     print(f"{n:>9,} elements (lowest median: '{fastest}'):\n"
           f"  compiled cond is {cond_said}\n"
           f"  compiled where is {where_said}")
+    if role == "small":
+        print("  why: at this size the time is per-call overhead: the Python-if version enters two graphs with "
+              "Python and guards between them, cond enters one graph that runs more kernels and reads the "
+              "predicate back (both counted below)")
+    else:
+        fastest_ms = t.row(fastest).median_s * 1e3
+        copies = fastest_ms / copy_ms[n]
+        # 'where' makes about 1.5 copies' worth of traffic (the norm reads x, then one pass reads x and writes)
+        print(f"  why: one copy of the vector takes {copy_ms[n]:.2f} ms and the fastest version {fastest_ms:.1f} ms, "
+              f"about {copies:.0f} copies' worth. " + (
+                  "So passing over memory is most of the time here, and the versions differ in how many passes "
+                  "they make (counted below)." if copies <= 4 else
+                  "That is more than its few passes over memory explain: arithmetic, per-call overhead or other "
+                  "programs on the machine took most of the time, so the pass counts below explain little of the gaps"
+                  + scalar_note() + "."))
 
 # %% [markdown]
 # To explain these numbers, look at what Inductor generated for each version: how many compiled
@@ -972,11 +989,13 @@ if start is not None:
 #   smaller depends on the machine, and on a busy one the gap can drown in noise:
 #   compare it with the IQR column before you believe it. `where` has neither cost: one kernel, no
 #   decision.
-# - **Long vectors: memory traffic.** Inductor compiles each branch of a `cond` as its own
+# - **Long vectors: passes over memory.** Inductor compiles each branch of a `cond` as its own
 #   sub-graph, so it cannot fuse across the `cond` boundary: one kernel before the `cond` writes `h`
 #   to memory, the branch's kernel reads it and writes its result, and a kernel after reads that
 #   back. The graph-break version fuses the taken branch with the code after it (one kernel per
-#   graph above), which saves one of those passes, and `where` does everything in one kernel.
+#   graph above), which saves one of those passes, and `where` does everything in one kernel. Those
+#   passes decide the ranking only where moving data is what takes the time; the "why" line under
+#   the large size says whether it was, on your machine.
 # - So `cond` is not a speed feature. It is what makes the function capturable (for export, for
 #   `fullgraph=True`, for code that must not return to Python); where it comes out ahead, one graph
 #   beat two, and where it comes out behind, it is the fusion it blocks.
@@ -1083,9 +1102,10 @@ exercises.check("04.halvings", halvings)
 # - `torch.cond(pred, true_fn, false_fn, operands)` puts both branches in the graph. Branches must
 #   agree on output structure, dtype and number of dimensions (on this torch sizes may differ and
 #   become symbolic), must not return their operands or views of them, and must not mutate operands
-#   or closed-over tensors; reading parameters and other closed-over tensors is fine.
+#   (whenever grad mode is on) or closed-over tensors; reading parameters and other closed-over
+#   tensors is fine.
 # - Gradients flow through the branch taken; the predicate gets none, and the other branch's
-#   parameters get **zeros**, not `None`, which weight decay and momentum notice.
+#   parameters get **zeros**, not `None`, which weight decay notices (measured in section 2).
 # - `torch.while_loop` handles loops whose length depends on values; `scan` keeps a fixed-length
 #   loop as one step instead of unrolling it (`scan`, `map` and `associative_scan` live in the
 #   private `torch._higher_order_ops`; guard them with `compat.has`).
