@@ -917,7 +917,8 @@ for n in tqdm(SIZES, desc="sizes"):
         for x in (x_big, x_small):
             torch.testing.assert_close(fn(x), clip_then_score(x), rtol=1e-4, atol=1e-4)
     tables[n] = bench.compare(variants, x_big, rounds=5, min_run_time=config.pick(0.3, 3.0))  # long: noisy machines
-    copy_ms[n] = bench.time_fn(torch.clone, x_big).median_ms  # one read and one write of the vector
+    # one read and one write of the vector, into fresh memory as every version's output is
+    copy_ms[n] = bench.time_fn(torch.clone, x_big).median_ms
 
 for n in SIZES:
     print(f"\n{n:,} elements (first compiled calls, s: "
@@ -947,9 +948,9 @@ for n in SIZES:
         copies = fastest_ms / copy_ms[n]
         # 'where' makes about 1.5 copies' worth of traffic (the norm reads x, then one pass reads x and writes)
         print(f"  why: one copy of the vector takes {copy_ms[n]:.2f} ms and the fastest version {fastest_ms:.1f} ms, "
-              f"about {copies:.0f} copies' worth. " + (
-                  "So passing over memory is most of the time here, and the versions differ in how many passes "
-                  "they make (counted below)." if copies <= 4 else
+              f"{copies:.1f} times a copy. " + (
+                  "So moving data (and getting fresh memory for the output) is most of the time here, and the "
+                  "versions differ in how many passes they make (counted below)." if copies <= 4 else
                   "That is more than its few passes over memory explain: arithmetic, per-call overhead or other "
                   "programs on the machine took most of the time, so the pass counts below explain little of the gaps"
                   + scalar_note() + "."))
