@@ -199,3 +199,42 @@ def test_save_program_refuses_other_input_names(tmp_path):
         program = torch.onnx.export(Net(), (torch.randn(2),), verbose=False)
     with pytest.raises(onnx_tools.OnnxModelError, match="input_names"):
         onnx_tools.save_program(program, tmp_path / "x.onnx")
+
+
+def _matmul_relu_model(path) -> None:
+    from onnx import TensorProto, helper, numpy_helper
+
+    import numpy as np
+
+    weight = numpy_helper.from_array(np.ones((8, 4), dtype=np.float32), "w")
+    inp = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [inp], [out], initializer=[weight])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+def test_node_times_sums_the_profiled_runs_per_operator_and_cleans_up(tmp_path):
+    import numpy as np
+
+    path = tmp_path / "mm.onnx"
+    _matmul_relu_model(path)
+    profiles = tmp_path / "profiles"
+    session = onnx_tools.ort_session(path, threads=1, opt_level="disable", profile_dir=profiles)
+    times = onnx_tools.node_times(session, {"x": np.ones((3, 8), dtype=np.float32)}, runs=2)
+    assert set(times) == {"MatMul", "Relu"}
+    assert all(ms >= 0 for ms in times.values())
+    assert list(profiles.iterdir()) == []  # the JSON file is read, then deleted
+    assert 0.0 <= onnx_tools.matmul_share(times) <= 1.0
+
+
+def test_node_times_needs_a_profiling_session(tmp_path):
+    path = tmp_path / "mm.onnx"
+    _matmul_relu_model(path)
+    with pytest.raises(ValueError, match="profile_dir"):
+        onnx_tools.node_times(onnx_tools.ort_session(path), {})
+
+
+def test_matmul_share_counts_every_matrix_multiply_form():
+    assert onnx_tools.matmul_share({"MatMul": 2.0, "FusedMatMul": 1.0, "Gemm": 1.0, "Add": 4.0}) == 0.5
+    assert onnx_tools.matmul_share({}) == 0.0

@@ -10,6 +10,9 @@ The plumbing behind notebook 07's ONNX Runtime cells (the export itself is taugh
   instead of spinning (unless asked), with clear errors for a missing or corrupt file.
 - ``OrtEncoder``: wraps a session as a callable ``(ids, mask) -> torch.Tensor``,
   so ``mini.encode(texts, model=OrtEncoder(session))`` embeds text through ONNX Runtime.
+- ``node_times``: where a session's time goes, per operator type, from ONNX Runtime's own
+  profiler (a session opened with ``ort_session(path, profile_dir=...)``); ``matmul_share``
+  sums the matrix-multiply operators' part of it.
 
     >>> path = export_minilm()
     >>> session = ort_session(path, threads=2)
@@ -41,6 +44,9 @@ OPT_LEVELS = ("disable", "basic", "extended", "all")
 #: The session setting that lets ONNX Runtime's intra-op threads spin while they wait for work.
 #: ``OMP_WAIT_POLICY=PASSIVE`` (``course_utils.threads``) does not reach ONNX Runtime's own pool.
 SPINNING_KEY = "session.intra_op.allow_spinning"
+#: ONNX Runtime operators that are matrix multiplies (standard, fused and quantized forms).
+MATMUL_OPS = frozenset({"MatMul", "Gemm", "FusedMatMul", "FusedGemm", "MatMulInteger", "QLinearMatMul",
+                        "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "MatMulNBits", "QGemm"})
 
 
 class OnnxModelError(RuntimeError):
@@ -158,8 +164,8 @@ def save_program(program: Any, path: str | Path | None = None, *, opset: int | N
     return path
 
 
-def ort_session(path: str | Path, *, threads: int | None = None,
-                opt_level: str = "all", spinning: bool = False) -> onnxruntime.InferenceSession:
+def ort_session(path: str | Path, *, threads: int | None = None, opt_level: str = "all",
+                spinning: bool = False, profile_dir: str | Path | None = None) -> onnxruntime.InferenceSession:
     """Return an ONNX Runtime CPU session on ``path``.
 
     ``threads`` sets the intra-op thread pool (default: ``torch.get_num_threads()``,
@@ -167,7 +173,8 @@ def ort_session(path: str | Path, *, threads: int | None = None,
     ``"disable"``, ``"basic"``, ``"extended"``, ``"all"``. ``spinning=False`` (the
     default) makes the pool's idle threads sleep (``SPINNING_KEY`` = "0"): ONNX
     Runtime's own default is to spin, which fights any other busy program for the cores,
-    the reason the course sets ``OMP_WAIT_POLICY=PASSIVE`` for torch. Raises
+    the reason the course sets ``OMP_WAIT_POLICY=PASSIVE`` for torch. ``profile_dir`` turns
+    on ONNX Runtime's profiler, writing its JSON file there (read it with ``node_times``). Raises
     ``OnnxModelError`` when the file is missing or ONNX Runtime cannot load it.
     """
     import onnxruntime as ort
@@ -194,12 +201,57 @@ def ort_session(path: str | Path, *, threads: int | None = None,
         "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
     }[opt_level]
     opts.log_severity_level = 3  # errors only: keep ONNX Runtime's warnings out of notebooks
+    if profile_dir is not None:
+        Path(profile_dir).mkdir(parents=True, exist_ok=True)
+        opts.enable_profiling = True
+        opts.profile_file_prefix = str(Path(profile_dir) / "ort_profile")
     try:
         return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
     except Exception as err:  # onnxruntime raises its own Fail / InvalidProtobuf types
         raise OnnxModelError(f"ONNX Runtime could not load {path} ({type(err).__name__}: "
                              f"{str(err)[:300]}); delete it and export again, e.g. "
                              "export_minilm(force=True).") from err
+
+
+def node_times(session: onnxruntime.InferenceSession, feeds: dict[str, Any], *, runs: int = 3,
+               warmup: int = 1) -> dict[str, float]:
+    """Return the milliseconds per run that each operator type took, from ONNX Runtime's profiler.
+
+    ``session`` must have been opened with profiling on (``ort_session(path, profile_dir=...)``).
+    Runs ``feeds`` ``warmup`` times, then ``runs`` times, and sums the kernel time of every node
+    (the ``"Node"`` events, keyed by their ``op_name``) over the timed runs only, divided by
+    ``runs``. This ends the session's profiling (``end_profiling``) and deletes the JSON file.
+    Node times leave out the executor's own work between nodes, so they add up to a little less
+    than a run's wall time.
+    """
+    if runs < 1 or warmup < 0:
+        raise ValueError(f"need runs >= 1 and warmup >= 0, got runs={runs!r}, warmup={warmup!r}")
+    if not session.get_session_options().enable_profiling:
+        raise ValueError("this session does not profile; open it with ort_session(path, profile_dir=...)")
+    for _ in range(warmup + runs):
+        session.run(None, feeds)
+    profile = Path(session.end_profiling())
+    try:
+        events = json.loads(profile.read_text(encoding="utf-8"))
+    finally:
+        profile.unlink(missing_ok=True)
+    starts = sorted(e["ts"] for e in events if e.get("cat") == "Session" and e.get("name") == "model_run")
+    if len(starts) < warmup + runs:
+        raise RuntimeError(f"ONNX Runtime's profile holds {len(starts)} runs, expected {warmup + runs}")
+    first = starts[-runs]  # the first timed run; earlier events are warm-up and session start
+    totals: dict[str, float] = {}
+    for e in events:
+        if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time") and e["ts"] >= first:
+            op = e.get("args", {}).get("op_name", "?")
+            totals[op] = totals.get(op, 0.0) + e["dur"] / 1e3  # microseconds -> ms
+    return {op: ms / runs for op, ms in sorted(totals.items(), key=lambda kv: -kv[1])}
+
+
+def matmul_share(times: dict[str, float]) -> float:
+    """Return the share (0 to 1) of the node time in ``times`` (from ``node_times``) that went into
+    matrix-multiply operators (``MATMUL_OPS``); 0.0 when ``times`` is empty."""
+    total = sum(times.values())
+    return sum(ms for op, ms in times.items() if op in MATMUL_OPS) / total if total else 0.0
 
 
 class OrtEncoder:
