@@ -219,23 +219,32 @@ class Comparison:
                   for r in self.rows]
         return "\n".join(lines)
 
-    def spread_note(self, limit: float = NOISY_SPREAD) -> str:
+    def spread_note(self, limit: float = NOISY_SPREAD, *, cause: str | None = None) -> str:
         """Return one line warning that the timings are rough when a row's IQR exceeds ``limit``
-        (20%) of its median, as on a busy machine; "" otherwise."""
+        (20%) of its median; "" otherwise. ``cause`` says why the spread is large where the caller
+        knows (default: another program using the CPU, the usual reason on a laptop)."""
         worst = max(self.rows, key=lambda r: r.iqr_s / r.median_s if r.median_s else 0.0, default=None)
         if worst is None or not worst.median_s or worst.iqr_s / worst.median_s <= limit:
             return ""
+        if cause is None:
+            return (f"note: the spread is large (IQR {worst.iqr_s / worst.median_s:.0%} of the median "
+                    f"for {worst.label!r}): something else was using the CPU, so treat these timings "
+                    "as rough and rerun the cell when the machine is quiet")
         return (f"note: the spread is large (IQR {worst.iqr_s / worst.median_s:.0%} of the median "
-                f"for {worst.label!r}): something else was using the CPU, so treat these timings "
-                "as rough and rerun the cell when the machine is quiet")
+                f"for {worst.label!r}): {cause}")
 
-    def __str__(self) -> str:
+    def format(self, *, cause: str | None = None) -> str:
+        """Return the comparison as a text table, with ``spread_note(cause=cause)`` under it when
+        the spread is large (``str(comparison)`` is ``format()``)."""
         width = max(len(r.label) for r in self.rows) if self.rows else 7
         head = f"{'variant':<{width}}  {'median ms':>10}  {'IQR ms':>8}  {'vs ' + self.baseline:>12}"
         body = [f"{r.label:<{width}}  {r.median_s * 1e3:>10.3f}  {r.iqr_s * 1e3:>8.3f}  {r.speedup:>11.2f}x"
                 for r in self.rows]
-        note = self.spread_note()
+        note = self.spread_note(cause=cause)
         return "\n".join([head, *body, *([note] if note else [])])
+
+    def __str__(self) -> str:
+        return self.format()
 
 
 def band_verdict(value: float, other: float, band: float = 0.1, *, name: str | None = None,

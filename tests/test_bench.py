@@ -209,3 +209,13 @@ def test_a_comparison_records_its_verdict_on_the_device_its_variants_ran_on(resu
     bench.band_verdict(2.0, 1.0, name="t.band", device=sampled.device)
     got = {r["name"]: r["device"] for r in bench.read_results(results_file)}
     assert got == {"t.cpu": "cpu", "t.told": "cuda", "t.band": "cuda"} and sampled.device == "cuda"
+
+
+def test_a_caller_that_knows_why_the_spread_is_large_says_so():
+    noisy = _two(1.0, 0.1, 2.0, 0.9)
+    cause = "the ranks wait on each other every step"
+    table = noisy.format(cause=cause)
+    assert table.splitlines()[-1] == noisy.spread_note(cause=cause)
+    assert table.endswith(cause) and "something else was using the CPU" not in table
+    assert str(noisy) == noisy.format()
+    assert _two(1.0, 0.1, 2.0, 0.2).format(cause=cause) == str(_two(1.0, 0.1, 2.0, 0.2))  # quiet: no note

@@ -112,7 +112,7 @@ import torch._dynamo
 
 from course_utils import bench, compat, config, exercises, session
 from course_utils.breaks import break_report
-from course_utils.inductor_code import fused_kernels, generated_code, scalar_note
+from course_utils.inductor_code import fused_kernels, generated_code
 from course_utils.device import accelerator, requires_accelerator
 
 print(session.start(seed=0))
@@ -598,7 +598,7 @@ with warnings.catch_warnings(record=True) as caught:
     during_calls = len(caught) - while_compiling
 print(f"with allow_in_graph: {after.breaks} breaks; the warning fired {while_compiling} times while "
       f"compiling and {during_calls} times in 5 later calls")
-assert before.breaks == 1 and after.breaks == 0 and during_calls == 0
+assert before.breaks == 1 and after.breaks == 0 and during_calls == 0 and while_compiling >= 1
 
 # %% [markdown]
 # `torch.compiler.nonstrict_trace` (newer than torch 2.11, so the course reaches it through
@@ -633,7 +633,7 @@ if compat.has("nonstrict_trace"):
     print(f"nonstrict_trace with a dict argument: {graphs} graph, {breaks} breaks, equal to eager "
           f"(rtol=1e-5); the warning fired {loose_compiling} times while compiling and {loose_calls} times "
           "in 5 compiled calls")
-    assert breaks == 0 and loose_calls == 0
+    assert breaks == 0 and loose_calls == 0 and loose_compiling >= 1
 else:
     print(f"skipped: torch.compiler.nonstrict_trace needs a newer torch than {torch.__version__}")
 
@@ -1132,12 +1132,13 @@ print(f"\nwhy, on the {SIZE}x{SIZE} tensor: copying it once takes {copy_ms:.2f} 
                    "each loop was compiled mattered more than the memory it saved."}[large_word])
 eager_word = large.verdict("compiled, fixed", "eager")
 print(f"against eager on the {SIZE}x{SIZE} tensor: the fixed block is {large.describe('compiled, fixed', 'eager')}; " + {
-    "faster": "its one loop reads the tensor once and writes it once, where eager makes a pass per operation.",
+    "faster": "its one loop reads the tensor once and writes it once, where eager makes a pass over memory per "
+              f"operation (about {copy_ms:.1f} ms each here).",
     "no clear difference": "the arithmetic dominates, and eager's kernels and Inductor's loop did it about "
                            "equally fast here.",
-    "slower": "eager's own kernels did the transcendental arithmetic faster than Inductor's generated loop"
-              + scalar_note() + f", and that outweighed the passes over memory it saved (about {copy_ms:.1f} ms "
-              "each, measured above)."}[eager_word])
+    "slower": "eager's own kernels did the transcendental arithmetic faster than Inductor's generated loop, and "
+              f"that outweighed the passes over memory it saved (about {copy_ms:.1f} ms each, measured above)."
+    }[eager_word])
 tiny_word = tiny.verdict("compiled, fixed", "compiled, 3 breaks")
 print("why, on 8 numbers: the fixed block makes one call into one graph where the broken one enters four graphs, "
       "checks four sets of guards and runs Python and an .item() between them; " + {

@@ -324,8 +324,8 @@ print("whole tensor:      ", key_line(err, "single-element"))
 # 1. **Same output structure**: the same number of tensors, nested the same way.
 # 2. **Same dtype and number of dimensions** for each output tensor.
 # 3. **No aliasing**: a branch may not return one of its operands, or a view of one, as its output.
-# 4. **No in-place mutation** of operands (whenever grad mode is on, even for tensors that do not
-#    require gradients) or of tensors the branch closes over (globals, attributes, enclosing variables).
+# 4. **No in-place mutation** of operands or of tensors the branch closes over (globals, attributes,
+#    enclosing variables), whenever grad mode is on, even for tensors that do not require gradients.
 # 5. **No Python side effects**: no `print`, no appending to a list outside the branch.
 #
 # *Reading* closed-over tensors is fine (module parameters, a global weight): the tracer adds them
@@ -383,7 +383,8 @@ assert running_total.item() == 0, "the failed trace must not have run the mutati
 # - rule 5: move the `print` outside the `cond`, or log the predicate instead.
 #
 # The state fix is the one that changes how you write code, so here it is working. Mutating a
-# fresh clone inside a branch is fine too, since only operands and closed-over tensors are protected:
+# fresh clone inside a branch is fine too, since only operands and closed-over tensors are protected
+# (with grad mode on):
 
 # %%
 def bump_and_sin(h, total):
@@ -940,7 +941,8 @@ for n in SIZES:
           f"  compiled cond is {cond_said}\n"
           f"  compiled where is {where_said}")
     if role == "small":
-        print("  why: at this size the time is per-call overhead: the Python-if version enters two graphs with "
+        print(f"  why: at this size the time is per-call overhead (a plain copy of the vector takes "
+              f"{copy_ms[n] * 1e3:.1f} µs): the Python-if version enters two graphs with "
               "Python and guards between them, cond enters one graph that runs more kernels and reads the "
               "predicate back (both counted below)")
     else:
@@ -951,8 +953,8 @@ for n in SIZES:
               f"{copies:.1f} times a copy. " + (
                   "So moving data (and getting fresh memory for the output) is most of the time here, and the "
                   "versions differ in how many passes they make (counted below)." if copies <= 4 else
-                  "That is more than its few passes over memory explain: arithmetic, per-call overhead or other "
-                  "programs on the machine took most of the time, so the pass counts below explain little of the gaps"
+                  "That is more than its few passes over memory explain: arithmetic (or other programs on the "
+                  "machine) took most of the time, so the pass counts below explain the gaps only in part"
                   + scalar_note() + "."))
 
 # %% [markdown]
@@ -985,8 +987,9 @@ if start is not None:
 # - **Short vectors: fixed costs per call.** At 256 elements every version takes microseconds, so
 #   the table measures overhead, and the two branching versions pay different kinds. The Python-if
 #   version runs two compiled graphs, checks two sets of guards and returns to Python in between,
-#   but launches only two kernels. The `cond` version makes one call into one graph, but runs four
-#   kernels and, like the `if`, reads the predicate back (`.item()`, shown above) to pick a branch. Which total is
+#   but launches only two kernels. The `cond` version makes one call into one graph, but compiles four
+#   kernels and runs three of them (the untaken branch's is skipped) and, like the `if`, reads the
+#   predicate back (`.item()`, shown above) to pick a branch. Which total is
 #   smaller depends on the machine, and on a busy one the gap can drown in noise:
 #   compare it with the IQR column before you believe it. `where` has neither cost: one kernel, no
 #   decision.
@@ -999,7 +1002,7 @@ if start is not None:
 #   the large size says whether it was, on your machine.
 # - So `cond` is not a speed feature. It is what makes the function capturable (for export, for
 #   `fullgraph=True`, for code that must not return to Python); where it comes out ahead, one graph
-#   beat two, and where it comes out behind, it is the fusion it blocks.
+#   beat two, and where it comes out behind while moving data dominates, it is the fusion it blocks.
 # - **When `where` does not pay.** `where` evaluates both branches on every call. With two cheap
 #   branches that costs little; with an expensive branch that is rarely taken (the router's deep
 #   block), computing it every time costs far more than a branch, and `cond` is the right tool.

@@ -263,8 +263,8 @@ assert op_counts["LayerNormalization"] == 2 * 6 + 1  # two per layer, one after 
 # the one that spins on purpose to measure the difference, also set
 # `session.intra_op.allow_spinning` to `"0"`, because ONNX Runtime's pool is its own (the
 # `OMP_WAIT_POLICY=PASSIVE` the course sets for torch, see `course_utils/threads.py`, does not reach
-# it) and by default its idle threads spin, which on a busy machine can fight the other programs
-# for the cores (measured below).
+# it) and by default its idle threads spin, which on a busy machine can fight other work for the
+# cores (below: what that does to ONNX Runtime's own time on your machine).
 # `session.run(output_names, feeds)` takes NumPy arrays keyed by input name and returns NumPy arrays.
 
 # %%
@@ -483,7 +483,9 @@ from course_utils import cpu
 cpu_info = cpu.info()
 capped = f", capped by CPU profile {cpu_info.profile!r}" if cpu_info.profile else ""
 print(f"torch: CPU class {cpu_info.cpu_class} (vector code {cpu_info.torch_capability}{capped}); ONNX Runtime: "
-      f"{cpu.onnxruntime_kernels().split(' (')[0]}, chosen by asking the CPU itself, so a CPU profile caps torch only")
+      f"{cpu.onnxruntime_kernels().split(' (')[0]}, chosen by asking the CPU itself")
+print("a CPU profile caps torch's own kernels and Inductor's code; torch's matrix multiplies go to a BLAS library "
+      "(MKL or oneDNN on x86) that, like ONNX Runtime, asks the CPU itself")
 print("the two runtimes ship different matrix-multiply kernels for each instruction set (AVX2, AVX-512, ARM), "
       "so how far apart they land, at either batch size, can differ from one CPU class to another")
 # How much ONNX Runtime gains depends on the CPU class and on the load, so it is a verdict here;
@@ -504,7 +506,7 @@ print("the two runtimes ship different matrix-multiply kernels for each instruct
 # cost of a call that does not grow with the tokens. The cell also counts the operators each runtime
 # runs per call, and then profiles one 2-token call of each runtime (`torch.profiler` for eager,
 # ONNX Runtime's own profiler) to split that cost into matrix multiplies, other operators and, for
-# eager, the time spent outside ATen operators (Python).
+# eager, the time spent outside ATen operators (Python, and the profiler's own overhead).
 
 # %%
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -586,7 +588,7 @@ with profile(activities=[ProfilerActivity.CPU]) as prof:
 aten_self = {e.key: e.self_cpu_time_total / 1e3 / PROFILED_CALLS for e in prof.key_averages() if e.key.startswith("aten::")}
 eager_mm = sum(t for op, t in aten_self.items() if op in MATMUL_ATEN)
 eager_parts = {"matrix multiplies": eager_mm, "other ATen operators": sum(aten_self.values()) - eager_mm,
-               "outside ATen operators (Python)": max(0.0, eager_wall - sum(aten_self.values()))}
+               "outside ATen operators (Python, profiler)": max(0.0, eager_wall - sum(aten_self.values()))}
 # ONNX Runtime's own profiler, on the same 2 tokens (its JSON file goes to a temporary folder and is deleted).
 with tempfile.TemporaryDirectory() as folder:
     ort_times = onnx_tools.node_times(onnx_tools.ort_session(helper_path, threads=THREADS, profile_dir=folder),
@@ -595,8 +597,9 @@ with tempfile.TemporaryDirectory() as folder:
 ort_mm = sum(t for op, t in ort_times.items() if op in onnx_tools.MATMUL_OPS)
 ort_parts = {"matrix multiplies": ort_mm, "other nodes": sum(ort_times.values()) - ort_mm}
 linear_weights = sum(m.weight.numel() for m in mini.model.modules() if isinstance(m, nn.Linear))
-print(f"one 2-token call, profiled ({PROFILED_CALLS} calls averaged; a profiler adds its own overhead: unprofiled, "
-      f"the table above timed eager at {ms['eager, 2 tokens']:.2f} ms and ONNX Runtime at {ms['ORT, 2 tokens']:.2f} ms):")
+print(f"one 2-token call, profiled ({PROFILED_CALLS} calls averaged, at another moment than the table above, which "
+      f"timed eager at {ms['eager, 2 tokens']:.2f} ms and ONNX Runtime at {ms['ORT, 2 tokens']:.2f} ms unprofiled; "
+      "compare the parts with each other):")
 print(f"  eager PyTorch  {eager_wall:6.2f} ms: " + ", ".join(f"{k} {v:.2f} ms" for k, v in eager_parts.items()))
 print(f"  ONNX Runtime   {sum(ort_times.values()):6.2f} ms of node time: "
       + ", ".join(f"{k} {v:.2f} ms" for k, v in ort_parts.items()))
@@ -615,8 +618,9 @@ print(f"the largest part of eager's 2-token call on this machine: {largest} ({ea
 #
 # A thread of ONNX Runtime's pool that runs out of work can *spin* (keep polling, so it starts the
 # next piece of work without a wake-up delay) or sleep. The sessions above sleep; ONNX Runtime's
-# default is to spin. Spinning can save the wake-up delays when the cores are otherwise idle, and can
-# cost the other programs a core when they are not. The same model at batch 1, both ways, side by
+# default is to spin. Spinning can save the wake-up delays when the cores are otherwise idle; when
+# they are not, a spinning thread holds a core that other work needs, ONNX Runtime's own working
+# threads included. The same model at batch 1, both ways, side by
 # side; the printed verdict says which way it went on this machine:
 
 # %%
@@ -634,7 +638,8 @@ if THREADS == 1:
 else:
     why = {"faster": "the cores were free enough here that skipping the wake-ups paid",
            "no clear difference": "the wake-ups saved and the cores taken roughly cancel on this machine",
-           "slower": "the spinning threads took cores that other work on this machine needed"}[spin_word]
+           "slower": "the spinning threads held cores that other work needed, ONNX Runtime's own working "
+                     "threads included"}[spin_word]
 load = "could not be sampled" if others is None else f"about {others:.1f} of {threads.usable_cores()} cores"
 print(f"batch 1, {THREADS} threads: spinning is {spin_table.describe('ORT, idle threads spin', 'ORT, idle threads sleep')}: "
       f"{why} (other programs' CPU use just after: {load})")
@@ -663,7 +668,8 @@ else:
 
 # %% [markdown]
 # **Graph optimisations: do they pay here?** The fusions counted earlier remove nodes and the
-# memory traffic between them, but they can only shorten the time of the nodes they fuse, and a
+# memory traffic between them, but they change only the time of the nodes they fuse (and that can
+# go either way), and a
 # transformer at batch 32 may spend much of its time in matrix multiplies that fusion leaves as
 # they are. Compare the same file with optimisations off and fully on (quick mode uses fewer
 # passages), then ask ONNX Runtime's profiler how each session's node time splits between matrix
@@ -687,7 +693,9 @@ rest_ms = {name: sum(t.values()) - mm_ms[name] for name, t in level_times.items(
 mm_share = {name: onnx_tools.matmul_share(t) for name, t in level_times.items()}
 for name in level_times:
     print(f"profile, opt {name:7s}: matrix multiplies {mm_ms[name]:7.1f} ms ({mm_share[name]:.0%} of the node time), "
-          f"other nodes {rest_ms[name]:6.1f} ms")
+          f"other nodes {rest_ms[name]:6.1f} ms; node time {sum(level_times[name].values()):.1f} ms against "
+          f"{by_level.row(f'opt {name}').median_s * 1e3:.1f} ms timed above")
+print("(a rough split: a profile of a few runs, taken at another moment than the timing, with the profiler's overhead)")
 rest_word = bench.band_verdict(rest_ms["all"], rest_ms["disable"], band=0.1)  # one profile each: a 10% band
 change = {"lower": "less", "higher": "more", "no clear difference": "no clear change"}[rest_word]
 rest_said = (f"in the profile the other nodes took {rest_ms['disable']:.1f} ms unoptimised and {rest_ms['all']:.1f} ms "

@@ -168,8 +168,8 @@ def echo(line: str) -> None:
 # writes the job: a script that gives rank r the tensor `[r·n+1, ..., r·n+n]` and runs all three.
 # From the course it imports only `runtime`: `init()` joins the process group, `log(...)` prints a
 # line tagged with the rank, and `emit(result)` has rank 0 write its result as one line of JSON.
-# Each line goes out in a single write system call. A pipe keeps a write of up to 4096 bytes whole,
-# so the ranks' log lines never cut into each other; a longer result line could, in principle, get
+# Each line goes out in a single write system call. A pipe keeps a write of up to 4096 bytes whole
+# on Linux (512 on macOS), so the ranks' log lines never cut into each other; a longer result line could, in principle, get
 # another rank's text inside it when the pipe is full, and the cell would then stop with an error
 # saying the result is not JSON. The cell after it launches the file: `launch.run_job` builds a
 # `torchrun` command, run through the course's loopback wrapper (the section on who can reach a job,
@@ -271,13 +271,14 @@ if requires_cuda("the collectives on NCCL, one process per GPU"):
 # %% [markdown]
 # Who can reach this job? torchrun's ranks meet at a key-value store that has no password.
 # In the torch releases this course supports, plain `torchrun` lets that store listen on every
-# network interface of the machine (`*`), even when told to meet on 127.0.0.1, because torch's store
+# network interface of the machine (`*`, printed as `::`), even when told to meet on 127.0.0.1, because torch's store
 # server does not bind to the address it is given; the next cell starts a plain store asked for
 # 127.0.0.1 and prints where it listens on your install. The course's launcher,
-# `python -m course_utils.distributed.loopback`, is torchrun with one change: each store it hosts listens on a socket already bound to 127.0.0.1. It also points gloo at
-# the loopback interface and gives every job a free port and a rendezvous id of its own, so two
-# learners on one machine never join each other's job by accident (its docstring lists what listens
-# where). Loopback keeps other machines out, not other processes on this one: the store still has no
+# `python -m course_utils.distributed.loopback`, is torchrun except that each store it hosts
+# listens on a socket already bound to 127.0.0.1, and that it points gloo at the loopback interface
+# (when `GLOO_SOCKET_IFNAME` is unset); `launch.run_job` gives every job a free port and a rendezvous
+# id of its own, so two learners on one machine never join each other's job by accident (the
+# wrapper's docstring lists what listens where). Loopback keeps other machines out, not other processes on this one: the store still has no
 # password, so on a machine shared by several users only a network namespace of one's own keeps
 # them out.
 # Then the cell runs the job again through the course's launcher, holding it open for a moment, and
@@ -309,14 +310,13 @@ for pid, address, port in seen:
 print(f"{len(seen)} listening sockets in {len({pid for pid, _, _ in seen})} processes")
 assert seen, "no listening socket was seen while the job ran: run the cell again"
 beyond = [f"{address}:{port}" for _, address, port in seen if not ipaddress.ip_address(address).is_loopback]
-ifname = os.environ.get("GLOO_SOCKET_IFNAME")
+ifname, lo = os.environ.get("GLOO_SOCKET_IFNAME"), launch.loopback_interface()
 assert not beyond, (
-    f"the job listened beyond loopback, on {beyond}. " + (
-        f"GLOO_SOCKET_IFNAME is {ifname!r} in this notebook's environment, and the launcher points gloo at the "
-        f"loopback interface only when it is unset: unset it (or set it to {launch.loopback_interface()!r}) where "
-        "Jupyter starts, then restart the kernel" if ifname else
-        "GLOO_SOCKET_IFNAME is unset, so gloo was pointed at loopback: the docstring of "
-        "course_utils/distributed/loopback.py lists every socket a job opens, to compare with the list above"))
+    f"the job listened beyond loopback, on {beyond} (the process numbers above say which process). "
+    f"GLOO_SOCKET_IFNAME is {ifname!r} in this notebook's environment and the loopback interface found is {lo!r}; "
+    "the launcher points gloo at loopback only when the variable is unset and an interface was found. If a rank "
+    "listens outside, unset the variable where Jupyter starts (or set it to the loopback interface) and restart "
+    "the kernel; the docstring of course_utils/distributed/loopback.py lists every socket a job opens")
 
 # %% [markdown]
 # ## 2 · DDP with torch.compile
@@ -835,9 +835,9 @@ assert gap <= LOSS_TOL
 # Every step all-gathers each group's parameters for its forward pass, and each block's again for
 # its backward pass: FSDP frees a group's gathered weights as soon as its forward has run
 # (`reshard_after_forward`, on by default for every group except the root, which keeps its weights
-# gathered from its forward to its backward). The next cell counts the collectives of one step:
-# one all-gather per group in the forward, one per block in the backward, and one reduce-scatter
-# per group (asserted).
+# gathered from its forward to its backward). So one step should make one all-gather per group in
+# the forward, one per block in the backward, and one reduce-scatter per group: the next cell counts
+# the step's collectives and checks the totals against that (asserted).
 #
 # ### Mixed precision: compute in bf16, keep and reduce in float32
 #
@@ -874,7 +874,8 @@ groups = DEPTH + 1                                    # one per block, and the r
 gathers = mp["float32"]["collectives"]["all-gather in float32"][0]
 scatters = mp["float32"]["collectives"]["reduce-scatter in float32"][0]
 print(f"  {groups} groups ({DEPTH} blocks and the root): {gathers} all-gathers = {groups} in the forward + "
-      f"{gathers - groups} in the backward; {scatters} reduce-scatters")
+      f"{gathers - groups} in the backward (the split expected above; the step's total is what was counted); "
+      f"{scatters} reduce-scatters")
 
 BF16_EPS = 2.0 ** -8
 f32, b16 = mp["float32"]["losses"], mp["bf16"]["losses"]
@@ -1421,7 +1422,7 @@ bench.record("dist.pp.grad_max_abs_diff", pp_diff, "abs", world=pp["world"], mic
 # of equal ticks: a forward starts once the previous stage has finished that microbatch's forward, a
 # backward once the next stage has finished that microbatch's backward, and every call takes one
 # tick. That is a simplification: messages take time, and a backward takes a different time from a
-# forward (the cell after the chart below prints their measured ratio on each rank).
+# forward (their measured ratio on each rank is printed under the chart below).
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -1466,8 +1467,8 @@ for name, run in pp["schedules"].items():
 # (`ScheduleInterleaved1F1B`, `ScheduleZBVZeroBubble`) give each rank several smaller stages, or
 # split the backward in two, to shrink it further. The chart below draws the same calls on the clock
 # they really ran by (both processes read one clock): the gaps in a row are that rank waiting for
-# its neighbour, or sending and receiving activations and gradients (the schedule does that between
-# the calls the job times).
+# its neighbour, sending and receiving activations and gradients, or, on the last stage, computing
+# the loss (the schedule does those between the calls the job times).
 
 # %%
 fig, axes = plt.subplots(len(pp["schedules"]), 1, figsize=(9, 3.4), squeeze=False)
@@ -1583,8 +1584,9 @@ print(cmp_ac)
 step_word = cmp_ac.verdict("checkpointed", "plain", name="dist.ac.checkpointed_step_time")
 why = {"slower": "during the backward pass each checkpointed block ran its forward again, work the plain step does "
                  "once, and that recomputation outweighed anything saved by keeping fewer activations",
-       "no clear difference": "the forwards recomputed during the backward pass cost less than this run's timing "
-                              "spread (the IQR column), so no time cost showed on this machine",
+       "no clear difference": "the time checkpointing added (its forwards run again during the backward pass), "
+                              "net of anything saved by keeping fewer activations, stayed inside this run's timing "
+                              "spread (the IQR column)",
        "faster": f"keeping {(ac['plain']['saved']['activations'] - ac['checkpointed']['saved']['activations']) / 2**20:.0f} "
                  "MiB fewer activations (memory written in the forward and read back in the backward) saved more "
                  "time than the recomputed forwards cost"}[step_word]
@@ -1603,9 +1605,10 @@ assert ac["checkpointed"]["saved"]["activations"] < ac["plain"]["saved"]["activa
 # parameters then, whichever of them the plain backward could do without. The step's overall peak
 # also holds parameters, gradients and temporaries, so its saving need not match the activations'
 # saving; the verdict above says whether the peak moved beyond a 10% band on this machine. The
-# profiler may print a warning under the cell about a memory block allocated before profiling
-# started: it is harmless here (a block allocated before the profile and freed during it has a size
-# the profiler never saw, so it leaves that one event out). The price is recomputation, whose cost
+# profiler may print warnings under the cell: one about a memory block allocated before profiling
+# started (a block allocated before the profile and freed during it has a size the profiler never
+# saw, so it leaves that one event out), and on some runs one naming the Python frame it started in
+# (such as asyncio's `_run_once`, the notebook's event loop). Both are harmless here. The price is recomputation, whose cost
 # is this machine's verdict too. Under `torch.compile` the compiler also decides on its own what to
 # save and what to recompute (its min-cut partitioner), so measure rather than assume. In FSDP jobs the
 # usual recipe is to checkpoint each block and shard it: `checkpoint` inside, `fully_shard` outside.
@@ -1870,7 +1873,11 @@ for _ in range(SCALE_ROUNDS):
 others.append(threads.other_load())
 speed = bench.Comparison.from_samples({label: [t for run in got for t in run["step_s"]] for label, got in runs.items()})
 print(f"{SCALE_ROUNDS} run(s) of {EL_STEPS} steps on each side, in turn; every step but each run's first, pooled:")
-print(speed)
+loads_seen = [x for x in others if x is not None]
+print(speed.format(cause="the two ranks wait for each other at every step's all-reduce, so a delay on either rank "
+                         "shows in both; other programs used about "
+                         + (f"{max(loads_seen):.1f} cores at most" if loads_seen else "an unknown share of the CPU")
+                         + " between the runs"))
 print("(the last column is speed relative to 1 process: below 1x, a step on 2 processes takes longer)")
 
 word = speed.verdict("2 processes", "1 process", name="dist.scale.two_process_step_time")
