@@ -225,7 +225,8 @@ def test_node_times_sums_the_profiled_runs_per_operator_and_cleans_up(tmp_path):
     assert set(times) == {"MatMul", "Relu"}
     assert all(ms >= 0 for ms in times.values())
     assert list(profiles.iterdir()) == []  # the JSON file is read, then deleted
-    assert 0.0 <= onnx_tools.matmul_share(times) <= 1.0
+    matmul, other = onnx_tools.matmul_split(times)
+    assert (matmul, other) == (times["MatMul"], times["Relu"])
 
 
 def test_node_times_needs_a_profiling_session(tmp_path):
@@ -235,6 +236,6 @@ def test_node_times_needs_a_profiling_session(tmp_path):
         onnx_tools.node_times(onnx_tools.ort_session(path), {})
 
 
-def test_matmul_share_counts_every_matrix_multiply_form():
-    assert onnx_tools.matmul_share({"MatMul": 2.0, "FusedMatMul": 1.0, "Gemm": 1.0, "Add": 4.0}) == 0.5
-    assert onnx_tools.matmul_share({}) == 0.0
+def test_matmul_split_counts_every_matrix_multiply_form():
+    assert onnx_tools.matmul_split({"MatMul": 2.0, "FusedMatMul": 1.0, "Gemm": 1.0, "Add": 4.0}) == (4.0, 4.0)
+    assert onnx_tools.matmul_split({}) == (0.0, 0.0)

@@ -11,8 +11,8 @@ The plumbing behind notebook 07's ONNX Runtime cells (the export itself is taugh
 - ``OrtEncoder``: wraps a session as a callable ``(ids, mask) -> torch.Tensor``,
   so ``mini.encode(texts, model=OrtEncoder(session))`` embeds text through ONNX Runtime.
 - ``node_times``: where a session's time goes, per operator type, from ONNX Runtime's own
-  profiler (a session opened with ``ort_session(path, profile_dir=...)``); ``matmul_share``
-  sums the matrix-multiply operators' part of it.
+  profiler (a session opened with ``ort_session(path, profile_dir=...)``); ``matmul_split``
+  splits it into matrix multiplies and everything else.
 
     >>> path = export_minilm()
     >>> session = ort_session(path, threads=2)
@@ -247,11 +247,11 @@ def node_times(session: onnxruntime.InferenceSession, feeds: dict[str, Any], *, 
     return {op: ms / runs for op, ms in sorted(totals.items(), key=lambda kv: -kv[1])}
 
 
-def matmul_share(times: dict[str, float]) -> float:
-    """Return the share (0 to 1) of the node time in ``times`` (from ``node_times``) that went into
-    matrix-multiply operators (``MATMUL_OPS``); 0.0 when ``times`` is empty."""
-    total = sum(times.values())
-    return sum(ms for op, ms in times.items() if op in MATMUL_OPS) / total if total else 0.0
+def matmul_split(times: dict[str, float]) -> tuple[float, float]:
+    """Return (milliseconds in matrix-multiply operators (``MATMUL_OPS``), milliseconds in all the
+    other operators) of ``times``, a ``node_times`` result."""
+    matmul = sum(ms for op, ms in times.items() if op in MATMUL_OPS)
+    return matmul, sum(times.values()) - matmul
 
 
 class OrtEncoder:

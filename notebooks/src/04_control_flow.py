@@ -442,20 +442,37 @@ assert program.module()(pos).shape == (2, 3) and program.module()(neg).shape == 
 # **Rule 4 and inference.** Autograd needs the original value of a tensor that a later gradient
 # reads, which is why in-place mutation of operands is refused whenever grad mode is on (the cell
 # above refused it on a tensor that does not even require gradients).
-# Recent releases relax the rule under `torch.no_grad()`; the next cell reports what yours does
-# (on a copy, because a permitted mutation really does change the caller's tensor):
+# Recent releases relax the rule under `torch.no_grad()`; the next cell reports what yours does,
+# for an operand and for a closed-over tensor (on fresh tensors, because a permitted mutation
+# really does change them):
 
 # %%
 h_copy = torch.ones(4, 3)
-with torch.no_grad():
-    try:
-        with contextlib.redirect_stderr(io.StringIO()):
-            torch.cond(h_copy.sum() > 0, add_in_place, lambda h: h - 1, (h_copy,))
-        verdict = (f"allowed: the caller's tensor changed (its first value is now "
-                   f"{h_copy[0, 0].item():.0f})")
-    except Exception as err:
-        verdict = f"refused ({type(err).__name__})"
-print(f"torch {torch.__version__}: in-place mutation of an operand under no_grad is {verdict}")
+outside = torch.zeros(())  # a fresh closed-over tensor, so running_total above stays as it is
+
+
+def bump_outside(h):
+    outside.add_(1)
+    return h.sin()
+
+
+def under_no_grad(call, changed) -> str:
+    """Run a mutating cond under no_grad; say whether it was allowed and what it changed."""
+    with torch.no_grad():
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):
+                call()
+            return f"allowed: {changed()}"
+        except Exception as err:
+            return f"refused ({type(err).__name__})"
+
+
+on_operand = under_no_grad(lambda: torch.cond(h_copy.sum() > 0, add_in_place, lambda h: h - 1, (h_copy,)),
+                           lambda: f"the caller's tensor changed (its first value is now {h_copy[0, 0].item():.0f})")
+on_closed = under_no_grad(lambda: torch.cond(h_copy.sum() > 0, bump_outside, lambda h: h.cos(), (h_copy,)),
+                          lambda: f"the closed-over tensor is now {outside.item():.0f}")
+print(f"torch {torch.__version__}, in-place mutation under no_grad:\n  of an operand: {on_operand}\n"
+      f"  of a closed-over tensor: {on_closed}")
 
 
 # %% [markdown]

@@ -594,8 +594,8 @@ with tempfile.TemporaryDirectory() as folder:
     ort_times = onnx_tools.node_times(onnx_tools.ort_session(helper_path, threads=THREADS, profile_dir=folder),
                                       {"input_ids": inputs[2][0].numpy(), "attention_mask": inputs[2][1].numpy()},
                                       runs=PROFILED_CALLS)
-ort_mm = sum(t for op, t in ort_times.items() if op in onnx_tools.MATMUL_OPS)
-ort_parts = {"matrix multiplies": ort_mm, "other nodes": sum(ort_times.values()) - ort_mm}
+ort_mm, ort_other = onnx_tools.matmul_split(ort_times)
+ort_parts = {"matrix multiplies": ort_mm, "other nodes": ort_other}
 linear_weights = sum(m.weight.numel() for m in mini.model.modules() if isinstance(m, nn.Linear))
 print(f"one 2-token call, profiled ({PROFILED_CALLS} calls averaged, at another moment than the table above, which "
       f"timed eager at {ms['eager, 2 tokens']:.2f} ms and ONNX Runtime at {ms['ORT, 2 tokens']:.2f} ms unprofiled; "
@@ -688,12 +688,13 @@ with tempfile.TemporaryDirectory() as folder:  # ONNX Runtime's profile files ar
     level_times = {name: onnx_tools.node_times(onnx_tools.ort_session(helper_path, opt_level=name, profile_dir=folder),
                                                level_feeds, runs=config.pick(1, 2))
                    for name in ("disable", "all")}
-mm_ms = {name: sum(v for op, v in t.items() if op in onnx_tools.MATMUL_OPS) for name, t in level_times.items()}
-rest_ms = {name: sum(t.values()) - mm_ms[name] for name, t in level_times.items()}
-mm_share = {name: onnx_tools.matmul_share(t) for name, t in level_times.items()}
+mm_ms, rest_ms = {}, {}
+for name, t in level_times.items():
+    mm_ms[name], rest_ms[name] = onnx_tools.matmul_split(t)
+mm_share = {name: mm_ms[name] / (mm_ms[name] + rest_ms[name]) for name in level_times}
 for name in level_times:
     print(f"profile, opt {name:7s}: matrix multiplies {mm_ms[name]:7.1f} ms ({mm_share[name]:.0%} of the node time), "
-          f"other nodes {rest_ms[name]:6.1f} ms; node time {sum(level_times[name].values()):.1f} ms against "
+          f"other nodes {rest_ms[name]:6.1f} ms; node time {mm_ms[name] + rest_ms[name]:.1f} ms against "
           f"{by_level.row(f'opt {name}').median_s * 1e3:.1f} ms timed above")
 print("(a rough split: a profile of a few runs, taken at another moment than the timing, with the profiler's overhead)")
 rest_word = bench.band_verdict(rest_ms["all"], rest_ms["disable"], band=0.1)  # one profile each: a 10% band

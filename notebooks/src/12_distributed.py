@@ -1873,10 +1873,10 @@ for _ in range(SCALE_ROUNDS):
 others.append(threads.other_load())
 speed = bench.Comparison.from_samples({label: [t for run in got for t in run["step_s"]] for label, got in runs.items()})
 print(f"{SCALE_ROUNDS} run(s) of {EL_STEPS} steps on each side, in turn; every step but each run's first, pooled:")
-loads_seen = [x for x in others if x is not None]
+loads = [x for x in others if x is not None]   # None where the load could not be sampled
 print(speed.format(cause="the two ranks wait for each other at every step's all-reduce, so a delay on either rank "
                          "shows in both; other programs used about "
-                         + (f"{max(loads_seen):.1f} cores at most" if loads_seen else "an unknown share of the CPU")
+                         + (f"{max(loads):.1f} cores at most" if loads else "an unknown share of the CPU")
                          + " between the runs"))
 print("(the last column is speed relative to 1 process: below 1x, a step on 2 processes takes longer)")
 
@@ -1884,7 +1884,6 @@ word = speed.verdict("2 processes", "1 process", name="dist.scale.two_process_st
 cores = threads.usable_cores()
 rank_threads = max(run["threads"] for run in runs["2 processes"])
 needed = 2 * rank_threads                            # cores the two ranks' threads need to all run at once
-loads = [x for x in others if x is not None]
 load = sum(loads) / len(loads) if loads else None
 free = None if load is None else max(0.0, cores - load)
 crowded = load is not None and load >= threads.BUSY_CORES and free < needed   # the course's "busy", and too few cores left
