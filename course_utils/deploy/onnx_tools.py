@@ -251,7 +251,7 @@ def matmul_split(times: dict[str, float]) -> tuple[float, float]:
     """Return (milliseconds in matrix-multiply operators (``MATMUL_OPS``), milliseconds in all the
     other operators) of ``times``, a ``node_times`` result."""
     matmul = sum(ms for op, ms in times.items() if op in MATMUL_OPS)
-    return matmul, sum(times.values()) - matmul
+    return matmul, sum(ms for op, ms in times.items() if op not in MATMUL_OPS)
 
 
 class OrtEncoder:
