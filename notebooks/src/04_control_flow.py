@@ -442,9 +442,11 @@ assert program.module()(pos).shape == (2, 3) and program.module()(neg).shape == 
 # **Rule 4 and inference.** Autograd needs the original value of a tensor that a later gradient
 # reads, which is why in-place mutation of operands is refused whenever grad mode is on (the cell
 # above refused it on a tensor that does not even require gradients).
-# Recent releases relax the rule under `torch.no_grad()`; the next cell reports what yours does,
-# for an operand and for a closed-over tensor (on fresh tensors, because a permitted mutation
-# really does change them):
+# Under `torch.no_grad()`, `torch.cond`'s documentation in 2.14 allows a branch to mutate its
+# *inputs*, and still says a branch cannot mutate global variables. The next cell tries both, an
+# operand and a closed-over tensor, and reports what your torch does (on fresh tensors, because a
+# permitted mutation really does change them). Anything it allows beyond the documented case is not
+# a promise: releases differ here, so do not build on it.
 
 # %%
 h_copy = torch.ones(4, 3)
@@ -456,21 +458,22 @@ def bump_outside(h):
     return h.sin()
 
 
-def under_no_grad(call, changed) -> str:
-    """Run a mutating cond under no_grad; say whether it was allowed and what it changed."""
+def under_no_grad(call, watched: torch.Tensor) -> str:
+    """Run a mutating cond under no_grad; say whether it was allowed and whether ``watched`` changed."""
+    before = watched.clone()
     with torch.no_grad():
         try:
             with contextlib.redirect_stderr(io.StringIO()):
                 call()
-            return f"allowed: {changed()}"
         except Exception as err:
             return f"refused ({type(err).__name__})"
+    changed = "changed" if not torch.equal(before, watched) else "did not change"
+    return (f"allowed, and the tensor {changed} (first value {before.flatten()[0].item():.0f} -> "
+            f"{watched.flatten()[0].item():.0f})")
 
 
-on_operand = under_no_grad(lambda: torch.cond(h_copy.sum() > 0, add_in_place, lambda h: h - 1, (h_copy,)),
-                           lambda: f"the caller's tensor changed (its first value is now {h_copy[0, 0].item():.0f})")
-on_closed = under_no_grad(lambda: torch.cond(h_copy.sum() > 0, bump_outside, lambda h: h.cos(), (h_copy,)),
-                          lambda: f"the closed-over tensor is now {outside.item():.0f}")
+on_operand = under_no_grad(lambda: torch.cond(h_copy.sum() > 0, add_in_place, lambda h: h - 1, (h_copy,)), h_copy)
+on_closed = under_no_grad(lambda: torch.cond(h_copy.sum() > 0, bump_outside, lambda h: h.cos(), (h_copy,)), outside)
 print(f"torch {torch.__version__}, in-place mutation under no_grad:\n  of an operand: {on_operand}\n"
       f"  of a closed-over tensor: {on_closed}")
 
@@ -685,8 +688,9 @@ torch.testing.assert_close(root, a.sqrt())
 assert int(iters) == iters_py
 explained = torch._dynamo.explain(newton_sqrt_python)(a)
 print(f"Python while: {len(explained.break_reasons)} graph break ({explained.break_reasons[0].reason}), "
-      f"{explained.graph_count} compiled graph of {explained.op_count} ops: the loop body is not in it")
-assert len(explained.break_reasons) == 1 and explained.graph_count == 1
+      f"{explained.graph_count} compiled graph of {explained.op_count} ops: the loop body is not in it; "
+      f"graph_break_count {explained.graph_break_count}")
+assert len(explained.break_reasons) == 1 and explained.graph_count == 1 and explained.graph_break_count == 0
 while_loop_breaks = break_report(newton_sqrt, a).breaks
 print(f"while_loop:   {while_loop_breaks} graph breaks; {int(iters)} iterations for {a.tolist()}")
 assert while_loop_breaks == 0
@@ -696,7 +700,7 @@ assert while_loop_breaks == 0
 # Note how `explain` counts the Python loop. It reports the break reason but only one graph: the
 # operations up to the first test of the condition. Dynamo cannot resume compiling in the middle of
 # a loop, so it leaves the rest of the function, the whole loop, to ordinary Python, and its
-# `graph_break_count` (graphs minus one) says 0. Read `break_reasons` instead.
+# `graph_break_count` (graphs minus one) says 0 (printed above). Read `break_reasons` instead.
 #
 # The `while_loop` version exports, and the exported program runs as many iterations as each new
 # input needs; nothing about the example input's iteration count is baked in:
@@ -776,6 +780,7 @@ class Ema(nn.Module):
 
 if compat.has("scan"):
     print(f"{'steps':>6} {'Python for: graph nodes':>24} {'scan: graph nodes':>18}")
+    scan_sizes = set()
     for steps in config.pick(quick=(8, 64), full=(8, 64, 256)):
         xs = torch.randn(steps, 16)
         torch.testing.assert_close(ema_scan(xs), ema_python(xs))
@@ -785,13 +790,16 @@ if compat.has("scan"):
             torch.testing.assert_close(program.module()(xs), ema_python(xs))
             nodes[name] = len(program.graph.nodes)
         print(f"{steps:>6} {nodes['python']:>24} {nodes['scan']:>18}")
+        scan_sizes.add(nodes["scan"])
     assert nodes["scan"] < nodes["python"]
+    assert len(scan_sizes) == 1, f"the scan graph's size changed with the step count: {scan_sizes}"
 else:
     print(f"skipped: torch {torch.__version__} has no torch._higher_order_ops.scan")
 
 # %% [markdown]
-# The unrolled loop's graph grows with the step count; the `scan` graph stays the same size. There is a second difference. The unrolled graph is made for
-# the example's step count, so asking export for a *dynamic* number of steps (notebook 06 covers
+# The unrolled loop's graph grows with the step count; the `scan` graph stays the same size (the
+# cell asserts it). There is a second difference. The unrolled graph is made for the example's step
+# count, so asking export for a *dynamic* number of steps (notebook 06 covers
 # `dynamic_shapes`) fails, while one exported `scan` serves any length:
 
 # %%
@@ -813,8 +821,9 @@ else:
 # (when `f` is vectorisable, notebook 05's `vmap` is usually the better tool), and
 # `associative_scan(combine_fn, xs, dim)` computes prefix combinations with an associative
 # operator, such as a cumulative sum, in a form that can run in parallel. Its default
-# `combine_mode="pointwise"` is meant for GPUs (torch 2.11 refuses CPU tensors with it; 2.14 accepts
-# them); `combine_mode="generic"` works on the CPU in both, so that is what the cell uses:
+# `combine_mode="pointwise"` is meant for GPUs, and some releases refuse CPU tensors with it (the
+# cell says whether yours does); `combine_mode="generic"` works on the CPU in every release this
+# course supports, so that is what the cell checks:
 
 # %%
 if compat.has("scan"):
@@ -823,6 +832,12 @@ if compat.has("scan"):
                                torch.stack([row.softmax(dim=-1) for row in xs]))
     torch.testing.assert_close(hops.associative_scan(lambda u, v: u + v, xs, dim=0, combine_mode="generic"), xs.cumsum(dim=0))
     print("map matches a Python loop; associative_scan with + matches cumsum")
+    try:
+        pointwise = hops.associative_scan(lambda u, v: u + v, xs, dim=0)  # the default, combine_mode="pointwise"
+        torch.testing.assert_close(pointwise, xs.cumsum(dim=0))
+        print(f"torch {torch.__version__} also accepts CPU tensors with combine_mode='pointwise' (and matches cumsum)")
+    except (ValueError, RuntimeError) as err:
+        print(f"torch {torch.__version__} refuses CPU tensors with combine_mode='pointwise': {str(err).splitlines()[0]}")
 else:
     print(f"skipped: torch {torch.__version__} has no torch._higher_order_ops.scan")
 
@@ -902,8 +917,7 @@ print("ONNX Runtime matches eager on both branches (rtol=1e-4)")
 # - **compiled, Python if**: two compiled graphs with Python (and a guard check) in between;
 # - **compiled cond**: one graph; the branch choice happens inside the compiled code;
 # - **compiled where**: no branch at all. `torch.where(pred, scaled, h)` computes *both* branches and
-#   keeps one. Both branches here are cheap, so this is a fair candidate; it is also the first hint
-#   in the graph-break message of section 1.
+#   keeps one. Both branches here are cheap, so this is a fair candidate.
 #
 # Two sizes: a short vector, where per-call overhead dominates, and a long one (in full mode larger
 # than a typical CPU cache), where the versions differ in how many times they pass over the vector in
@@ -920,7 +934,11 @@ def clip_then_score_where(x: torch.Tensor) -> torch.Tensor:
 
 
 SIZES = config.pick(quick=(256, 65_536), full=(256, 16_777_216))  # 16M floats: 64 MB, more than a CPU cache
+MEMORY_BOUND_COPIES = 4  # the long-vector "why" line: up to this many copies' time, memory traffic dominates
 tables, first_calls, copy_ms = {}, {}, {}
+# Inductor's one-time start-up (its compile workers, the C++ toolchain check) goes to a throwaway
+# function, so the first variant timed below does not pay it for the others
+bench.first_call(torch.compile(lambda t: t * 2 + 1), torch.randn(8))
 for n in tqdm(SIZES, desc="sizes"):
     torch._dynamo.reset()  # each size starts from a clean compiler
     x_big, x_small = torch.randn(n), 1e-3 * torch.randn(n)  # scaled and unchanged branches
@@ -960,19 +978,30 @@ for n in SIZES:
     if role == "small":
         print(f"  why: at this size the time is per-call overhead (a plain copy of the vector takes "
               f"{copy_ms[n] * 1e3:.1f} µs): the Python-if version enters two graphs with "
-              "Python and guards between them, cond enters one graph that runs more kernels and reads the "
-              "predicate back (both counted below)")
+              "Python and guards between them, cond enters one graph that runs more kernels (counted below); "
+              "both read the predicate back to pick a branch")
     else:
         fastest_ms = t.row(fastest).median_s * 1e3
         copies = fastest_ms / copy_ms[n]
-        # 'where' makes about 1.5 copies' worth of traffic (the norm reads x, then one pass reads x and writes)
-        print(f"  why: one copy of the vector takes {copy_ms[n]:.2f} ms and the fastest version {fastest_ms:.1f} ms, "
-              f"{copies:.1f} times a copy. " + (
+        runner_up = min((r for r in t.rows if r.label != fastest), key=lambda r: r.median_s).label
+        tie = t.verdict(runner_up, fastest) == "no clear difference"
+        # The fewest passes any version makes: read x for the norm, then one pass that reads x and writes
+        # the output, 1.5 copies' worth of traffic; up to MEMORY_BOUND_COPIES, memory is the main cost.
+        memory_bound = copies <= MEMORY_BOUND_COPIES
+        print(f"  why: one copy of the vector takes {copy_ms[n]:.2f} ms; the lowest median, '{fastest}', is "
+              f"{fastest_ms:.1f} ms, {copies:.1f} times a copy"
+              + (f" (not clearly different from '{runner_up}')" if tie else "") + ". " + (
                   "So moving data (and getting fresh memory for the output) is most of the time here, and the "
-                  "versions differ in how many passes they make (counted below)." if copies <= 4 else
+                  "versions differ in how many passes they make (counted below)" if memory_bound else
                   "That is more than its few passes over memory explain: arithmetic (or other programs on the "
                   "machine) took most of the time, so the pass counts below explain the gaps only in part"
-                  + scalar_note() + "."))
+                  + scalar_note())
+              + (f" (near the line of {MEMORY_BOUND_COPIES} copies this reading uses, so a busier or quieter "
+                 "moment could tip it)" if abs(copies - MEMORY_BOUND_COPIES) < 1 else "") + ".")
+        if fastest != "compiled cond":
+            extra = (t.row("compiled cond").median_s * 1e3 - fastest_ms) / copy_ms[n]
+            print(f"  compiled cond's extra time over '{fastest}': {extra:.1f} copies of the vector "
+                  "(its unfused boundary adds passes that write h and read it back, counted below)")
 
 # %% [markdown]
 # To explain these numbers, look at what Inductor generated for each version: how many compiled
@@ -1004,12 +1033,12 @@ if start is not None:
 # - **Short vectors: fixed costs per call.** At 256 elements every version takes microseconds, so
 #   the table measures overhead, and the two branching versions pay different kinds. The Python-if
 #   version runs two compiled graphs, checks two sets of guards and returns to Python in between,
-#   but launches only two kernels. The `cond` version makes one call into one graph, but compiles four
-#   kernels and runs three of them (the untaken branch's is skipped) and, like the `if`, reads the
-#   predicate back (`.item()`, shown above) to pick a branch. Which total is
-#   smaller depends on the machine, and on a busy one the gap can drown in noise:
-#   compare it with the IQR column before you believe it. `where` has neither cost: one kernel, no
-#   decision.
+#   but launches one kernel per graph (counted above). The `cond` version makes one call into one
+#   graph, but that graph holds more kernels (counted above: those around the branch and one in each
+#   branch), of which the untaken branch's does not run, and, like the `if`, it reads the predicate
+#   back (`.item()`, shown above) to pick a branch. Which total is smaller depends on the machine,
+#   and on a busy one the gap can drown in noise: compare it with the IQR column before you believe
+#   it. `where` has neither cost: a single kernel (counted above), no decision.
 # - **Long vectors: passes over memory.** Inductor compiles each branch of a `cond` as its own
 #   sub-graph, so it cannot fuse across the `cond` boundary: one kernel before the `cond` writes `h`
 #   to memory, the branch's kernel reads it and writes its result, and a kernel after reads that
@@ -1019,7 +1048,8 @@ if start is not None:
 #   the large size says whether it was, on your machine.
 # - So `cond` is not a speed feature. It is what makes the function capturable (for export, for
 #   `fullgraph=True`, for code that must not return to Python); where it comes out ahead, one graph
-#   beat two, and where it comes out behind while moving data dominates, it is the fusion it blocks.
+#   beat two, and where it comes out behind on the long vector, the "why" lines print its extra time
+#   in copies of the vector, to set beside the passes its boundary adds.
 # - **When `where` does not pay.** `where` evaluates both branches on every call. With two cheap
 #   branches that costs little; with an expensive branch that is rarely taken (the router's deep
 #   block), computing it every time costs far more than a branch, and `cond` is the right tool.
@@ -1027,8 +1057,10 @@ if start is not None:
 # The first-call times show where the compile cost goes: `cond`'s first call compiles both
 # branches up front, while the Python-if version compiles only the branch it took and pays for one
 # more graph the first time the other branch runs (section 1; here, inside the correctness checks).
-# A second run of the notebook finds the generated code in Inductor's on-disk cache, so its first
-# calls skip the code generation and the C++ build.
+# The cell warmed Inductor up on a throwaway function first, so no variant pays its one-time
+# start-up; which first call is longer still depends on how code generation and C++ builds add up on
+# your machine. A second run of the notebook finds the generated code in Inductor's on-disk cache,
+# so its first calls skip the code generation and the C++ build.
 #
 # ### Where `cond` does not help
 #
@@ -1123,8 +1155,8 @@ exercises.check("04.halvings", halvings)
 # - `torch.cond(pred, true_fn, false_fn, operands)` puts both branches in the graph. Branches must
 #   agree on output structure, dtype and number of dimensions (on this torch sizes may differ and
 #   become symbolic), must not return their operands or views of them, and must not mutate operands
-#   (whenever grad mode is on) or closed-over tensors; reading parameters and other closed-over
-#   tensors is fine.
+#   or closed-over tensors while grad mode is on (under `no_grad`, section 2's rule 4 cell shows what
+#   your torch allows); reading parameters and other closed-over tensors is fine.
 # - Gradients flow through the branch taken; the predicate gets none, and the other branch's
 #   parameters get **zeros**, not `None`, which weight decay notices (measured in section 2).
 # - `torch.while_loop` handles loops whose length depends on values; `scan` keeps a fixed-length
