@@ -197,6 +197,23 @@ def onnxruntime_kernels(caps: Mapping[str, bool] | None = None, arch: str | None
     return "baseline SSE kernels"
 
 
+def onnxruntime_float_kernels(caps: Mapping[str, bool] | None = None, arch: str | None = None) -> str:
+    """Return which float32 matrix-multiply kernel family ONNX Runtime's MLAS picks on this CPU, from its flags.
+
+    ``onnxruntime_kernels`` names the int8 family (VNNI and AMX matter only to quantized models);
+    float32 models such as notebook 07's run these. CPU profiles do not change them either.
+    """
+    caps = capabilities() if caps is None else caps
+    arch = (arch or platform.machine()).lower()
+    if arch in ("arm64", "aarch64"):
+        return "ARM NEON float kernels"
+    if caps.get("avx512_f"):
+        return "AVX-512 float kernels"
+    if caps.get("avx2"):
+        return "AVX2 (FMA) float kernels"
+    return "baseline SSE float kernels"
+
+
 def cpu_class() -> str:
     """Return this machine's CPU class, as ``info().cpu_class``."""
     return info().cpu_class

@@ -123,6 +123,18 @@ def test_onnxruntime_kernel_family_follows_the_flags(caps, arch, word):
     assert word in cpu.onnxruntime_kernels(caps, arch)
 
 
+@pytest.mark.parametrize(("caps", "arch", "word"), [
+    ({"avx2": True}, "x86_64", "AVX2"),
+    (AVX512_VNNI, "x86_64", "AVX-512 float"),
+    ({"avx2": True, "avx512_f": True, "amx_tile": True}, "x86_64", "AVX-512 float"),
+    ({}, "x86_64", "SSE"),
+    ({"asimddp": True}, "aarch64", "NEON"),
+])
+def test_onnxruntime_float_kernel_family_follows_the_flags(caps, arch, word):
+    said = cpu.onnxruntime_float_kernels(caps, arch)
+    assert word in said and "VNNI" not in said and "AMX" not in said
+
+
 def test_l2_cache_size_is_plausible_where_known():
     size = cpu.l2_cache_bytes()
     assert size == 0 or 64 * 1024 <= size <= 64 * 2**20

@@ -237,7 +237,8 @@ print(f"inside the mapped function x has shape {seen_shapes[-1]}; "
 # 1. **It maps a model over a batch that the model can already take.** `model(batch)` gives the
 #    same result directly. `vmap` is for functions that *cannot* take a batch as written (like
 #    `score` above) or whose batch structure you need to change (per-sample gradients, ensembles,
-#    below). Wrapping an already-batched call in `vmap` only adds work.
+#    below). Wrapping an already-batched call in `vmap` can only add work; the cell below measures
+#    how much it adds here.
 # 2. **It teaches that a vmapped function needs a batch dimension.** It does not: inside `vmap`
 #    the function sees one sample, and the `unsqueeze(0)` fakes a batch *of one*. Code that reads
 #    the batch size from `x.shape[0]` inside then reads 1.
@@ -913,13 +914,15 @@ with torch.no_grad():
         ops = {"loop": kernels_of(run_loop, x_ens), "vmap": kernels_of(run_vmap, x_ens)}
         t = ens_tables[n] = bench.compare({"loop": run_loop, "vmap": run_vmap}, x_ens)
         ens_rows.append(dict(n=n, loop_ops=ops["loop"], vmap_ops=ops["vmap"], loop_ms=t.row("loop").median_s * 1e3,
+                             loop_iqr=t.row("loop").iqr_s * 1e3, vmap_iqr=t.row("vmap").iqr_s * 1e3,
                              vmap_ms=t.row("vmap").median_s * 1e3, speedup=t.speedup("vmap"),
                              verdict=t.verdict("vmap", "loop", name=f"func.ensemble.vmap_vs_loop.n{n}")))
 
-print(f"{'models':>7} {'loop ops':>9} {'vmap ops':>9} {'loop ms':>9} {'vmap ms':>9} {'loop/vmap':>10}  vmap is")
+print(f"{'models':>7} {'loop ops':>9} {'vmap ops':>9} {'loop ms':>9} {'IQR ms':>7} {'vmap ms':>9} {'IQR ms':>7} "
+      f"{'loop/vmap':>10}  vmap is")
 for r in ens_rows:
-    print(f"{r['n']:>7} {r['loop_ops']:>9} {r['vmap_ops']:>9} {r['loop_ms']:>9.3f} {r['vmap_ms']:>9.3f} "
-          f"{r['speedup']:>9.2f}x  {r['verdict']}")
+    print(f"{r['n']:>7} {r['loop_ops']:>9} {r['vmap_ops']:>9} {r['loop_ms']:>9.3f} {r['loop_iqr']:>7.3f} "
+          f"{r['vmap_ms']:>9.3f} {r['vmap_iqr']:>7.3f} {r['speedup']:>9.2f}x  {r['verdict']}")
 # The mechanism, on every machine: the loop's operations grow with the members, vmap's do not.
 per_member = ens_rows[0]["loop_ops"] - 1  # one member's operations; the loop adds one stack
 assert all(r["loop_ops"] == r["n"] * per_member + 1 for r in ens_rows), ens_rows
@@ -967,10 +970,10 @@ fig.tight_layout();
 # What `vmap` changes is the number of operations (counted above): the more members share each
 # batched operation, the more per-operation overhead the loop pays that `vmap` does not. What it
 # costs is the batched kernels themselves. When each model is wide enough to keep the CPU busy on
-# its own, overhead is a smaller share of the loop's time, so there is less for `vmap` to remove,
+# its own, overhead may be a smaller share of the loop's time, leaving less for `vmap` to remove,
 # and what is left is how a batched product over stacked weights compares with separate products
-# on this CPU. The same comparison with much wider members (same operation counts, more arithmetic
-# per operation), with its own verdict:
+# on this CPU. Whether wider members change the ratio is for the next cell to measure. The same comparison with much wider members (same operation counts, more arithmetic
+# per operation, the same number of members), with its own verdict:
 
 # %%
 WIDE = config.pick(quick=512, full=1024)  # hidden width, instead of 128
@@ -997,10 +1000,11 @@ print(f"\n{ENS_HEADLINE} members, width 128: vmap {ens_speedup:.2f}x the loop ({
           "On this machine at least one of the two ratios sits inside its timing spread, so this run cannot say "
           "how the width changed it."
           if width_word == "cannot say" else
-          "On this machine the ratio fell as the models grew: the loop's overhead became a smaller part of the time."
+          "On this machine the ratio fell (by more than 10%) as the models grew, as expected if the loop's overhead "
+          "became a smaller share of its time; this cell does not measure that share."
           if width_word == "lower" else
-          "On this machine the ratio rose at this width: the batched kernels used the CPU better than the "
-          "loop's separate ones once each product had more work."
+          "On this machine the ratio rose (by more than 10%) at this width, as it would if the batched kernels used "
+          "the CPU better than the loop's separate ones once each product had more work (not measured here)."
           if width_word == "higher" else
           "On this machine the width made no clear difference to the ratio (within 10%)."))
 
@@ -1030,12 +1034,16 @@ c_speedup = compile_table.speedup("compiled vmap(grad)")
 saved_s = compile_table.row("eager vmap(grad)").median_s - compile_table.row("compiled vmap(grad)").median_s
 compiled_said = compile_table.describe("compiled vmap(grad)", "eager vmap(grad)", name="func.compile.compiled_vs_eager")
 print(f"\ncompiled is {compiled_said} at batch {PSG_BATCH}")
-compile_pays = compile_table.verdict("compiled vmap(grad)", "eager vmap(grad)") == "faster"
-bench.record_verdict("func.compile.payback", "pays" if compile_pays else "does not pay", compile_s=round(compile_s, 3))
-if compile_pays:
+compile_word = compile_table.verdict("compiled vmap(grad)", "eager vmap(grad)")
+payback = {"faster": "pays", "no clear difference": "cannot say", "slower": "does not pay"}[compile_word]
+bench.record_verdict("func.compile.payback", payback, compile_s=round(compile_s, 3))
+if payback == "pays":
     print(f"the {compile_s:.1f} s compile pays for itself after about {math.ceil(compile_s / saved_s):,} calls")
+elif payback == "cannot say":
+    print("this run cannot tell whether the compile pays for this function: the two timings stayed inside their "
+          "spread (rerun the cell when the machine is quiet)")
 else:
-    print("so the compile does not pay for this function on this machine")
+    print("so the compile does not pay for this function on this machine: every compiled call is slower")
 
 # %% [markdown]
 # Compiling the composition can fuse what eager `vmap` runs as separate kernels (the
@@ -1151,14 +1159,14 @@ exercises.check("05.ensemble", ensemble_logits)
 #   to `functional_call` on a model built **once**.
 # - `jacfwd` for tall Jacobians, `jacrev` for wide ones: the table checks, shape by shape, whether
 #   the rule picked the faster mode (`func.jac.best_mode_correct`); at moderate aspect ratios ties
-#   and reversals happen, and the printed lines say which happened on your machine (and how much
+#   and reversals can happen, and the printed lines say which happened on your machine (and how much
 #   more the rejected mode cost at the most lopsided shapes).
 # - Per-sample gradients with `vmap(grad(...))` replace a Python loop's per-sample operations with
 #   one batched set (`func.per_sample_grad.speedup`), and an ensemble of small models runs as one
 #   vmapped model (`func.ensemble.speedup`): the loop's operation count grows with the samples or
 #   members, vmap's does not (counted for the ensemble). Whether that shows as time depends on how
-#   much overhead there was to remove (none with a batch of one or a single member, less with
-#   models big enough to keep the CPU busy) and on how the batched kernels compare with the small
+#   much overhead there was to remove (none with a batch of one or a single member; the wide-member
+#   verdict says whether wider models changed it) and on how the batched kernels compare with the small
 #   ones on your CPU and under its load: the verdict lines above say what happened on yours.
 #
 # **Next:** notebook 06 turns a model into a standalone program with `torch.export`.
