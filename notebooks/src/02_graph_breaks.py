@@ -112,7 +112,7 @@ import torch._dynamo
 
 from course_utils import bench, compat, config, exercises, session
 from course_utils.breaks import break_report
-from course_utils.inductor_code import fused_kernels, generated_code
+from course_utils.inductor_code import fused_kernels, generated_code, scalar_note
 from course_utils.device import accelerator, requires_accelerator
 
 print(session.start(seed=0))
@@ -401,8 +401,8 @@ assert (graphs, breaks, n_printed) == (1, 0, 3)
 #
 # `torch.where(condition, a, b)` computes both sides and picks element by element: for cheap
 # element-wise branches this is the best fix, because Inductor fuses all of it into one loop.
-# `torch.cond(predicate, true_fn, false_fn, operands)` runs only the chosen branch, which pays when
-# the branches are expensive. Both branches are traced, so they must return tensors of the same
+# `torch.cond(predicate, true_fn, false_fn, operands)` runs only the chosen branch, which can pay
+# when the branches are expensive. Both branches are traced, so they must return tensors of the same
 # shape and dtype, and the predicate is a one-element boolean tensor. (`torch.cond` is also how you
 # express data-dependent branching for `torch.export`, covered later in the course.)
 
@@ -847,11 +847,12 @@ def failed_guard(message: str) -> str:
 
 print(f"{'what changed':<42} {'compiles':>8}  guard that failed, per cached version tried")
 with torch_logs(recompiles=True) as messages:
-    for change, t, scale, expected in STEPS:
+    for step, (change, t, scale, expected) in enumerate(STEPS):
         seen = len(messages)
         torch.testing.assert_close(compiled_sin(t, scale), scaled_sin(t, scale), rtol=1e-6, atol=1e-6)
         failed = [failed_guard(m) for m in messages[seen:] if re.match(r"\s*- \d+/\d+: ", m)]
-        print(f"{change:<42} {counter.compiles:>8}  {', '.join(failed) if failed else '(none: reused)'}")
+        note = ", ".join(failed) if failed else "(first compile)" if step == 0 else "(none: reused)"
+        print(f"{change:<42} {counter.compiles:>8}  {note}")
         assert counter.compiles == expected, (change, counter.compiles, expected)
 
 unique_graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
@@ -937,7 +938,8 @@ print("Inductor with dynamic=True matches eager at every length (rtol=atol=1e-5)
 #
 # Each function keeps at most `torch._dynamo.config.recompile_limit` compiled versions. When a call
 # would need one more, Dynamo logs a warning and **runs that function in eager mode from then on**
-# for inputs that match none of the versions it has. Nothing fails, the code just gets slower.
+# for inputs that match none of the versions it has. Nothing fails: those calls run without the
+# compiled code.
 # `course_utils.compat.recompile_limit(n)` sets the limit temporarily on any supported torch; here
 # it is 3, with `dynamic=False` so that each new length recompiles:
 
@@ -1128,16 +1130,18 @@ print(f"\nwhy, on the {SIZE}x{SIZE} tensor: copying it once takes {copy_ms:.2f} 
       "the rest is arithmetic (five transcendental functions per element), compiled separately in each version. "
       + {"faster": "Here the saved trips showed.",
          "no clear difference": "Here the saved trips were lost in the timing spread.",
-         "slower": "Here the one fused loop did that arithmetic more slowly than the four separate loops, so how "
-                   "each loop was compiled mattered more than the memory it saved."}[large_word])
+         "slower": "Here the one fused loop did that arithmetic more slowly than the four separate loops, so, "
+                   "apparently, how each loop was compiled mattered more than the memory it saved"
+                   + scalar_note() + "."}[large_word])
 eager_word = large.verdict("compiled, fixed", "eager")
 print(f"against eager on the {SIZE}x{SIZE} tensor: the fixed block is {large.describe('compiled, fixed', 'eager')}; " + {
     "faster": "its one loop reads the tensor once and writes it once, where eager makes a pass over memory per "
               f"operation (about {copy_ms:.1f} ms each here).",
-    "no clear difference": "the arithmetic dominates, and eager's kernels and Inductor's loop did it about "
-                           "equally fast here.",
+    "no clear difference": "the two stayed inside the timing spread, so this run cannot rank them (a busy "
+                           "machine?); the arithmetic, not the passes over memory, is most of either's time.",
     "slower": "eager's own kernels did the transcendental arithmetic faster than Inductor's generated loop, and "
-              f"that outweighed the passes over memory it saved (about {copy_ms:.1f} ms each, measured above)."
+              f"that outweighed the passes over memory it saved (about {copy_ms:.1f} ms each, measured above)"
+              + scalar_note() + "."
     }[eager_word])
 tiny_word = tiny.verdict("compiled, fixed", "compiled, 3 breaks")
 print("why, on 8 numbers: the fixed block makes one call into one graph where the broken one enters four graphs, "
@@ -1241,7 +1245,8 @@ exercises.check("02.recompile", my_letters)
 # ## Summary
 #
 # - A graph break splits a compiled function into several graphs with Python in between. It costs
-#   fusion across the break, Python and guard checks on every call, and compile time.
+#   fusion across the break (which may or may not show as time on a large tensor: see the verdict
+#   above), Python and guard checks on every call, and compile time.
 #   `torch._dynamo.explain` lists the breaks and their reasons (count them with `len(break_reasons)`;
 #   `graph_break_count` counts graphs). It resets Dynamo, so do not use it between compile and benchmark.
 # - What breaks on current torch: printing and logging, C functions Dynamo has no model of
@@ -1259,7 +1264,7 @@ exercises.check("02.recompile", my_letters)
 # - Guards check each input's metadata (shape, dtype, strides, device, `requires_grad`) and the value
 #   of Python constants. A failed guard recompiles; a size or a number that changed once becomes
 #   dynamic (automatic dynamic). `dynamic=True` and `mark_dynamic` decide up front. After
-#   `recompile_limit` versions a function silently falls back to eager; `set_stance("fail_on_recompile")`
+#   `recompile_limit` versions a function falls back to eager, with one logged warning; `set_stance("fail_on_recompile")`
 #   turns surprise recompiles into errors.
 # - The headline results (`breaks.count.before`, `breaks.count.after`, and `breaks.speedup.fixed`, the
 #   per-call gain of the fixed block on a small input) feed the course's results report.
