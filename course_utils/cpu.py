@@ -175,13 +175,22 @@ def info() -> CpuInfo:
                    torch_capability=capability, profile=active_profile(), cpu_class=cls, int8_dot=dot)
 
 
-def onnxruntime_kernels(caps: Mapping[str, bool] | None = None, arch: str | None = None) -> str:
-    """Return which int8/float kernel family ONNX Runtime's MLAS picks on this CPU, read from its flags.
+def onnxruntime_kernels(caps: Mapping[str, bool] | None = None, arch: str | None = None, *,
+                        dtype: str = "int8") -> str:
+    """Return which kernel family ONNX Runtime's MLAS picks on this CPU for ``dtype``, read from its flags.
 
-    MLAS asks the CPU itself (CPUID), so CPU profiles do not change this; only emulation does.
+    ``dtype="int8"`` (quantized models: where VNNI and AMX matter) or ``"float32"`` (float models,
+    such as notebook 07's). MLAS asks the CPU itself (CPUID), so CPU profiles do not change this;
+    only emulation does.
     """
+    if dtype not in ("int8", "float32"):
+        raise ValueError(f"dtype must be 'int8' or 'float32', not {dtype!r}")
     caps = capabilities() if caps is None else caps
     arch = (arch or platform.machine()).lower()
+    if dtype == "float32":
+        family = ("ARM NEON" if arch in ("arm64", "aarch64") else "AVX-512" if caps.get("avx512_f")
+                  else "AVX2 (FMA)" if caps.get("avx2") else "baseline SSE")
+        return f"{family} float kernels"
     if arch in ("arm64", "aarch64"):
         return "ARM NEON kernels" + (" with dot-product (SDOT/UDOT)" if caps.get("asimddp") else "")
     if caps.get("amx_int8") or caps.get("amx_tile"):
@@ -195,23 +204,6 @@ def onnxruntime_kernels(caps: Mapping[str, bool] | None = None, arch: str | None
     if caps.get("avx2"):
         return "AVX2 kernels (int8 pairs summed in 16 bits, which can saturate)"
     return "baseline SSE kernels"
-
-
-def onnxruntime_float_kernels(caps: Mapping[str, bool] | None = None, arch: str | None = None) -> str:
-    """Return which float32 matrix-multiply kernel family ONNX Runtime's MLAS picks on this CPU, from its flags.
-
-    ``onnxruntime_kernels`` names the int8 family (VNNI and AMX matter only to quantized models);
-    float32 models such as notebook 07's run these. CPU profiles do not change them either.
-    """
-    caps = capabilities() if caps is None else caps
-    arch = (arch or platform.machine()).lower()
-    if arch in ("arm64", "aarch64"):
-        return "ARM NEON float kernels"
-    if caps.get("avx512_f"):
-        return "AVX-512 float kernels"
-    if caps.get("avx2"):
-        return "AVX2 (FMA) float kernels"
-    return "baseline SSE float kernels"
 
 
 def cpu_class() -> str:

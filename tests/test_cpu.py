@@ -131,8 +131,13 @@ def test_onnxruntime_kernel_family_follows_the_flags(caps, arch, word):
     ({"asimddp": True}, "aarch64", "NEON"),
 ])
 def test_onnxruntime_float_kernel_family_follows_the_flags(caps, arch, word):
-    said = cpu.onnxruntime_float_kernels(caps, arch)
+    said = cpu.onnxruntime_kernels(caps, arch, dtype="float32")
     assert word in said and "VNNI" not in said and "AMX" not in said
+
+
+def test_onnxruntime_kernels_refuses_an_unknown_dtype():
+    with pytest.raises(ValueError, match="dtype must be"):
+        cpu.onnxruntime_kernels({}, "x86_64", dtype="fp8")
 
 
 def test_l2_cache_size_is_plausible_where_known():

@@ -112,7 +112,7 @@ import torch._dynamo
 
 from course_utils import bench, compat, config, exercises, session
 from course_utils.breaks import break_report
-from course_utils.inductor_code import fused_kernels, generated_code, scalar_note
+from course_utils.inductor_code import fused_kernels, generated_code
 from course_utils.device import accelerator, requires_accelerator
 
 print(session.start(seed=0))
@@ -1131,17 +1131,15 @@ print(f"\nwhy, on the {SIZE}x{SIZE} tensor: copying it once takes {copy_ms:.2f} 
       + {"faster": "Here the saved trips showed.",
          "no clear difference": "Here the saved trips were lost in the timing spread.",
          "slower": "Here the one fused loop did that arithmetic more slowly than the four separate loops, so, "
-                   "apparently, how each loop was compiled mattered more than the memory it saved"
-                   + scalar_note() + "."}[large_word])
+                   "apparently, how each loop was compiled mattered more than the memory it saved."}[large_word])
 eager_word = large.verdict("compiled, fixed", "eager")
 print(f"against eager on the {SIZE}x{SIZE} tensor: the fixed block is {large.describe('compiled, fixed', 'eager')}; " + {
     "faster": "its one loop reads the tensor once and writes it once, where eager makes a pass over memory per "
               f"operation (about {copy_ms:.1f} ms each here).",
     "no clear difference": "the two stayed inside the timing spread, so this run cannot rank them (a busy "
-                           "machine?); the arithmetic, not the passes over memory, is most of either's time.",
+                           "machine?).",
     "slower": "eager's own kernels did the transcendental arithmetic faster than Inductor's generated loop, and "
-              f"that outweighed the passes over memory it saved (about {copy_ms:.1f} ms each, measured above)"
-              + scalar_note() + "."
+              f"that outweighed the passes over memory it saved (about {copy_ms:.1f} ms each, measured above)."
     }[eager_word])
 tiny_word = tiny.verdict("compiled, fixed", "compiled, 3 breaks")
 print("why, on 8 numbers: the fixed block makes one call into one graph where the broken one enters four graphs, "
@@ -1245,8 +1243,8 @@ exercises.check("02.recompile", my_letters)
 # ## Summary
 #
 # - A graph break splits a compiled function into several graphs with Python in between. It costs
-#   fusion across the break (which may or may not show as time on a large tensor: see the verdict
-#   above), Python and guard checks on every call, and compile time.
+#   fusion across the break (on a large tensor the fused version may come out faster, level or
+#   slower: see the verdict above), Python and guard checks on every call, and compile time.
 #   `torch._dynamo.explain` lists the breaks and their reasons (count them with `len(break_reasons)`;
 #   `graph_break_count` counts graphs). It resets Dynamo, so do not use it between compile and benchmark.
 # - What breaks on current torch: printing and logging, C functions Dynamo has no model of
@@ -1264,7 +1262,7 @@ exercises.check("02.recompile", my_letters)
 # - Guards check each input's metadata (shape, dtype, strides, device, `requires_grad`) and the value
 #   of Python constants. A failed guard recompiles; a size or a number that changed once becomes
 #   dynamic (automatic dynamic). `dynamic=True` and `mark_dynamic` decide up front. After
-#   `recompile_limit` versions a function falls back to eager, with one logged warning; `set_stance("fail_on_recompile")`
+#   `recompile_limit` versions a function falls back to eager and logs a warning; `set_stance("fail_on_recompile")`
 #   turns surprise recompiles into errors.
 # - The headline results (`breaks.count.before`, `breaks.count.after`, and `breaks.speedup.fixed`, the
 #   per-call gain of the fixed block on a small input) feed the course's results report.

@@ -1043,7 +1043,7 @@ elif payback == "cannot say":
     print("this run cannot tell whether the compile pays for this function: the two timings stayed inside their "
           "spread (rerun the cell when the machine is quiet)")
 else:
-    print("so the compile does not pay for this function on this machine: every compiled call is slower")
+    print("so the compile does not pay for this function on this machine: the compiled calls' median was slower")
 
 # %% [markdown]
 # Compiling the composition can fuse what eager `vmap` runs as separate kernels (the

@@ -516,8 +516,9 @@ def trace_step(args, rank, world):
     backward = [e for e in events if e.name == "backward"][0].time_range
     comms = [e for e in events if e.name.startswith("gloo") and "all_reduce" in e.name]
     inside = sum(1 for e in comms if backward.start <= e.time_range.start < backward.end)
-    # overlap: an all-reduce launched before the backward's last autograd node starts can run beside
-    # the computation still to come; the last bucket, launched by the hook inside that node, cannot
+    # overlap: an all-reduce that starts running (the profiler's gloo event begins when gloo's worker
+    # thread starts it) before the backward's last autograd node starts can run beside the computation
+    # still to come; the last bucket, queued by the hook inside that node, cannot
     grads = [e for e in events if e.name.startswith("autograd::engine::evaluate_function")
              and backward.start <= e.time_range.start < backward.end]
     last_grad = max(e.time_range.start for e in grads)
@@ -590,19 +591,20 @@ bench.record("dist.ddp.compiled_graphs", small["graphs"], "graphs", buckets=smal
 # Inductor smaller graphs to fuse: the default is a compromise tuned on GPUs.
 #
 # Where did the all-reduces start? The trace of one step (open `build/nb12/ddp_step_trace.json` in
-# Perfetto) shows when each `gloo:all_reduce` was launched (this step runs DDP without compile, with
+# Perfetto) shows when each `gloo:all_reduce` started running on gloo's worker thread (the profiler
+# marks that, not the moment a gradient hook queued it) (this step runs DDP without compile, with
 # `bucket_cap_mb=1`, so its buckets need not match the compiled run's). Every all-reduce is launched
-# from inside the backward pass, by a gradient hook; the question that matters is how many are
-# launched before the backward's *last* gradient starts being computed, since only those can run
-# beside the computation (the last bucket, launched once that gradient exists, never can):
+# from inside the backward pass, by a gradient hook; the question that matters is how many start
+# running before the backward's *last* gradient starts being computed, since only those can run
+# beside the computation (the last bucket, queued once that gradient exists, never can):
 
 # %%
 trace = res["trace"]
 print(f"{trace['allreduce_calls']} all-reduce call(s) in one step, all launched inside the backward pass: "
       f"{trace['started_inside_backward'] == trace['allreduce_calls']} ({', '.join(trace['comm_names'])})")
-print(f"on this machine {trace['started_before_last_gradient']} of {trace['allreduce_calls']} were launched while "
-      "gradients were still to be computed, so they could run beside the backward pass (how many depends on how "
-      "fast this CPU produces the gradients of each bucket)")
+print(f"on this machine {trace['started_before_last_gradient']} of {trace['allreduce_calls']} had started running "
+      "on gloo's worker thread before the backward's last gradient began, so they could overlap it (how many "
+      "depends on how soon that thread gets a core, fewer on a busy CPU, and on how fast the gradients come)")
 assert trace["allreduce_calls"] >= 1 and trace["started_inside_backward"] == trace["allreduce_calls"]
 
 # %% [markdown]
@@ -860,8 +862,8 @@ assert gap <= LOSS_TOL
 # bf16 moves it by up to 2^-8 of itself (half the gap between neighbouring bf16 values,
 # `torch.finfo(torch.bfloat16).eps / 2`), and a product of bf16 inputs carries a few such errors. At
 # the first step both runs start from the same weights, so the losses should agree to within bf16's
-# relative precision, 2^-8 (0.4%) of the loss: an upper bound, since rounding errors mostly cancel
-# in the sums (the cell prints the gap). Each later step starts from weights that the bf16
+# relative precision, 2^-8 (0.4%) of the loss: a generous tolerance rather than a bound, since
+# rounding errors mostly cancel in the sums (the cell prints the gap). Each later step starts from weights that the bf16
 # steps before it moved slightly differently, so the tolerance grows by another 2^-8 of the loss
 # per step: (k+1)·2^-8·loss at step k. The curves must also differ by more than the float32
 # tolerance used above (1e-4): that shows bf16 was really used.
@@ -1987,8 +1989,8 @@ exercises.check("12.global_batch", global_batch)
 #   127.0.0.1 (no other machine could reach it; other processes on this one could).
 # - DDP + `torch.compile` gave the one-process gradients to float32 rounding; Dynamo's DDP optimizer
 #   splits the graph at bucket boundaries, so a smaller `bucket_cap_mb` meant more buckets and more
-#   graphs; the trace counted how many all-reduces were launched while gradients were still to be
-#   computed.
+#   graphs; the trace counted how many all-reduces had started running while gradients were still
+#   to be computed.
 # - FSDP2's `fully_shard` left each rank half the parameter bytes, as DTensors sharded by rows, and
 #   trained with DDP's loss curve. With a bf16 `MixedPrecisionPolicy` the stored shards, gradients and
 #   reduce-scatters stayed float32 while the gathered weights and activations were bf16, the
