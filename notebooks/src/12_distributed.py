@@ -1717,8 +1717,8 @@ bench.record("dist.dcp.reload_max_abs_diff", reload_diff, "abs", ranks_saved=2, 
 # there is one. The job `elastic.py` does that; with `--kill-at S`, rank 1 of
 # the first attempt kills itself with SIGKILL at step S, as a crashed machine would vanish. Rank 0
 # then sees its peer's connection close in the middle of an all-reduce. The same job without a fault
-# gives the reference. The output below therefore shows a traceback (rank 0's `RuntimeError`:
-# connection closed by peer) and torchrun's `failed (exitcode: -9)` line: that is the planned fault
+# gives the reference. The output below therefore shows a traceback (rank 0's `RuntimeError`: its
+# peer's connection was reset or closed) and torchrun's `failed (exitcode: -9)` line: that is the planned fault
 # (-9 is SIGKILL), and the restarted attempt after it is what to read.
 
 # %%
