@@ -972,8 +972,9 @@ fig.tight_layout();
 # costs is the batched kernels themselves. When each model is wide enough to keep the CPU busy on
 # its own, overhead may be a smaller share of the loop's time, leaving less for `vmap` to remove,
 # and what is left is how a batched product over stacked weights compares with separate products
-# on this CPU. Whether wider members change the ratio is for the next cell to measure. The same comparison with much wider members (same operation counts, more arithmetic
-# per operation, the same number of members), with its own verdict:
+# on this CPU. Whether wider members change the ratio is for the next cell to measure: the same
+# comparison with much wider members (same operation counts, more arithmetic per operation, the
+# same number of members), with its own verdict:
 
 # %%
 WIDE = config.pick(quick=512, full=1024)  # hidden width, instead of 128

@@ -221,7 +221,8 @@ print(f"export took {export_s:.1f} s")
 
 # %% [markdown]
 # The exporter ran three steps: capture with `torch.export` (non-strict mode), decompose the
-# operators that have no direct ONNX translation into simpler ATen ones, translate each one into ONNX. Before shipping a file, inspect it.
+# operators that have no direct ONNX translation into simpler ATen ones, translate each one into
+# ONNX. Before shipping a file, inspect it.
 # `onnx.checker.check_model` validates the structure, types and operator versions (it raises if
 # anything is wrong); the opset says which version of the operator set the runtime must support;
 # the operator counts show what the transformer became.
@@ -603,10 +604,10 @@ with tempfile.TemporaryDirectory() as folder:
 ort_mm, ort_other = onnx_tools.matmul_split(ort_times)
 ort_parts = {"matrix multiplies": ort_mm, "other nodes": ort_other}
 # the six layers' Linear weights; BERT's pooler, which eager computes and nothing reads, is counted apart
-linear_weights = sum(m.weight.numel() for name, m in mini.model.named_modules()
-                     if isinstance(m, nn.Linear) and "pooler" not in name)
-pooler_weights = sum(m.weight.numel() for name, m in mini.model.named_modules()
-                     if isinstance(m, nn.Linear) and "pooler" in name)
+linear_sizes = {name: m.weight.numel() for name, m in mini.model.named_modules() if isinstance(m, nn.Linear)}
+pooler_weights = sum(n for name, n in linear_sizes.items() if "pooler" in name)
+linear_weights = sum(linear_sizes.values()) - pooler_weights
+pooler_exported = any(node.op_type == "Tanh" for node in onnx.load(helper_path, load_external_data=False).graph.node)  # the pooler's tanh
 print(f"one 2-token call, profiled ({PROFILED_CALLS} calls averaged, at another moment than the table above, which "
       f"timed eager at {ms['eager, 2 tokens']:.2f} ms and ONNX Runtime at {ms['ORT, 2 tokens']:.2f} ms unprofiled; "
       "compare the parts with each other):")
@@ -615,8 +616,9 @@ print(f"  ONNX Runtime   {sum(ort_times.values()):6.2f} ms of node time: "
       + ", ".join(f"{k} {v:.2f} ms" for k, v in ort_parts.items()))
 print(f"  the matrix multiplies read every weight matrix once per call: {linear_weights / 1e6:.1f}M numbers "
       f"({linear_weights * 4 / 2**20:.0f} MiB), however few the tokens"
-      + (f"; eager also runs BERT's pooler ({pooler_weights / 1e6:.2f}M more), whose output nothing uses and "
-         "which the exported graph leaves out" if pooler_weights else ""))
+      + (f"; eager also runs BERT's pooler ({pooler_weights / 1e6:.2f}M more), whose output nothing uses"
+         + (", and the exported graph has it too" if pooler_exported else
+            " and the exported graph leaves out (it has no Tanh node)") if pooler_weights else ""))
 sdpa = any("scaled_dot_product" in op for op in aten_self)
 print("  (the two 'matrix multiplies' parts are counted differently: eager's attention products ran inside its "
       "attention operator (scaled_dot_product_attention), under 'other ATen operators', while ONNX Runtime's "
