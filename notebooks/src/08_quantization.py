@@ -1021,7 +1021,13 @@ bench.bar_chart(digits_table, title="digits CNN, batch 256, CPU");
 # works on the graph that `torch.export` captures and hands its result to Inductor, in five steps:
 #
 # 1. **Capture**: `torch.export.export(model, example).module()` returns a graph of ATen operators
-#    that still runs like the model.
+#    that still runs like the model. The quantizer finds a Linear layer or a convolution from the
+#    record each node keeps of the module it came from. Under torch 2.10 and 2.11 (the course's
+#    oldest supported torch) the default, non-strict capture keeps that record in a form the
+#    quantizer's pattern matcher cannot read, so it marks nothing, and the steps below run without
+#    an error and leave a float model. The function below counts the observers step 2 attached. If
+#    there are none, it captures again with `strict=True` (TorchDynamo traces the model and writes
+#    the record the matcher reads) and says so.
 # 2. **Prepare**: `prepare_pt2e(graph, quantizer)`. The quantizer decides what gets quantized:
 #    `X86InductorQuantizer` marks the patterns for which oneDNN (the x86 kernel library Inductor's
 #    CPU backend calls) has int8 kernels, such as a convolution or a Linear layer with the ReLU or
@@ -1044,6 +1050,7 @@ bench.bar_chart(digits_table, title="digits CNN, batch 256, CPU");
 # every pair sum fits. The MLP first, calibrated on a few batches like its input:
 
 # %%
+from torchao.quantization.pt2e.observer import ObserverBase
 from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
     X86InductorQuantizer, get_default_x86_inductor_quantization_config)
 
@@ -1053,13 +1060,26 @@ warnings.filterwarnings("ignore", message="To copy construct from a tensor")
 warnings.filterwarnings("ignore", message="The input of maxpool2d is not quantized")
 
 
+def observer_count(gm: torch.fx.GraphModule) -> int:
+    """How many observers ``prepare_pt2e`` attached to ``gm``: 0 means the quantizer marked nothing."""
+    return sum(isinstance(m, ObserverBase) for m in gm.modules())
+
+
 def pt2e_int8(model: nn.Module, example: torch.Tensor, calibration, dynamic_shapes=None) -> torch.fx.GraphModule:
     """Return ``model`` quantized statically to int8 by PT2E, calibrated on the batches in ``calibration``."""
-    graph = torch.export.export(model, (example,), dynamic_shapes=dynamic_shapes).module()  # 1. capture
     # without an int8 dot-product instruction, 7-bit activations keep oneDNN's 16-bit pair sums from saturating
     quant_config = get_default_x86_inductor_quantization_config(reduce_range=not onednn_dot)
-    quantizer = X86InductorQuantizer().set_global(quant_config)
-    prepared = prepare_pt2e(graph, quantizer)  # 2. observers attached, nothing quantized yet
+    for strict in (False, True):
+        graph = torch.export.export(model, (example,), dynamic_shapes=dynamic_shapes, strict=strict).module()  # 1.
+        prepared = prepare_pt2e(graph, X86InductorQuantizer().set_global(quant_config))  # 2. observers attached
+        if observer_count(prepared):
+            break
+        if not strict:
+            print(f"torch {torch.__version__}: the quantizer marked nothing in the non-strict capture; "
+                  "capturing again with strict=True")
+    assert observer_count(prepared), "the quantizer marked nothing: the model would stay float"
+    print(f"capture: {'strict' if strict else 'non-strict (the default)'}; "
+          f"{observer_count(prepared)} observers attached")
     with torch.no_grad():
         for batch in calibration:  # 3. the observers record value ranges
             prepared(batch)
