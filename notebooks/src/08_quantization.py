@@ -1022,12 +1022,13 @@ bench.bar_chart(digits_table, title="digits CNN, batch 256, CPU");
 #
 # 1. **Capture**: `torch.export.export(model, example).module()` returns a graph of ATen operators
 #    that still runs like the model. The quantizer finds a Linear layer or a convolution from the
-#    record each node keeps of the module it came from. Under torch 2.10 and 2.11 (the course's
-#    oldest supported torch) the default, non-strict capture keeps that record in a form the
-#    quantizer's pattern matcher cannot read, so it marks nothing, and the steps below run without
+#    record each node keeps of the module it came from. Under torch 2.11, the course's oldest
+#    supported torch, the default, non-strict capture keeps that record in a form the quantizer's
+#    pattern matcher cannot read, so it marks nothing; unchecked, the steps below would run without
 #    an error and leave a float model. The function below counts the observers step 2 attached. If
 #    there are none, it captures again with `strict=True` (TorchDynamo traces the model and writes
-#    the record the matcher reads) and says so.
+#    the record the matcher reads). On newer torch the default capture works. Either way, its first
+#    printed line names the capture it used and how many observers it attached.
 # 2. **Prepare**: `prepare_pt2e(graph, quantizer)`. The quantizer decides what gets quantized:
 #    `X86InductorQuantizer` marks the patterns for which oneDNN (the x86 kernel library Inductor's
 #    CPU backend calls) has int8 kernels, such as a convolution or a Linear layer with the ReLU or
