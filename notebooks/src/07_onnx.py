@@ -607,7 +607,8 @@ ort_parts = {"matrix multiplies": ort_mm, "other nodes": ort_other}
 linear_sizes = {name: m.weight.numel() for name, m in mini.model.named_modules() if isinstance(m, nn.Linear)}
 pooler_weights = sum(n for name, n in linear_sizes.items() if "pooler" in name)
 linear_weights = sum(linear_sizes.values()) - pooler_weights
-pooler_exported = any(node.op_type == "Tanh" for node in onnx.load(helper_path, load_external_data=False).graph.node)  # the pooler's tanh
+helper_graph = onnx.load(helper_path, load_external_data=False).graph
+pooler_exported = any(node.op_type == "Tanh" for node in helper_graph.node)  # the pooler's tanh
 print(f"one 2-token call, profiled ({PROFILED_CALLS} calls averaged, at another moment than the table above, which "
       f"timed eager at {ms['eager, 2 tokens']:.2f} ms and ONNX Runtime at {ms['ORT, 2 tokens']:.2f} ms unprofiled; "
       "compare the parts with each other):")
