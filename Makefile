@@ -166,11 +166,11 @@ report-cold: setup
 stamp: setup
 	$(BIN)/python -m course_utils stamp
 
-# The version floor: the same pins, with torch 2.11 and its torchvision/torchaudio.
+# The version floor: the same pins, with torch 2.11 and its torchvision/torchaudio. setuptools>=77: the
+# course's own build needs it (pyproject.toml); .venv gets a recent one through torch, while here an older
+# Python's bundled one would satisfy torch 2.11 and then fail tests/test_colab.py's offline install.
 $(MIN_STAMP): pyproject.toml constraints.txt tools/min_constraints.py
 	$(PYTHON) -m venv $(MIN_VENV)
-	# setuptools: the course's own build needs 77+ (pyproject.toml); .venv gets a recent one through torch,
-	# while here an older Python's bundled one would satisfy torch and then fail tests/test_colab.py offline
 	$(MIN_VENV)/bin/python $(PIP_INSTALL) --upgrade "pip>=24" "setuptools>=77"
 	mkdir -p build && $(PYTHON) tools/min_constraints.py > build/constraints-min.txt
 	$(MIN_VENV)/bin/python $(PIP_INSTALL) -c build/constraints-min.txt -e ".[dev]"
