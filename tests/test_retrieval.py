@@ -79,3 +79,31 @@ def test_corrupt_file_is_reported(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_DATA_DIR", str(tmp_path))
     with pytest.raises(DataFileError, match="corrupt"):
         retrieval.load_retrieval_set()
+
+
+def test_ranking_margin_is_the_closest_pair_within_the_top_k_plus_one():
+    sims = torch.tensor([[0.9, 0.5, 0.48, 0.1], [0.2, 0.8, 0.4, 0.19]])
+    # top 2 + 1: row 0 gaps 0.4, 0.02; row 1 gaps 0.4, 0.2; the full order adds 0.38 and 0.01
+    assert retrieval.ranking_margin(sims, k=2) == pytest.approx(0.02)
+    assert retrieval.ranking_margin(sims, k=1) == pytest.approx(0.4)
+    assert retrieval.ranking_margin(sims, k=4) == pytest.approx(0.01)  # the full order
+    # a change of every score below half the margin keeps the top k, as the docstring says
+    noise = (torch.rand_like(sims) * 2 - 1) * 0.0099
+    assert retrieval.ranking_agreement(sims, sims + noise, k=2) == 1.0
+    with pytest.raises(ValueError, match="k must be"):
+        retrieval.ranking_margin(sims, k=5)
+    with pytest.raises(ValueError, match="at least 2 passages"):
+        retrieval.ranking_margin(torch.zeros(3))
+
+
+def test_relevance_margin_ignores_gaps_between_relevant_passages(data):
+    n_q, n_p = len(data.queries), len(data.passages)
+    sims = torch.zeros(n_q, n_p)
+    for q, idx in enumerate(data.relevant_index()):
+        sims[q, list(idx)] = 0.5
+        sims[q, next(j for j in range(n_p) if j not in idx)] = 0.3  # closest non-relevant passage
+    assert retrieval.relevance_margin(sims, data) == pytest.approx(0.2)
+    noise = (torch.rand_like(sims) * 2 - 1) * 0.099
+    assert retrieval.score(sims + noise, data) == retrieval.score(sims, data)
+    with pytest.raises(ValueError, match="expected"):
+        retrieval.relevance_margin(torch.zeros(2, 2), data)

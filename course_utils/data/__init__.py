@@ -11,7 +11,7 @@ from .audio import AUDIO_CLASSES, AudioSet, synthetic_audio
 from .digits import DigitsSplit, digits_loaders, load_digits_split
 from .files import DataFileError, shipped_files, verify
 from .retrieval import (RetrievalScores, RetrievalSet, evaluate, load_retrieval_set,
-                        ranking_agreement, similarity)
+                        ranking_agreement, ranking_margin, relevance_margin, similarity)
 from .text import CharTokenizer, char_lm_split, load_corpus, random_batch
 
 __all__ = [
@@ -26,6 +26,8 @@ __all__ = [
     "load_digits_split",
     "random_batch",
     "ranking_agreement",
+    "ranking_margin",
+    "relevance_margin",
     "similarity",
     "evaluate",
     "load_retrieval_set",

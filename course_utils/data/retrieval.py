@@ -141,3 +141,37 @@ def ranking_agreement(sims_a: torch.Tensor, sims_b: torch.Tensor, k: int = 3) ->
     top_a = sims_a.topk(k, dim=1).indices
     top_b = sims_b.topk(k, dim=1).indices
     return (top_a == top_b).all(dim=1).float().mean().item()
+
+
+def ranking_margin(sims: torch.Tensor, k: int = 3) -> float:
+    """Smallest gap between neighbouring scores in any query's top ``k`` + 1 passages.
+
+    Two passages swap places only if their scores move towards each other by more than the gap
+    between them, so a change of every score by less than half this margin leaves every query's
+    top ``k`` (in order) as it was. ``k`` equal to the number of passages covers the full order.
+    """
+    if sims.ndim != 2 or sims.shape[1] < 2:
+        raise ValueError(f"need a (queries x passages) matrix with at least 2 passages, got {tuple(sims.shape)}")
+    if not 1 <= k <= sims.shape[1]:
+        raise ValueError(f"k must be between 1 and {sims.shape[1]}, got {k}")
+    top = sims.float().topk(min(k + 1, sims.shape[1]), dim=1).values
+    return (top[:, :-1] - top[:, 1:]).min().item()
+
+
+def relevance_margin(sims: torch.Tensor, data: RetrievalSet) -> float:
+    """Smallest gap between a relevant passage's score and a non-relevant passage's score.
+
+    Recall and MRR depend only on where each query's relevant passages rank among the others, so
+    a change of every score by less than half this margin leaves them exactly as they were.
+    """
+    if sims.shape != (len(data.queries), len(data.passages)):
+        raise ValueError(f"similarity matrix has shape {tuple(sims.shape)}, expected "
+                         f"{(len(data.queries), len(data.passages))}")
+    gaps = []
+    for row, rel in zip(sims.float(), data.relevant_index()):
+        others = [j for j in range(len(row)) if j not in rel]
+        if others:
+            gaps.append((row[list(rel)][:, None] - row[others][None, :]).abs().min())
+    if not gaps:
+        raise ValueError("every passage is relevant to every query: nothing can change rank")
+    return torch.stack(gaps).min().item()

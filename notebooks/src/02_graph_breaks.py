@@ -861,6 +861,12 @@ assert unique_graphs == counter.compiles
 print("the signature of each compiled graph:")
 for i, gm in enumerate(counter.graphs, 1):
     print(f"  {i}: {gm.code.strip().splitlines()[0]}")
+# What the last graph is given for `scale`: the example value Dynamo stored on that input's node.
+scale_node = next(n for n in counter.graphs[-1].graph.nodes if n.op == "placeholder" and "scale" in n.name)
+scale_in = scale_node.meta["example_value"]
+print(f"graph {counter.compiles} receives scale as a {scale_in.dim()}-d tensor of dtype {scale_in.dtype}"
+      + (" (a Python float is a double)" if scale_in.dtype == torch.float64 else ""))
+assert isinstance(scale_in, torch.Tensor) and scale_in.dim() == 0
 
 # %% [markdown]
 # Read the table from the top. On a call, Dynamo tries the versions it has compiled, newest first,
@@ -874,7 +880,8 @@ for i, gm in enumerate(counter.graphs, 1):
 # - A new dtype or `requires_grad` always recompiles (so do a new device, rank or memory layout).
 # - A Python number is baked in as a constant at first, so a new value recompiles; after that
 #   second value it becomes an input of the graph (`L_scale_` in the signature), and the next new
-#   value is free.
+#   value is free. It arrives as a 0-d tensor, a tensor holding one number (the last line above), so
+#   one graph serves every value.
 #
 # ### Dynamic shapes on purpose
 #

@@ -116,7 +116,8 @@ from torch import nn
 from tqdm import tqdm
 
 from course_utils import bench, config, exercises, session
-from course_utils.data import evaluate, load_retrieval_set, ranking_agreement, similarity, synthetic_audio
+from course_utils.data import (evaluate, load_retrieval_set, ranking_agreement, ranking_margin, relevance_margin,
+                                similarity, synthetic_audio)
 from course_utils.deploy import onnx_tools
 from course_utils.device import requires_cuda, skip_cell
 from course_utils.models import load_minilm
@@ -739,10 +740,17 @@ print(f"\nat batch {len(level_batch)}, full graph optimisation is {by_level.desc
 #
 # Tiny numeric differences only matter if they change what the model is used for. The course's
 # retrieval set has questions with a known relevant passage: embed everything through both
-# engines, score recall and MRR, and compare the rankings themselves. The cell asserts equal
-# scores and the same top-3 passages for every query; it also prints how often the full order of
-# all passages agrees, which it does not assert: two passages with almost equal similarity can
-# swap places when the last digits of a score change, as they can from one CPU to another.
+# engines, score recall and MRR, and compare the rankings themselves.
+#
+# Whether a ranking can change is a matter of margins. Two passages swap places only if their
+# scores move towards each other by more than the gap between them, so the cell measures the
+# largest change ONNX Runtime made to any similarity score and sets it beside two gaps taken from
+# PyTorch's scores: the closest pair of neighbours in any query's top 4 (what could reorder a top
+# 3) and the closest any other passage comes to a relevant one (what could change recall or MRR).
+# It asserts that the change stays under half of each gap, and so that the scores and every top 3
+# are the same. The full order of all passages compares more neighbours, so its smallest gap can
+# only be smaller (the cell prints it); how often that order agrees is printed, not asserted, since
+# the last digits of a score can differ from one CPU to another.
 
 # %%
 embedded = {}  # each engine embeds each text list once
@@ -769,10 +777,23 @@ sims_eager = similarity(eager_embed(data.queries), eager_embed(data.passages))
 sims_ort = similarity(ort_embed(data.queries), ort_embed(data.passages))
 top3 = ranking_agreement(sims_eager, sims_ort, k=3)
 full = ranking_agreement(sims_eager, sims_ort, k=len(data.passages))
+change = (sims_eager - sims_ort).abs().max().item()
+top_gap, rel_gap = ranking_margin(sims_eager, k=3), relevance_margin(sims_eager, data)
+full_gap = ranking_margin(sims_eager, k=len(data.passages))
+print(f"largest change of a similarity score: {change:.1e}")
+for name, gap in [("closest neighbours in any top 4", top_gap), ("closest passage to a relevant one", rel_gap),
+                  (f"closest neighbours in the full order of {len(data.passages)}", full_gap)]:
+    times = f"{gap / 2 / change:,.1f}x the change" if change > 0 else "above a change of 0"
+    print(f"  {name + ':':<50} gap {gap:.1e}, half of it {times}")
 print(f"queries with the same top-3 passages: {top3:.0%}; "
       f"with the same order of all {len(data.passages)} passages: {full:.0%}")
-print(f"largest change of a similarity score: {(sims_eager - sims_ort).abs().max().item():.1e}")
-assert scores_ort == scores_eager and top3 == 1.0
+assert change < top_gap / 2 and change < rel_gap / 2, "ONNX Runtime moved a score far enough to reorder a top 3"
+assert scores_ort == scores_eager and top3 == 1.0  # what those two margins guarantee
+if full == 1.0:
+    print("full order: the same for every query on this machine")
+else:
+    print(f"full order: {1 - full:.0%} of queries swap passages below their top 3 on this machine, "
+          f"where neighbours lie {full_gap:.1e} apart")
 
 # %% [markdown]
 # ## A torchaudio front end inside the exported model
@@ -1107,7 +1128,7 @@ exercises.check("07.ort_feeds", to_feeds)
 #   fuse into ONNX Runtime's own operators.
 # - Parity is measured and asserted: on MiniLM, ONNX Runtime's outputs stay within 1e-4 of PyTorch's
 #   (atol and rtol on random inputs, absolute on real ones), and give the same retrieval scores and
-#   top-3 passages as PyTorch.
+#   top-3 passages as PyTorch: every score moved by less than half the gap that a swap would need.
 #   `verify_onnx_program` automates the comparison (its relative figure counts near-zero entries).
 # - The runtime's speed against eager was measured at batch 1 and batch 32 and recorded
 #   (`onnx.minilm.speedup.b1`, `onnx.minilm.speedup.b32`); timing a 2-token input beside the query

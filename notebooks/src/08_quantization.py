@@ -37,8 +37,9 @@
 # CPU's class; every speed result below is a verdict for *this* machine, with the reason it holds
 # here.
 #
-# **GPU:** not needed. The scaled FP8 matrix multiply needs a CUDA GPU of compute capability 8.9
-# or newer (and torchao's float8 configurations too); that cell says it skipped otherwise.
+# **GPU:** not needed. A *fast* scaled FP8 matrix multiply needs a CUDA GPU of compute capability
+# 8.9 or newer (and torchao's float8 configurations too); the cell that times one says it skipped
+# otherwise. The arithmetic itself is checked on the CPU where this torch build has a CPU kernel.
 
 # %% tags=["colab-setup"]
 # Google Colab only: the next lines set the course up when this notebook runs in Colab (they clone the
@@ -469,7 +470,7 @@ print("it still runs, and matches fp32 within rtol=0.05, atol=0.02")
 # the quantized tensor dtypes such as `torch.qint8` are slated for removal too.) The same message
 # says where each piece went: eager quantization to torchao's `quantize_`, and the graph-mode
 # flows (FX, and PT2E, the `torch.export`-based flow for static quantization) to
-# `torchao.quantization.pt2e`. PT2E is already gone from torch itself:
+# `torchao.quantization.pt2e`. Does torch itself still ship PT2E? The next cell tries to import it:
 
 # %%
 try:
@@ -610,9 +611,11 @@ print(f"\ntorchao's int8 layer rides on that product: the bare int8 GEMM measure
 # conversion competes with what the smaller reads save. The verdicts above say how that came out
 # here.
 #
-# Two more facts hide in those layers. FBGEMM calls its kernel with `reduce_range=True`: the
-# activations are quantized to 7 bits, not 8, to keep the 16-bit pair sums of AVX2 from
-# saturating. That costs torch.ao some quality; the final table measures how much. And the other
+# Two more facts hide in those layers. torch.ao's dynamic Linear passes `reduce_range=True` to
+# `quantized::linear_dynamic`: the activations are quantized to 7 bits, not 8, to keep the 16-bit
+# pair sums of AVX2 from saturating. That can cost torch.ao some quality. The final table shows
+# torch.ao's whole loss, which mixes the 7-bit activations with the int8 weights; nothing here
+# separates the two. And the other
 # torchao configurations do not run here at all; the library says why:
 #
 
@@ -757,7 +760,8 @@ print(f"casting {big.tolist()} to e4m3fn gives {big.to(torch.float8_e4m3fn).floa
 # divide the tensor by `amax / 448` first so it fills the format's range, and keep that float
 # scale next to the FP8 data, just as int8 keeps its scale. `torch._scaled_mm` multiplies two FP8
 # matrices and applies both scales in one kernel (a private API, the one torchao's float8 layers
-# call). This torch build also runs it on the CPU, which is handy to check the arithmetic:
+# call). Recent torch builds also implement it on the CPU (slowly: it is there to check the
+# arithmetic, not for speed); the next cell tries it, and says so if this build has no CPU kernel:
 
 # %%
 def to_fp8(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -1005,8 +1009,9 @@ bench.bar_chart(digits_table, title="digits CNN, batch 256, CPU");
 # between float operations. Static QDQ quantization fixes the scales ahead of time, and ONNX
 # Runtime fuses each `DequantizeLinear → Conv → QuantizeLinear` pattern into one integer
 # convolution that keeps activations in 8 bits from layer to layer. The verdict lines above say
-# what that was worth on this CPU; on 8×8 images there is little arithmetic to save, larger image
-# networks have far more.
+# what that was worth on this CPU. Read them with the model's size in mind: a call on 8×8 images
+# does little arithmetic, so the fixed costs of a call weigh more here than in a larger image
+# network, which gives the integer kernels more work to speed up.
 #
 # On accuracy: the course uses `reduce_range=True` because it is safe on every x86 CPU. If you
 # quantize with full 8-bit weights, check the accuracy on the oldest CPU you deploy to: a loss from
@@ -1114,7 +1119,7 @@ assert pt2e_err < 0.05
 
 # %% [markdown]
 # Before timing anything, check what a file of this model would hold. `size.serialized_bytes`
-# saves a module's `state_dict`, and the module `convert_pt2e` returns holds more than its graph
+# saves a module's `state_dict`, and the module `convert_pt2e` returns can hold more than its graph
 # reads. The cell lists what no node of the graph reads, then drops it:
 
 # %%
@@ -1375,7 +1380,7 @@ assert cnn_linear_share < 0.05
 # 64 → 128 → 128 → 10. The base configuration is `IntxWeightOnlyConfig` with one scale per output
 # channel, at 4 bits (a common target for QAT) and at 2 bits (a stress test: four levels per
 # weight). The comparison is fair on training: the PTQ model gets the same extra epochs of float
-# fine-tuning that the QAT model gets with fake quantization, so QAT's gain cannot come from
+# fine-tuning that the QAT model gets with fake quantization, so any gain QAT shows cannot come from
 # training longer.
 
 # %%
@@ -1459,7 +1464,7 @@ bench.record("quant.qat.acc_recovered", qat_rows[2]["qat"] - qat_rows[2]["ptq"],
 # says "no clear difference" against fp32), QAT has nothing to recover, and a few epochs of it buy
 # nothing but training time. Where the rounding is coarse enough to cost accuracy, the verdicts say
 # whether fine-tuning with the rounding in the loop won it back. Two more lessons sit in the table:
-# the converted model computes exactly what the fake-quantized one trained on (asserted), and the
+# the converted model computes what the fake-quantized one trained on, within 1e-4 (asserted), and the
 # size column is the same for 4 and 2 bits: this configuration keeps each value in a byte of its own
 # (asserted: one byte per small integer in `qdata`), whatever the bit width. Packed layouts that
 # store two or four values per byte come with the kernels of specific backends (int4 needed an
@@ -1734,8 +1739,9 @@ else:
 # - QAT (`QATConfig(base_config, step="prepare")`, fine-tune, `step="convert"`) trains the exact
 #   model that conversion produces. It can only win back what post-training rounding loses: check
 #   that first, and compare with PTQ after the same amount of fine-tuning.
-# - FP8 formats have tiny ranges, so FP8 data always travels with a scale; scaled FP8 matmuls need
-#   compute capability 8.9 or newer.
+# - FP8 formats have tiny ranges, so FP8 data always travels with a scale. Fast scaled FP8 matmuls
+#   need FP8 hardware (on NVIDIA, compute capability 8.9 or newer); a CPU kernel, where torch has
+#   one, checks the arithmetic.
 # - The headline results (`quant.minilm.int8.*`, `quant.digits.int8.acc_drop`, `quant.pt2e.*`,
 #   `quant.qat.acc_recovered`, `quant.handwritten.max_rel_err`) and every verdict (`quant.*`) feed
 #   the course's results report.

@@ -1014,7 +1014,8 @@ mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("dp",))
 torch.manual_seed(0)                               # the same full matrices on every rank
 a = torch.randn(args.rows, args.cols)
 b = torch.randn(args.cols, args.rows)
-result = {"world": world, "mesh": str(mesh), "local": {}, "redistribute": {}}
+result = {"world": world, "mesh": {"dims": dict(zip(mesh.mesh_dim_names, mesh.shape)), "ranks": mesh.mesh.tolist()},
+          "local": {}, "redistribute": {}}
 
 for name, placement in (("Shard(0)", Shard(0)), ("Shard(1)", Shard(1)), ("Replicate()", Replicate())):
     result["local"][name] = list(distribute_tensor(a, mesh, [placement]).to_local().shape)
@@ -1048,7 +1049,14 @@ runtime.finish()
 
 # %%
 dt = launch.run_job(f"{JOBS}/dtensor.py", ["--rows", 8, "--cols", 6], timeout_s=120, echo=echo).result
-print(dt["mesh"])
+def mesh_line(mesh: dict) -> str:
+    """Return a job's device mesh as one line: each dimension's name and size, then the grid of ranks."""
+    dims = " x ".join(f"{name} = {n}" for name, n in mesh["dims"].items())
+    return f"device mesh: {dims}; ranks laid out as {mesh['ranks']}"
+
+
+print(mesh_line(dt["mesh"]))
+assert dt["mesh"] == {"dims": {"dp": 2}, "ranks": [0, 1]}
 for name, shape in dt["local"].items():
     print(f"A as {name:<12} -> each rank holds {shape}")
 for name, move in dt["redistribute"].items():
@@ -1202,7 +1210,8 @@ share_diff = torch.tensor(float((bias_share - b / t).abs().max()))
 dist.all_reduce(share_diff, op=dist.ReduceOp.MAX)
 runtime.log(f"forward {comms(forward)}, backward {comms(backward)}; output differs by {float(out_diff):.1e}, "
             f"gradients by {float(grad_diff):.1e}")
-runtime.emit({"world": world, "mesh": str(mesh), "placements": placements,
+runtime.emit({"world": world, "placements": placements,
+              "mesh": {"dims": dict(zip(mesh.mesh_dim_names, mesh.shape)), "ranks": mesh.mesh.tolist()},
               "out_type": type(out).__name__, "out_shape": list(out.shape),
               "comms_forward": comms(forward), "comms_backward": comms(backward),
               "comms_step_without_input_grad": comms(data_input),
@@ -1214,7 +1223,8 @@ runtime.finish()
 # %%
 TP_ARGS = ["--width", 64, "--hidden", 256, "--batch", 16]
 tp = launch.run_job(f"{JOBS}/tp.py", TP_ARGS, timeout_s=180, echo=echo).result
-print(tp["mesh"])
+print(mesh_line(tp["mesh"]) + " (each row is one tp group, each column one dp group)")
+assert tp["mesh"]["dims"] == {"dp": 1, "tp": tp["tp_size"]} and tp["mesh"]["ranks"] == [list(range(tp["tp_size"]))]
 for name, q in tp["placements"].items():
     print(f"{name:>12}: {q['placements']:<20} global {q['global_shape']}, each rank holds {q['local_shape']}")
 print(f"output: {tp['out_type']} of shape {tp['out_shape']} on each rank"
