@@ -605,7 +605,8 @@ print(f"{trace['allreduce_calls']} all-reduce call(s) in one step, all launched 
       f"{trace['started_inside_backward'] == trace['allreduce_calls']} ({', '.join(trace['comm_names'])})")
 print(f"on this machine {trace['started_before_last_gradient']} of {trace['allreduce_calls']} had started running "
       "on gloo's worker thread before the backward's last gradient began, so they could overlap it (how many "
-      "depends on how soon that thread gets a core, fewer on a busy CPU, and on how fast the gradients come)")
+      "varies from run to run: it depends on how long each all-reduce, which waits for the other rank, takes "
+      "against the backward computation still to come, and on when gloo's thread gets a core)")
 assert trace["allreduce_calls"] >= 1 and trace["started_inside_backward"] == trace["allreduce_calls"]
 
 # %% [markdown]
@@ -1010,7 +1011,7 @@ p.add_argument("--rows", type=int, default=8)
 p.add_argument("--cols", type=int, default=6)
 args = p.parse_args()
 rank, world = runtime.init()
-mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("dp",))
+mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("world",))
 torch.manual_seed(0)                               # the same full matrices on every rank
 a = torch.randn(args.rows, args.cols)
 b = torch.randn(args.cols, args.rows)
@@ -1051,12 +1052,12 @@ runtime.finish()
 dt = launch.run_job(f"{JOBS}/dtensor.py", ["--rows", 8, "--cols", 6], timeout_s=120, echo=echo).result
 def mesh_line(mesh: dict) -> str:
     """Return a job's device mesh as one line: each dimension's name and size, then the grid of ranks."""
-    dims = " x ".join(f"{name} = {n}" for name, n in mesh["dims"].items())
-    return f"device mesh: {dims}; ranks laid out as {mesh['ranks']}"
+    dims = ", ".join(f"{name}={n}" for name, n in mesh["dims"].items())
+    return f"device mesh ({dims}); ranks laid out as {mesh['ranks']}"
 
 
 print(mesh_line(dt["mesh"]))
-assert dt["mesh"] == {"dims": {"dp": 2}, "ranks": [0, 1]}
+assert dt["mesh"] == {"dims": {"world": 2}, "ranks": [0, 1]}
 for name, shape in dt["local"].items():
     print(f"A as {name:<12} -> each rank holds {shape}")
 for name, move in dt["redistribute"].items():
@@ -1210,7 +1211,9 @@ share_diff = torch.tensor(float((bias_share - b / t).abs().max()))
 dist.all_reduce(share_diff, op=dist.ReduceOp.MAX)
 runtime.log(f"forward {comms(forward)}, backward {comms(backward)}; output differs by {float(out_diff):.1e}, "
             f"gradients by {float(grad_diff):.1e}")
-runtime.emit({"world": world, "placements": placements,
+groups = [None] * world                   # each rank's own tensor-parallel and data-parallel group
+dist.all_gather_object(groups, {"tp": mesh["tp"].mesh.tolist(), "dp": mesh["dp"].mesh.tolist()})
+runtime.emit({"world": world, "placements": placements, "groups": groups,
               "mesh": {"dims": dict(zip(mesh.mesh_dim_names, mesh.shape)), "ranks": mesh.mesh.tolist()},
               "out_type": type(out).__name__, "out_shape": list(out.shape),
               "comms_forward": comms(forward), "comms_backward": comms(backward),
@@ -1224,7 +1227,12 @@ runtime.finish()
 TP_ARGS = ["--width", 64, "--hidden", 256, "--batch", 16]
 tp = launch.run_job(f"{JOBS}/tp.py", TP_ARGS, timeout_s=180, echo=echo).result
 print(mesh_line(tp["mesh"]) + " (each row is one tp group, each column one dp group)")
-assert tp["mesh"]["dims"] == {"dp": 1, "tp": tp["tp_size"]} and tp["mesh"]["ranks"] == [list(range(tp["tp_size"]))]
+grid = tp["mesh"]["ranks"]
+for r, g in enumerate(tp["groups"]):
+    print(f"  rank {r}: tp group {g['tp']}, dp group {g['dp']}")
+    row = next(ranks for ranks in grid if r in ranks)
+    assert g["tp"] == row and g["dp"] == [ranks[row.index(r)] for ranks in grid]   # its row, and its column
+assert tp["mesh"]["dims"] == {"dp": 1, "tp": tp["tp_size"]} and grid == [list(range(tp["tp_size"]))]
 for name, q in tp["placements"].items():
     print(f"{name:>12}: {q['placements']:<20} global {q['global_shape']}, each rank holds {q['local_shape']}")
 print(f"output: {tp['out_type']} of shape {tp['out_shape']} on each rank"
@@ -1266,8 +1274,9 @@ bench.record("dist.tp.max_abs_diff", tp_diff, "abs", world=tp["world"], width=64
 # machines.
 #
 # **Tensor parallelism with FSDP2 (2-D).** Large jobs combine the two on a 2-D mesh: tensor parallel
-# inside each group of ranks, `fully_shard` across the groups. That needs at least 2 x 2 = 4 ranks,
-# which two processes cannot show. The same job takes `--dp 2` on four ranks (each group of two then
+# inside each group of ranks, `fully_shard` across the groups. The mesh printed above is already 2-D,
+# but its dp dimension has one rank, so `tp.py` skipped `fully_shard` (it runs only with `--dp` above
+# 1). Sharding over both dimensions needs at least 2 x 2 = 4 ranks, which two processes cannot show. The same job takes `--dp 2` on four ranks (each group of two then
 # trains on its half of the batch, and the result is compared with one process the same way); the
 # command, for a machine with four cores or more:
 
@@ -1630,7 +1639,8 @@ assert ac["checkpointed"]["saved"]["activations"] < ac["plain"]["saved"]["activa
 # profiler may print warnings under the cell: one about a memory block allocated before profiling
 # started (a block allocated before the profile and freed during it has a size the profiler never
 # saw, so it leaves that one event out), and on some runs one naming the Python frame it started in
-# (such as asyncio's `_run_once`, the notebook's event loop). Both are harmless here. The price is recomputation, whose cost
+# (the frame varies, such as asyncio's `_run_once` or zmq's socket `send`: the Jupyter kernel's own
+# machinery). Both are harmless here. The price is recomputation, whose cost
 # is this machine's verdict too. Under `torch.compile` the compiler also decides on its own what to
 # save and what to recompute (its min-cut partitioner), so measure rather than assume. In FSDP jobs the
 # usual recipe is to checkpoint each block and shard it: `checkpoint` inside, `fully_shard` outside.
