@@ -37,9 +37,9 @@
 # CPU's class; every speed result below is a verdict for *this* machine, with the reason it holds
 # here.
 #
-# **GPU:** not needed. A *fast* scaled FP8 matrix multiply needs a CUDA GPU of compute capability
-# 8.9 or newer (and torchao's float8 configurations too); the cell that times one says it skipped
-# otherwise. The arithmetic itself is checked on the CPU where this torch build has a CPU kernel.
+# **GPU:** not needed. A *fast* scaled FP8 matrix multiply needs FP8 hardware: on NVIDIA, compute
+# capability 8.9 or newer (torchao's float8 configurations name the hardware they accept in the
+# message printed below); the cell that times one says it skipped otherwise. The arithmetic itself is checked on the CPU where this torch build has a CPU kernel.
 
 # %% tags=["colab-setup"]
 # Google Colab only: the next lines set the course up when this notebook runs in Colab (they clone the
@@ -124,6 +124,7 @@ from tqdm import tqdm
 from course_utils import bench, config, cpu, exercises, inductor_code, session, size
 from course_utils.data import digits_loaders, load_retrieval_set, ranking_agreement, similarity
 from course_utils.device import requires_cuda
+from course_utils.kit.cpu_profiles import PROFILES
 from course_utils.models import SmallResNet, load_minilm
 
 # torchao registers an Enum with torch's pytree at import time, and torch 2.14 logs a note that
@@ -429,8 +430,15 @@ if cpu_facts.profile and route["int_mm"] == "oneDNN" and onednn_dot and not cpu_
     print(f"(CPU profile {cpu_facts.profile}: torch picks this route from the real CPU, which has VNNI; on a real "
           "AVX2-only CPU it would be torch's own loop. `make test-haswell` emulates one to show that.)")
 elif cpu_facts.profile:
-    print(f"(CPU profile {cpu_facts.profile}: it caps torch's and Inductor's own vector code only; oneDNN, FBGEMM "
-          "and ONNX Runtime still use the real CPU's instructions, so the int8 timings in this notebook mix the two)")
+    profile_settings = PROFILES.get(cpu_facts.profile, {})
+    if "COURSE_EMULATOR" in profile_settings:
+        print(f"(CPU profile {cpu_facts.profile}: every library sees the emulated CPU, so these are that CPU's "
+              "kernels, run under emulation)")
+    else:
+        capped = "torch's and Inductor's own vector code" + (
+            " and FBGEMM" if "FBGEMM_ENABLE_INSTRUCTIONS" in profile_settings else "")
+        print(f"(CPU profile {cpu_facts.profile}: it caps {capped}; oneDNN and ONNX Runtime still use the real "
+              "CPU's instructions, so the int8 timings in this notebook mix the two)")
 
 # %% [markdown]
 # ## PyTorch's eager dynamic quantization: deprecated, still running
@@ -591,12 +599,33 @@ print(f"\ntorch.ao's heaviest calls:            {ao_ops}")
 print(f"compiled torchao dyn-act's heaviest: {tao_ops}")
 assert any("linear_dynamic" in k for k in ao_ops), "torch.ao runs FBGEMM's fused dynamic int8 Linear"
 assert any("_int_mm" in k for k in tao_ops), "torchao's dynamic int8 Linear runs torch._int_mm"
+
+# Where a compiled torchao call spends its time: the int8 products, the code Inductor generated around them
+# (the profiler's "## Call CompiledFxGraph ... ##" row), and the rest (guards, wrappers, other operators).
+with torch.inference_mode(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    mlp_variants["torchao int8 dyn-act, compiled"](x_mlp)
+self_ms = {e.key: e.self_cpu_time_total / 1e3 for e in prof.key_averages()}
+int_mm_ms = sum(ms for key, ms in self_ms.items() if "_int_mm" in key)
+generated_ms = sum(ms for key, ms in self_ms.items() if key.startswith("## Call CompiledFxGraph"))
+print(f"one compiled torchao dyn-act call, profiled: int8 products {int_mm_ms:.2f} ms, Inductor's generated code "
+      f"around them {generated_ms:.2f} ms, the rest {sum(self_ms.values()) - int_mm_ms - generated_ms:.2f} ms")
+
 tao_word = mlp_table.verdict("torchao int8 dyn-act, compiled", "fp32 eager")  # recorded above, as ...vs_fp32_eager
+compile_word = mlp_table.verdict("torchao int8 dyn-act, compiled", "torchao int8 dyn-act, eager",
+                                 name="quant.mlp.torchao_dyn_act_compiled.vs_eager")
+print(f"compiling the torchao dyn-act MLP: "
+      f"{mlp_table.describe('torchao int8 dyn-act, compiled', 'torchao int8 dyn-act, eager')}")
 gemm_words = {"faster": "faster than", "slower": "slower than", "no clear difference": "not clearly different from"}
+if tao_word == int8_gemm:
+    why_not = ""
+elif compile_word == "slower":
+    why_not = (" (compiling made these layers slower than running them eagerly here, so the loss is in what "
+               f"compilation added, not in the product: the profile above puts {generated_ms:.2f} ms in the generated "
+               f"code against {int_mm_ms:.2f} ms in the products)")
+else:
+    why_not = " (the quantize and rescale steps around each product, and the MLP's other work, count too)"
 print(f"\ntorchao's int8 layer rides on that product: the bare int8 GEMM measured earlier was {gemm_words[int8_gemm]} "
-      f"fp32 on this CPU, and the compiled torchao MLP was {gemm_words[tao_word]} fp32 eager"
-      + ("" if tao_word == int8_gemm else " (the quantize and rescale steps around each product, and the MLP's "
-                                           "other work, count too)"))
+      f"fp32 on this CPU, and the compiled torchao MLP was {gemm_words[tao_word]} fp32 eager" + why_not)
 
 # %% [markdown]
 # The profile explains the table. torch.ao's deprecated layers call FBGEMM's
@@ -604,7 +633,8 @@ print(f"\ntorchao's int8 layer rides on that product: the bare int8 GEMM measure
 # int8 kernels, which exist for AVX2 and for AVX-512 (with VNNI where present). torchao's dynamic
 # layers quantize each activation row and then call `torch._int_mm`: their speed rests on the
 # bare int8 product measured before, plus the quantize and rescale steps around it, which
-# `torch.compile` fuses. Uncompiled, those steps run one small operator at a time.
+# `torch.compile` can fuse (uncompiled, they run one small operator at a time). Whether compiling
+# paid for these layers on this machine, the compiled-against-eager line above says.
 #
 # Weight-only quantization keeps the arithmetic in float: the kernel must convert int8 weights
 # before multiplying, and at batch 16 a CPU matmul is not purely limited by memory, so the
@@ -760,8 +790,8 @@ print(f"casting {big.tolist()} to e4m3fn gives {big.to(torch.float8_e4m3fn).floa
 # divide the tensor by `amax / 448` first so it fills the format's range, and keep that float
 # scale next to the FP8 data, just as int8 keeps its scale. `torch._scaled_mm` multiplies two FP8
 # matrices and applies both scales in one kernel (a private API, the one torchao's float8 layers
-# call). Recent torch builds also implement it on the CPU (slowly: it is there to check the
-# arithmetic, not for speed); the next cell tries it, and says so if this build has no CPU kernel:
+# call). Recent torch builds also implement it on the CPU, which is handy to check the arithmetic
+# (it says nothing about FP8 speed); the next cell tries it, and says so if this build has none:
 
 # %%
 def to_fp8(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -931,7 +961,8 @@ ort_kernels = cpu.onnxruntime_kernels()
 saturates_here = "can saturate" in ort_kernels
 print(f"ONNX Runtime on this CPU uses {ort_kernels}: "
       + ("full-range U8S8 pairs CAN saturate here" if saturates_here
-         else "full-range weights cannot saturate here"))
+         else "full-range weights cannot saturate here")
+      + (f" (ONNX Runtime reads the real CPU, not CPU profile {cpu_facts.profile})" if cpu_facts.profile else ""))
 
 # %%
 digits_variants = {
@@ -1464,7 +1495,8 @@ bench.record("quant.qat.acc_recovered", qat_rows[2]["qat"] - qat_rows[2]["ptq"],
 # says "no clear difference" against fp32), QAT has nothing to recover, and a few epochs of it buy
 # nothing but training time. Where the rounding is coarse enough to cost accuracy, the verdicts say
 # whether fine-tuning with the rounding in the loop won it back. Two more lessons sit in the table:
-# the converted model computes what the fake-quantized one trained on, within 1e-4 (asserted), and the
+# the converted model computes what the fake-quantized one trained on, within rtol = atol = 1e-4
+# (asserted), and the
 # size column is the same for 4 and 2 bits: this configuration keeps each value in a byte of its own
 # (asserted: one byte per small integer in `qdata`), whatever the bit width. Packed layouts that
 # store two or four values per byte come with the kernels of specific backends (int4 needed an
@@ -1586,7 +1618,9 @@ print(f"on this CPU ({cpu_facts.cpu_class}) the fastest good int8 variant is "
 bf16_dot = any(f in cpu_facts.features for f in ("avx512_bf16", "amx_bf16", "bf16"))
 why_not_int8 = {
     "bf16": ("this CPU has bf16 dot-product instructions (AVX512-BF16, AMX or Arm's BF16)" if bf16_dot else
-             "this CPU has no bf16 dot-product instructions, so its bf16 matmuls widen to float32 and back"),
+             "this CPU has no bf16 dot-product instructions, so its bf16 matmuls widen to float32 and back")
+            + (f"; read from the real CPU, whose instructions oneDNN's bf16 matmuls use whatever CPU profile "
+               f"{cpu_facts.profile} caps" if cpu_facts.profile else ""),
     "compiled": ("compiling fuses the small element-wise work around the matmuls, which stay the same library calls"
                  + inductor_code.scalar_note()),
     "ORT": "ONNX Runtime runs the exported graph with its own float kernels and graph fusions",
@@ -1617,11 +1651,11 @@ for name in rows:
 #   model's many small matmuls. The verdict lines above sort the int8 variants into faster, no
 #   clear difference and slower on your machine, judged against the timing spread.
 #
-# | CPU class (`cpu.info()`) | torch.ao dynamic (FBGEMM) | torchao dyn-act, compiled without freezing (`torch._int_mm`) | PT2E static (oneDNN, frozen) | ONNX Runtime int8 (MLAS) |
+# | CPU class (`cpu.info()`) | torch.ao dynamic (FBGEMM; 7-bit activations on every x86 CPU) | torchao dyn-act, compiled without freezing (`torch._int_mm`) | PT2E static (oneDNN, frozen) | ONNX Runtime int8 (MLAS) |
 # |---|---|---|---|---|
 # | x86 with AMX or AVX-512 VNNI | VNNI kernels | oneDNN's VNNI or AMX kernels | oneDNN's AMX or AVX-512 VNNI kernels | VNNI kernels |
 # | x86 with AVX-VNNI, no AVX-512 | AVX2 kernels | torch's own plain loop | oneDNN's AVX-VNNI kernels | AVX-VNNI kernels |
-# | x86 with AVX2 only | AVX2 kernels, 7-bit activations | torch's own plain loop | oneDNN's AVX2 kernels (16-bit pair sums: torchao advises `reduce_range=True` in the quantization config there) | AVX2 kernels (U8S8 pairs can saturate) |
+# | x86 with AVX2 only | AVX2 kernels | torch's own plain loop | oneDNN's AVX2 kernels (16-bit pair sums: torchao advises `reduce_range=True` in the quantization config there) | AVX2 kernels (U8S8 pairs can saturate) |
 # | ARM (`arm64`) | QNNPACK engine instead of FBGEMM | depends on the build: measure | not this quantizer: torchao has an ARM one | dot-product kernels where the core has them |
 #
 # With freezing on, torchao's dynamic layers get the PT2E column's oneDNN kernels (on x86; the
@@ -1630,7 +1664,8 @@ for name in rows:
 # Which of these your machine gets is the first thing to check before choosing an int8 path; the
 # setup cell printed your class, and `python -m course_utils cpu --probe` asks oneDNN directly.
 # (Under one of the course's CPU profiles the class printed is the profile's, such as `x86-baseline`
-# for `default`; oneDNN, FBGEMM and ONNX Runtime still take the real CPU's row.)
+# for `default`. Under `avx2` and `default`, oneDNN and ONNX Runtime still take the real CPU's row
+# while FBGEMM is capped at AVX2; under `haswell`, every library sees the emulated AVX2 CPU.)
 #
 # ## Pitfalls and their fixes
 #
