@@ -222,14 +222,16 @@ class Comparison:
     def spread_note(self, limit: float = NOISY_SPREAD, *, cause: str | None = None) -> str:
         """Return one line warning that the timings are rough when a row's IQR exceeds ``limit``
         (20%) of its median; "" otherwise. ``cause`` says why the spread is large where the caller
-        knows (default: another program using the CPU, the usual reason on a laptop)."""
+        knows (default: says the timings varied, naming another program using the CPU as the usual
+        reason on a laptop)."""
         worst = max(self.rows, key=lambda r: r.iqr_s / r.median_s if r.median_s else 0.0, default=None)
         if worst is None or not worst.median_s or worst.iqr_s / worst.median_s <= limit:
             return ""
         if cause is None:
             return (f"note: the spread is large (IQR {worst.iqr_s / worst.median_s:.0%} of the median "
-                    f"for {worst.label!r}): something else was using the CPU, so treat these timings "
-                    "as rough and rerun the cell when the machine is quiet")
+                    f"for {worst.label!r}): the timings varied from call to call (on a laptop, usually "
+                    "because another program used the CPU), so treat them as rough and rerun the cell "
+                    "when the machine is quiet")
         return (f"note: the spread is large (IQR {worst.iqr_s / worst.median_s:.0%} of the median "
                 f"for {worst.label!r}): {cause}")
 

@@ -38,8 +38,9 @@
 # here.
 #
 # **GPU:** not needed. A *fast* scaled FP8 matrix multiply needs FP8 hardware: on NVIDIA, compute
-# capability 8.9 or newer (torchao's float8 configurations name the hardware they accept in the
-# message printed below); the cell that times one says it skipped otherwise. The arithmetic itself is checked on the CPU where this torch build has a CPU kernel.
+# capability 8.9 or newer (on a machine without such hardware, torchao's float8 configuration names
+# the hardware it accepts in the message printed below); the cell that times one says it skipped
+# otherwise. The arithmetic itself is checked on the CPU where this torch build has a CPU kernel.
 
 # %% tags=["colab-setup"]
 # Google Colab only: the next lines set the course up when this notebook runs in Colab (they clone the
@@ -105,7 +106,7 @@ else:
 # %%
 import os
 
-# The profiler used once below logs Kineto messages (and, on a CPU-only machine, a harmless
+# The profiler used in one cell below logs Kineto messages (and, on a CPU-only machine, a harmless
 # "gpuGetDeviceCount failed") to stderr unless this is set before it first starts.
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
@@ -121,7 +122,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from course_utils import bench, config, cpu, exercises, inductor_code, session, size
+from course_utils import bench, config, cpu, exercises, inductor_code, session, size, threads
 from course_utils.data import digits_loaders, load_retrieval_set, ranking_agreement, similarity
 from course_utils.device import requires_cuda
 from course_utils.kit.cpu_profiles import PROFILES
@@ -595,8 +596,9 @@ def top_ops(fn, n=3):
 
 ao_ops = top_ops(mlp_variants["torch.ao dynamic int8 (deprecated)"])
 tao_ops = top_ops(mlp_variants["torchao int8 dyn-act, compiled"])
-print(f"\ntorch.ao's heaviest calls:            {ao_ops}")
-print(f"compiled torchao dyn-act's heaviest: {tao_ops}")
+print(f"\ntorch.ao's heaviest operator calls:            {ao_ops}")
+print(f"compiled torchao dyn-act's heaviest operator calls: {tao_ops} (the generated code's own row is left out "
+      "here and measured below)")
 assert any("linear_dynamic" in k for k in ao_ops), "torch.ao runs FBGEMM's fused dynamic int8 Linear"
 assert any("_int_mm" in k for k in tao_ops), "torchao's dynamic int8 Linear runs torch._int_mm"
 
@@ -616,12 +618,16 @@ compile_word = mlp_table.verdict("torchao int8 dyn-act, compiled", "torchao int8
 print(f"compiling the torchao dyn-act MLP: "
       f"{mlp_table.describe('torchao int8 dyn-act, compiled', 'torchao int8 dyn-act, eager')}")
 gemm_words = {"faster": "faster than", "slower": "slower than", "no clear difference": "not clearly different from"}
+others = threads.other_load()  # other programs' CPU use, sampled now
 if tao_word == int8_gemm:
     why_not = ""
-elif compile_word == "slower":
-    why_not = (" (compiling made these layers slower than running them eagerly here, so the loss is in what "
-               f"compilation added, not in the product: the profile above puts {generated_ms:.2f} ms in the generated "
-               f"code against {int_mm_ms:.2f} ms in the products)")
+elif compile_word == "slower" and generated_ms > int_mm_ms:
+    why_not = (" (compiling made these layers slower than running them eagerly here, and the loss is in the code "
+               "compilation generated in place of the eager quantize and rescale operators, not in the product: the "
+               f"profile above puts {generated_ms:.2f} ms in the generated code against {int_mm_ms:.2f} ms in the "
+               "products" + ("; other programs were using the CPU, and the generated loops run on every torch "
+                             "thread and wait for a busy core: rerun when the machine is quiet)"
+                             if others is not None and others >= threads.BUSY_CORES else ")"))
 else:
     why_not = " (the quantize and rescale steps around each product, and the MLP's other work, count too)"
 print(f"\ntorchao's int8 layer rides on that product: the bare int8 GEMM measured earlier was {gemm_words[int8_gemm]} "
@@ -1619,11 +1625,12 @@ bf16_dot = any(f in cpu_facts.features for f in ("avx512_bf16", "amx_bf16", "bf1
 why_not_int8 = {
     "bf16": ("this CPU has bf16 dot-product instructions (AVX512-BF16, AMX or Arm's BF16)" if bf16_dot else
              "this CPU has no bf16 dot-product instructions, so its bf16 matmuls widen to float32 and back")
-            + (f"; read from the real CPU, whose instructions oneDNN's bf16 matmuls use whatever CPU profile "
+            + (f"; read from the real CPU: oneDNN's bf16 matmuls use its instructions whatever CPU profile "
                f"{cpu_facts.profile} caps" if cpu_facts.profile else ""),
     "compiled": ("compiling fuses the small element-wise work around the matmuls, which stay the same library calls"
                  + inductor_code.scalar_note()),
-    "ORT": "ONNX Runtime runs the exported graph with its own float kernels and graph fusions",
+    "ORT": "ONNX Runtime runs the exported graph with its own float kernels and graph fusions"
+           + (f"; ONNX Runtime reads the real CPU, not CPU profile {cpu_facts.profile}" if cpu_facts.profile else ""),
 }
 for name in rows:
     if name not in int8_rows and name != "fp32 eager":
@@ -1658,8 +1665,9 @@ for name in rows:
 # | x86 with AVX2 only | AVX2 kernels | torch's own plain loop | oneDNN's AVX2 kernels (16-bit pair sums: torchao advises `reduce_range=True` in the quantization config there) | AVX2 kernels (U8S8 pairs can saturate) |
 # | ARM (`arm64`) | QNNPACK engine instead of FBGEMM | depends on the build: measure | not this quantizer: torchao has an ARM one | dot-product kernels where the core has them |
 #
-# With freezing on, torchao's dynamic layers get the PT2E column's oneDNN kernels (on x86; the
-# PT2E section's census shows whether they did on yours).
+# With freezing on, and once torchao's x86 quantizer module has been imported (which registers the
+# passes), torchao's dynamic layers get the PT2E column's oneDNN kernels (on x86; the PT2E section's
+# census shows whether they did on yours).
 #
 # Which of these your machine gets is the first thing to check before choosing an int8 path; the
 # setup cell printed your class, and `python -m course_utils cpu --probe` asks oneDNN directly.
@@ -1682,9 +1690,9 @@ for name in rows:
 #   generic integer convolutions between float operations, are work that static quantization does
 #   not do (the CNN's verdicts show what it cost here); calibrate and quantize statically (QDQ)
 #   instead.
-# - **Tiny models.** The scales, zero points and extra nodes cost about the same whatever the layer
-#   size, so the smaller the model, the further its int8 file stays above a quarter (the digits
-#   CNN's size lines show it).
+# - **Tiny models.** What does not shrink (the graph and other constants) and what the quantizer
+#   adds (scales, zero points, nodes) weigh more the smaller the model; the digits CNN's size lines
+#   show its weights' share and where each int8 file landed against that estimate.
 # - **PT2E compiled without freezing.** The outputs are right and the int8 kernels never run: the
 #   compiled graph dequantizes its weights on every call. Set `torch._inductor.config.freezing = True`
 #   for inference and count the oneDNN calls in the generated code, as the PT2E section does.
@@ -1760,8 +1768,9 @@ else:
 #   Measure the bare int8 product first; the verdicts above are for your CPU only.
 # - `torch.ao.quantization` is deprecated but still runs (FBGEMM, with 7-bit activations);
 #   torchao's `quantize_` is the maintained PyTorch API. Its int8 dynamic configuration plus
-#   `torch.compile` rides on `torch._int_mm` by default; with freezing on, Inductor rewrites it into
-#   oneDNN int8 calls (the PT2E section counts them), so check the generated code for your setting.
+#   `torch.compile` rides on `torch._int_mm` by default; with freezing on, and once torchao's x86
+#   quantizer module is imported (it registers the passes), Inductor rewrites it into oneDNN int8
+#   calls (the PT2E section counts them), so check the generated code for your setting.
 #   Float8 configurations need a recent GPU, int4 an extra package.
 # - ONNX Runtime: the usual advice is dynamic quantization for transformers (turn on `per_channel`)
 #   and static QDQ quantization with calibration data for CNNs, with `reduce_range=True` for U8S8

@@ -31,7 +31,8 @@
 # - DTensor: a device mesh, `Shard` and `Replicate`, `redistribute`, and what a sharded matrix
 #   multiply communicates;
 # - tensor parallelism (`parallelize_module` with `ColwiseParallel` and `RowwiseParallel`): output
-#   and gradients equal to one process, the collectives counted, and the 2-D mesh it shares with FSDP;
+#   and gradients equal to one process, the collectives counted, and the 2-D mesh it shares with FSDP (printed here with a dp dimension of one; a
+#   four-rank command runs both);
 # - pipeline parallelism (`torch.distributed.pipelining`): two stages, microbatches, GPipe and 1F1B
 #   with one process's gradients, and the schedule each rank ran, drawn from the run;
 # - activation checkpointing with `torch.compile`: memory against time, with the profiler's memory view;
@@ -601,7 +602,8 @@ bench.record("dist.ddp.compiled_graphs", small["graphs"], "graphs", buckets=smal
 
 # %%
 trace = res["trace"]
-print(f"{trace['allreduce_calls']} all-reduce call(s) in one step, all launched inside the backward pass: "
+print(f"{trace['allreduce_calls']} all-reduce call(s) in one step, all started running inside the backward pass "
+      "(each launched there by a gradient hook): "
       f"{trace['started_inside_backward'] == trace['allreduce_calls']} ({', '.join(trace['comm_names'])})")
 print(f"on this machine {trace['started_before_last_gradient']} of {trace['allreduce_calls']} had started running "
       "on gloo's worker thread before the backward's last gradient began, so they could overlap it (how many "
@@ -1276,9 +1278,14 @@ bench.record("dist.tp.max_abs_diff", tp_diff, "abs", world=tp["world"], width=64
 # **Tensor parallelism with FSDP2 (2-D).** Large jobs combine the two on a 2-D mesh: tensor parallel
 # inside each group of ranks, `fully_shard` across the groups. The mesh printed above is already 2-D,
 # but its dp dimension has one rank, so `tp.py` skipped `fully_shard` (it runs only with `--dp` above
-# 1). Sharding over both dimensions needs at least 2 x 2 = 4 ranks, which two processes cannot show. The same job takes `--dp 2` on four ranks (each group of two then
-# trains on its half of the batch, and the result is compared with one process the same way); the
-# command, for a machine with four cores or more:
+# 1): over a dimension of one rank there is nothing to shard, every parameter would stay whole on its
+# rank and FSDP would only add its hooks. Sharding over both dimensions needs at least 2 x 2 = 4
+# ranks, which two processes cannot show. The same job takes `--dp 2` on four ranks (each group of
+# two then trains on its half of the batch, and the result is compared with one process the same
+# way); the command, for a machine with four cores or more, is below. Its output shows placements
+# with two entries, dp first (FSDP shows a parameter that tp has already sharded as
+# `_StridedShard`), and a warning from FSDP2 about a module that returned a view, harmless here
+# since nothing modifies the output in place.
 
 # %%
 print(" ".join(launch.torchrun_command(f"{JOBS}/tp.py", [*TP_ARGS, "--dp", 2], nproc=4, port=29500, python="python")))
@@ -1638,9 +1645,10 @@ assert ac["checkpointed"]["saved"]["activations"] < ac["plain"]["saved"]["activa
 # saving; the verdict above says whether the peak moved beyond a 10% band on this machine. The
 # profiler may print warnings under the cell: one about a memory block allocated before profiling
 # started (a block allocated before the profile and freed during it has a size the profiler never
-# saw, so it leaves that one event out), and on some runs one naming the Python frame it started in
-# (the frame varies, such as asyncio's `_run_once` or zmq's socket `send`: the Jupyter kernel's own
-# machinery). Both are harmless here. The price is recomputation, whose cost
+# saw, so it leaves that one event out), and on some runs one that names a Python call the profiler
+# recorded with an end earlier than its start (`with_stack=True` also records the Jupyter kernel's
+# own calls, such as asyncio's `_run_once` or zmq's socket `send`, so the name varies; the check
+# prints once per kernel, and that one call just gets no duration). Both are harmless here. The price is recomputation, whose cost
 # is this machine's verdict too. Under `torch.compile` the compiler also decides on its own what to
 # save and what to recompute (its min-cut partitioner), so measure rather than assume. In FSDP jobs the
 # usual recipe is to checkpoint each block and shard it: `checkpoint` inside, `fully_shard` outside.
