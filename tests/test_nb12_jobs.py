@@ -62,7 +62,10 @@ def test_the_notebook_writes_every_job_and_launches_only_what_it_wrote():
 def test_tensor_parallel_with_fsdp_on_a_2d_mesh_of_four_ranks(jobs):
     """The command notebook 12 prints for four ranks (it cannot run it on two)."""
     r = job(jobs, "tp.py", ["--width", 32, "--hidden", 64, "--batch", 8, "--dp", 2], nproc=4)
-    assert r["world"] == 4 and "dp=2, tp=2" in r["mesh"]
+    assert r["world"] == 4 and r["mesh"] == {"dims": {"dp": 2, "tp": 2}, "ranks": [[0, 1], [2, 3]]}
+    # each rank's tensor-parallel group is its row of the grid, its data-parallel group its column
+    assert r["groups"] == [{"tp": [0, 1], "dp": [0, 2]}, {"tp": [0, 1], "dp": [1, 3]},
+                           {"tp": [2, 3], "dp": [0, 2]}, {"tp": [2, 3], "dp": [1, 3]}]
     assert r["out_max_abs_diff"] <= 1e-5 and r["grad_max_abs_diff"] <= 1e-5
     assert r["placements"]["down.weight"]["placements"] == "(Shard(dim=0), Shard(dim=1))"
     assert r["placements"]["down.weight"]["local_shape"] == [16, 32]

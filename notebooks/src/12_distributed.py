@@ -1283,8 +1283,8 @@ bench.record("dist.tp.max_abs_diff", tp_diff, "abs", world=tp["world"], width=64
 # ranks, which two processes cannot show. The same job takes `--dp 2` on four ranks (each group of
 # two then trains on its half of the batch, and the result is compared with one process the same
 # way); the command, for a machine with four cores or more, is below. Its output shows placements
-# with two entries, dp first (FSDP shows a parameter that tp has already sharded as
-# `_StridedShard`), and a warning from FSDP2 about a module that returned a view, harmless here
+# with two entries, dp first (a parameter that FSDP and tp split along the same dimension shows
+# FSDP's part as `_StridedShard`), and a warning from FSDP2 about a module that returned a view, harmless here
 # since nothing modifies the output in place.
 
 # %%
