@@ -728,9 +728,10 @@ node_ms = {name: mm_ms[name] + rest_ms[name] for name in level_times}
 node_gap = node_ms["all"] - node_ms["disable"]  # what the profile adds, against what the timing added
 timed_gap = (by_level.row("opt all").median_s - by_level.row("opt disable").median_s) * 1e3
 profile_shows = node_gap >= 0.5 * timed_gap
-change = {"lower": "less", "higher": "more", "no clear difference": "no clear change"}[rest_word]
+change = {"lower": "less, beyond a 10% band", "higher": "more, beyond a 10% band",
+          "no clear difference": "no clear change within a 10% band"}[rest_word]
 rest_said = (f"in the profile the other nodes took {rest_ms['disable']:.1f} ms unoptimised and {rest_ms['all']:.1f} ms "
-             f"optimised, {change} by a 10% band; matrix multiplies made up {mm_share['all']:.0%} of the optimised "
+             f"optimised, {change}; matrix multiplies made up {mm_share['all']:.0%} of the optimised "
              "graph's node time")
 why = {"faster": (f"the fused operators saved real work at this batch ({rest_said})" if rest_word == "lower" else
                   f"the whole call gained although the profile shows no shorter rest of the graph ({rest_said}): "
