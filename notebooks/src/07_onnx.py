@@ -727,28 +727,32 @@ rest_word = bench.band_verdict(rest_ms["all"], rest_ms["disable"], band=0.1)  # 
 node_ms = {name: mm_ms[name] + rest_ms[name] for name in level_times}
 node_gap = node_ms["all"] - node_ms["disable"]  # what the profile adds, against what the timing added
 timed_gap = (by_level.row("opt all").median_s - by_level.row("opt disable").median_s) * 1e3
-profile_shows = node_gap >= 0.5 * timed_gap
+# The profile shows the timed difference when its node gap goes the same way and is at least half as large.
+profile_shows = timed_gap != 0 and node_gap / timed_gap >= 0.5
+gaps_said = f"the profiled nodes took {node_gap:+.1f} ms against the {timed_gap:+.1f} ms timed"
 change = {"lower": "less, beyond a 10% band", "higher": "more, beyond a 10% band",
           "no clear difference": "no clear change within a 10% band"}[rest_word]
 rest_said = (f"in the profile the other nodes took {rest_ms['disable']:.1f} ms unoptimised and {rest_ms['all']:.1f} ms "
              f"optimised, {change}; matrix multiplies made up {mm_share['all']:.0%} of the optimised "
              "graph's node time")
-why = {"faster": (f"the fused operators saved real work at this batch ({rest_said})" if rest_word == "lower" else
-                  f"the whole call gained although the profile shows no shorter rest of the graph ({rest_said}): "
-                  "the gain is in the matrix multiplies or in work the profile does not split"),
+why = {"faster": (f"the profile, taken at another moment, does not show the gain: {gaps_said} ({rest_said}); rerun "
+                  "the cell to see whether it repeats" if not profile_shows else
+                  f"the fused operators saved real work at this batch: {gaps_said} ({rest_said})"
+                  if rest_word == "lower" else
+                  f"the whole call gained, and so did the profiled nodes ({gaps_said}), though not the rest of the "
+                  f"graph ({rest_said}): the gain is in the matrix multiplies"),
        "no clear difference": rest_said + (": the saving was too small a part of the time to show outside the "
                                            "timing spread" if rest_word == "lower" else
                                            (": in this run the fusions did not shorten the rest of the graph either"
                                             if rest_word == "no clear difference" else
                                             ": in this profile the rest of the graph took longer after fusion, yet "
                                             "the whole call stayed inside the timing spread")),
-       "slower": (f"the rewritten graph's kernels suit this CPU or this batch worse than the plain ones: the profiled "
-                  f"nodes took {node_gap:.1f} ms more, of the {timed_gap:.1f} ms timed ({rest_said}; matrix multiplies "
-                  f"{mm_ms['disable']:.1f} ms unoptimised, {mm_ms['all']:.1f} ms optimised)"
-                  if profile_shows else
-                  f"the profile, taken at another moment, does not show it: the profiled nodes took {node_gap:+.1f} ms "
-                  f"against the {timed_gap:.1f} ms timed ({rest_said}), so the extra time lies outside the profiled "
-                  "nodes or in the moment the timing was taken; rerun the cell to see whether it repeats")}[word]
+       "slower": (f"the rewritten graph's kernels suit this CPU or this batch worse than the plain ones: {gaps_said} "
+                  f"({rest_said}; matrix multiplies {mm_ms['disable']:.1f} ms unoptimised, {mm_ms['all']:.1f} ms "
+                  "optimised)" if profile_shows else
+                  f"the profile, taken at another moment, does not show it: {gaps_said} ({rest_said}), so the extra "
+                  "time lies outside the profiled nodes or in the moment the timing was taken; rerun the cell to see "
+                  "whether it repeats")}[word]
 print(f"\nat batch {len(level_batch)}, full graph optimisation is {by_level.describe('opt all', 'opt disable')}: {why}")
 
 # %% [markdown]

@@ -591,14 +591,14 @@ if "torchao int8 weight-only, compiled" in mlp_variants:
 def top_ops(fn, n=3):
     with torch.inference_mode(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         fn(x_mlp)
-    events = [e for e in prof.key_averages() if not e.key.startswith(("Torch-Compiled", "## ", "CompiledFunction"))]
+    events = [e for e in prof.key_averages() if "::" in e.key]  # operators (aten::, quantized::), not framework rows
     return [e.key for e in sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:n]]
 
 ao_ops = top_ops(mlp_variants["torch.ao dynamic int8 (deprecated)"])
 tao_ops = top_ops(mlp_variants["torchao int8 dyn-act, compiled"])
 print(f"\ntorch.ao's heaviest operator calls:            {ao_ops}")
-print(f"compiled torchao dyn-act's heaviest operator calls: {tao_ops} (the generated code's own row is left out "
-      "here and measured below)")
+print(f"compiled torchao dyn-act's heaviest operator calls: {tao_ops} (the code Inductor generated is not an "
+      "operator; it is measured below)")
 assert any("linear_dynamic" in k for k in ao_ops), "torch.ao runs FBGEMM's fused dynamic int8 Linear"
 assert any("_int_mm" in k for k in tao_ops), "torchao's dynamic int8 Linear runs torch._int_mm"
 
@@ -618,16 +618,17 @@ compile_word = mlp_table.verdict("torchao int8 dyn-act, compiled", "torchao int8
 print(f"compiling the torchao dyn-act MLP: "
       f"{mlp_table.describe('torchao int8 dyn-act, compiled', 'torchao int8 dyn-act, eager')}")
 gemm_words = {"faster": "faster than", "slower": "slower than", "no clear difference": "not clearly different from"}
-others = threads.other_load()  # other programs' CPU use, sampled now
+others = threads.other_load()  # other programs' CPU use, sampled after the timing
+eager_dyn_ms = mlp_table.row("torchao int8 dyn-act, eager").median_s * 1e3
 if tao_word == int8_gemm:
     why_not = ""
-elif compile_word == "slower" and generated_ms > int_mm_ms:
-    why_not = (" (compiling made these layers slower than running them eagerly here, and the loss is in the code "
-               "compilation generated in place of the eager quantize and rescale operators, not in the product: the "
-               f"profile above puts {generated_ms:.2f} ms in the generated code against {int_mm_ms:.2f} ms in the "
-               "products" + ("; other programs were using the CPU, and the generated loops run on every torch "
-                             "thread and wait for a busy core: rerun when the machine is quiet)"
-                             if others is not None and others >= threads.BUSY_CORES else ")"))
+elif compile_word == "slower" and generated_ms > eager_dyn_ms:
+    why_not = (" (compiling made these layers slower than running them eagerly here: in the profile above the code "
+               f"Inductor generated in place of the eager quantize and rescale operators took {generated_ms:.2f} ms "
+               f"alone, more than the whole eager call's {eager_dyn_ms:.2f} ms median, while the products took "
+               f"{int_mm_ms:.2f} ms"
+               + (f"; other programs used about {others:.1f} cores, sampled after the timing: rerun when the machine "
+                  "is quiet)" if others is not None and others >= threads.BUSY_CORES else ")"))
 else:
     why_not = " (the quantize and rescale steps around each product, and the MLP's other work, count too)"
 print(f"\ntorchao's int8 layer rides on that product: the bare int8 GEMM measured earlier was {gemm_words[int8_gemm]} "
@@ -1635,7 +1636,12 @@ why_not_int8 = {
 for name in rows:
     if name not in int8_rows and name != "fp32 eager":
         said = minilm_table.describe(name, "fp32 eager", name=f"quant.minilm.{verdict_key(name)}.vs_fp32_eager")
-        why = next((text for key, text in why_not_int8.items() if key in name), "")
+        key = next((k for k in why_not_int8 if k in name), None)
+        why = why_not_int8.get(key, "")
+        word = minilm_table.verdict(name, "fp32 eager")
+        if key in ("compiled", "ORT") and word != "faster":  # the reason says what could gain; say it did not
+            why += ("; here that gained nothing measurable" if word == "no clear difference" else
+                    "; here it ran slower all the same (this notebook does not profile why)")
         print(f"{name} on this CPU: {said}" + (f" ({why})" if why else ""))
 
 
@@ -1691,8 +1697,9 @@ for name in rows:
 #   not do (the CNN's verdicts show what it cost here); calibrate and quantize statically (QDQ)
 #   instead.
 # - **Tiny models.** What does not shrink (the graph and other constants) and what the quantizer
-#   adds (scales, zero points, nodes) weigh more the smaller the model; the digits CNN's size lines
-#   show its weights' share and where each int8 file landed against that estimate.
+#   adds (scales, zero points, nodes) weigh more the smaller the model: compare the digits CNN's size
+#   lines (its weights' share, and where each int8 file landed against that estimate) with the
+#   MiniLM table's int8 rows. Expect less than 4x on a small model, and measure the file.
 # - **PT2E compiled without freezing.** The outputs are right and the int8 kernels never run: the
 #   compiled graph dequantizes its weights on every call. Set `torch._inductor.config.freezing = True`
 #   for inference and count the oneDNN calls in the generated code, as the PT2E section does.

@@ -1278,14 +1278,16 @@ bench.record("dist.tp.max_abs_diff", tp_diff, "abs", world=tp["world"], width=64
 # **Tensor parallelism with FSDP2 (2-D).** Large jobs combine the two on a 2-D mesh: tensor parallel
 # inside each group of ranks, `fully_shard` across the groups. The mesh printed above is already 2-D,
 # but its dp dimension has one rank, so `tp.py` skipped `fully_shard` (it runs only with `--dp` above
-# 1): over a dimension of one rank there is nothing to shard, every parameter would stay whole on its
-# rank and FSDP would only add its hooks. Sharding over both dimensions needs at least 2 x 2 = 4
+# 1): over a dimension of one rank there is nothing to shard, each rank would keep its tp shard
+# unsplit and FSDP would only add its hooks. Sharding over both dimensions needs at least 2 x 2 = 4
 # ranks, which two processes cannot show. The same job takes `--dp 2` on four ranks (each group of
 # two then trains on its half of the batch, and the result is compared with one process the same
-# way); the command, for a machine with four cores or more, is below. Its output shows placements
-# with two entries, dp first (a parameter that FSDP and tp split along the same dimension shows
-# FSDP's part as `_StridedShard`), and a warning from FSDP2 about a module that returned a view, harmless here
-# since nothing modifies the output in place.
+# way); the command is below: run it from the `notebooks/` folder (it runs on fewer than four cores
+# too, just slower). Its output shows placements with two entries, dp first (a parameter that FSDP
+# and tp split along the same dimension shows FSDP's part as `_StridedShard`), a warning from FSDP2
+# about a module that returned a view, harmless here since nothing modifies the output in place,
+# and, from the check's `full_tensor()`, DTensor's note that gathering a `_StridedShard` gradient
+# takes two all-gathers in turn; gathers only copy, so the values stay exact.
 
 # %%
 print(" ".join(launch.torchrun_command(f"{JOBS}/tp.py", [*TP_ARGS, "--dp", 2], nproc=4, port=29500, python="python")))
