@@ -1699,7 +1699,8 @@ for name in rows:
 # - **Tiny models.** What does not shrink (the graph and other constants) and what the quantizer
 #   adds (scales, zero points, nodes) weigh more the smaller the model: compare the digits CNN's size
 #   lines (its weights' share, and where each int8 file landed against that estimate) with the
-#   MiniLM table's int8 rows. Expect less than 4x on a small model, and measure the file.
+#   MiniLM table's int8 rows. Do not expect a small model's file to shrink as much as its weights
+#   do; measure the file.
 # - **PT2E compiled without freezing.** The outputs are right and the int8 kernels never run: the
 #   compiled graph dequantizes its weights on every call. Set `torch._inductor.config.freezing = True`
 #   for inference and count the oneDNN calls in the generated code, as the PT2E section does.
