@@ -156,6 +156,25 @@ def test_stamp_writes_each_notebooks_own_time_line(tmp_path):
         stamp.stamp_notebook(path, cold, full, quick)
 
 
+def test_stamp_keeps_a_notebooks_paired_source_in_sync(tmp_path):
+    """A stamped notebook whose twin then differs would fail tests/test_notebooks.py's sync check."""
+    from course_utils.kit import sources
+
+    quick, full, cold = _summaries()
+    nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": [
+        "**Time on a laptop CPU:** <!-- stamp:time -->old<!-- /stamp:time -->\n"]},
+        {"cell_type": "code", "metadata": {}, "source": ["x = 1\n"], "outputs": [], "execution_count": None}],
+        "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "00_setup.ipynb"
+    path.write_text(json.dumps(nb))
+    sources.write([path])
+    assert "old" in sources.source_of(path).read_text()
+    assert stamp.stamp_notebook(path, cold, full, quick)
+    assert sources.out_of_sync([path]) == []
+    assert "old" not in sources.source_of(path).read_text()
+    assert "1.5 min after that" in sources.source_of(path).read_text()
+
+
 def test_readme_and_notebooks_state_the_same_times():
     """Both come from the same runs: each notebook's time line repeats its README row."""
     readme = (ROOT / "README.md").read_text()

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import config
+from . import sources
 
 NOTEBOOK_RE = re.compile(r"(\d\d_[A-Za-z0-9_]+\.ipynb)")
 STAMP_HEADER = "last passed (torch, date)"
@@ -217,7 +218,9 @@ def stamp_notebook(path: Path, cold: dict[str, Any] | None, full: dict[str, Any]
                    carried_dates: dict[str, Measured] | None = None) -> bool:
     """Rewrite the time line of notebook ``path`` in place; return whether it was stamped.
 
-    ValueError when no Markdown cell of the notebook has the ``<!-- stamp:time -->`` markers.
+    The notebook's paired source (``src/<name>.py``, ``course_utils.kit.sources``), where it has one,
+    is rewritten with it, so the pair stays in sync. ValueError when no Markdown cell of the notebook
+    has the ``<!-- stamp:time -->`` markers.
     """
     line = time_line(path.name, cold, full, quick, carried, carried_dates)
     if line is None:
@@ -229,6 +232,8 @@ def stamp_notebook(path: Path, cold: dict[str, Any] | None, full: dict[str, Any]
                          "markers to stamp the time line into")
     cell["source"] = TIME_RE.sub(lambda _: line, "".join(cell["source"])).splitlines(keepends=True)
     path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    if sources.source_of(path).is_file():
+        sources.write([path])
     return True
 
 
