@@ -16,18 +16,20 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 from torch.utils import benchmark
 
-from . import config
+from . import config, threads
 from .device import synchronize
 from .results import read_results, record, record_verdict  # noqa: F401 (the notebooks' bench.record)
 
 #: A row whose IQR exceeds this share of its median makes a table print a "timings are rough" note.
 NOISY_SPREAD = 0.2
+#: Other programs' CPU use (cores) from which a noisy table's note blames them.
+BUSY_LOAD = 0.5
 
 
 def _sync_all() -> None:
@@ -132,11 +134,14 @@ class Comparison:
     """Variants timed side by side; ``speedup`` is baseline time / variant time (>1 is faster).
 
     ``device`` is where the variants ran (``"cpu"`` or ``"cuda"``); a recorded verdict carries it.
+    ``other_load`` is how many cores' worth of CPU other programs used just after the timings
+    (``threads.other_load``; ``compare`` samples it only when the spread is large), None if unknown.
     """
 
     baseline: str
     rows: list[Row] = field(default_factory=list)
     device: str = "cpu"
+    other_load: float | None = None
 
     @classmethod
     def from_samples(cls, samples: Mapping[str, list[float]], baseline: str | None = None, *,
@@ -222,18 +227,24 @@ class Comparison:
     def spread_note(self, limit: float = NOISY_SPREAD, *, cause: str | None = None) -> str:
         """Return one line warning that the timings are rough when a row's IQR exceeds ``limit``
         (20%) of its median; "" otherwise. ``cause`` says why the spread is large where the caller
-        knows (default: says the timings varied, naming another program using the CPU as the usual
-        reason on a laptop)."""
+        knows; by default the note goes by ``other_load``: other programs busy (at least ``BUSY_LOAD``
+        cores) just after the timings, other programs quiet (so the calls themselves varied), or unknown."""
         worst = max(self.rows, key=lambda r: r.iqr_s / r.median_s if r.median_s else 0.0, default=None)
         if worst is None or not worst.median_s or worst.iqr_s / worst.median_s <= limit:
             return ""
-        if cause is None:
-            return (f"note: the spread is large (IQR {worst.iqr_s / worst.median_s:.0%} of the median "
-                    f"for {worst.label!r}): the timings varied from call to call (on a laptop, usually "
-                    "because another program used the CPU), so treat them as rough and rerun the cell "
-                    "when the machine is quiet")
-        return (f"note: the spread is large (IQR {worst.iqr_s / worst.median_s:.0%} of the median "
-                f"for {worst.label!r}): {cause}")
+        head = (f"note: the spread is large (IQR {worst.iqr_s / worst.median_s:.0%} of the median "
+                f"for {worst.label!r}): ")
+        if cause is not None:
+            return head + cause
+        if self.other_load is None:
+            return head + ("the timings varied from call to call, so treat them as rough and rerun the cell; "
+                           "close other programs first if any are busy")
+        if self.other_load >= BUSY_LOAD:
+            return head + (f"other programs were using about {self.other_load:.1f} cores just after the "
+                           "timings, so treat them as rough and rerun the cell when the machine is quiet")
+        return head + (f"other programs were nearly idle just after the timings (about {self.other_load:.1f} "
+                       "cores), so the calls themselves varied (clock speed, caches, memory, or a burst of "
+                       "other work that had ended); treat them as rough and rerun the cell")
 
     def format(self, *, cause: str | None = None) -> str:
         """Return the comparison as a text table, with ``spread_note(cause=cause)`` under it when
@@ -298,7 +309,11 @@ def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, baseline: st
     for _ in range(rounds):
         for name, timer in timers.items():
             samples[name] += list(timer.blocked_autorange(min_run_time=run_time).times)
-    return Comparison.from_samples(samples, baseline, device=device if device is not None else _device_of(args, kwargs))
+    table = Comparison.from_samples(samples, baseline,
+                                    device=device if device is not None else _device_of(args, kwargs))
+    if table.spread_note():  # a large spread: note whether other programs were busy (0.2 s to sample)
+        table = replace(table, other_load=threads.other_load())
+    return table
 
 
 def _device_of(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> torch.device:

@@ -1,3 +1,4 @@
+from dataclasses import replace
 import json
 import time
 
@@ -152,6 +153,20 @@ def test_a_noisy_table_says_so_in_one_line():
     assert "45%" in note and "'b'" in note and "rough" in note
     assert str(noisy).splitlines()[-1] == note
     assert bench.Comparison("b", []).spread_note() == ""
+
+
+def test_a_noisy_tables_note_blames_other_programs_only_when_they_were_busy():
+    noisy = _two(1.0, 0.1, 2.0, 0.9)
+    assert "rerun the cell" in noisy.spread_note() and "other programs were" not in noisy.spread_note()
+    assert "other programs were using about 1.3 cores" in replace(noisy, other_load=1.3).spread_note()
+    note = replace(noisy, other_load=0.1).spread_note()
+    assert "nearly idle" in note and "about 0.1 cores" in note and "the calls themselves varied" in note
+    assert noisy.spread_note(cause="my reason").endswith("): my reason")
+
+
+def test_compare_samples_other_programs_only_for_a_noisy_table():
+    table = bench.compare({"a": lambda: None, "b": lambda: None}, min_run_time=0.01)
+    assert (table.other_load is None) == (table.spread_note() == "")
 
 
 def test_from_samples_gives_timings_measured_elsewhere_the_same_verdict():

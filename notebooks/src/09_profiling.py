@@ -204,10 +204,11 @@ print(f"aten::mkldnn_convolution appears with {len(conv_shapes)} different input
 #
 # `with_stack=True` also records the Python functions that were running (it makes profiling
 # slower, so switch it on when you need it). In the installed torch these frames go into the
-# trace as events of category `python_function`, nested around the operators they called (the
-# `stack` attribute of the `key_averages()` rows stays empty here, so `group_by_stack_n` groups
-# nothing). To find which line launched the slowest convolution, export the trace and list the
-# Python frames whose time span encloses it, innermost first.
+# trace as events of category `python_function`, nested around the operators they called. The
+# table's own route, the `stack` attribute of each `key_averages()` row that `group_by_stack_n`
+# groups by, may stay empty: the cell below counts the rows that carry one. To find which line
+# launched the slowest convolution, export the trace and list the Python frames whose time span
+# encloses it, innermost first.
 
 # %%
 with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], with_stack=True) as stack_prof:
@@ -215,6 +216,11 @@ with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], with_stack=True
 stack_path = config.build_dir() / "profiles" / "09" / "forward_with_stack.json"
 stack_path.parent.mkdir(parents=True, exist_ok=True)
 stack_prof.export_chrome_trace(str(stack_path))
+stack_rows = stack_prof.key_averages()
+with_a_stack = sum(bool(e.stack) for e in stack_rows)
+print(f"key_averages() rows with a stack: {with_a_stack} of {len(stack_rows)}"
+      + (" (group_by_stack_n has nothing to group by here; the trace's python_function events do)"
+         if with_a_stack == 0 else ""))
 
 stack_events = [e for e in json.loads(stack_path.read_text())["traceEvents"] if e.get("ph") == "X"]
 slowest = max((e for e in stack_events if e["name"] == "aten::conv2d"), key=lambda e: e["dur"])
@@ -453,27 +459,49 @@ assert n_compiled < n_eager, "the compiled forward dispatches fewer operators"
 bench.record("profile.compiled.event_ratio", event_ratio, "x", batch=BATCH, model="SmallResNet")
 
 regions = sorted({e["name"] for e in compiled_events
-                  if e["name"].startswith(("Torch-Compiled Region", "## Call CompiledFxGraph"))})
+                  if e["name"].startswith(("TorchDynamo Cache Lookup", "Torch-Compiled Region",
+                                           "## Call CompiledFxGraph"))})
 print("compiled-code events in the trace:", regions)
-assert any(r.startswith("Torch-Compiled Region") for r in regions)
+region = next(e for e in compiled_events if e["name"].startswith("Torch-Compiled Region"))
+lookup = next(e for e in compiled_events if e["name"] == "TorchDynamo Cache Lookup")
+assert lookup["ts"] + lookup["dur"] <= region["ts"], "the guard checks run before the compiled region"
+print(f"guard checks (TorchDynamo Cache Lookup): {lookup['dur']:.0f} us, ending "
+      f"{region['ts'] - lookup['ts'] - lookup['dur']:.0f} us before the {region['dur'] / 1e3:.2f} ms region starts")
 
 # %% [markdown]
 # Where did the operators go? Inductor fused the batch norms, ReLUs, additions and pooling into a
 # few generated C++ loops, which run inside the `## Call CompiledFxGraph ... ##` event and are
 # invisible to the operator-level profiler. What remains as `aten::` events are the *extern* calls
-# the generated code makes into PyTorch's own libraries (here the convolutions and the final
-# matrix multiply), plus a few buffer allocations. The `Torch-Compiled Region` event spans
-# everything the compiled function did, including the guard checks Dynamo runs first. (In training
-# mode, outside `torch.no_grad()`, you would also see a `CompiledFunction` event: the autograd
-# node that will run the compiled backward.) Both plots share one time axis.
+# the generated code makes into PyTorch's own libraries (the convolutions and the final matrix
+# multiply), and the operators those calls run inside themselves (allocations, views, copies):
+# the cell below splits the outermost calls from the ones nested in them. The guard checks Dynamo
+# runs first are an event of their own, `TorchDynamo Cache Lookup`, which ends before the
+# `Torch-Compiled Region` starts (the cell above timed both); the region spans the compiled code
+# that runs once the guards pass. (In training mode, outside `torch.no_grad()`, you would also see
+# a `CompiledFunction` event: the autograd node that will run the compiled backward.) Both plots
+# share one time axis.
 
 # %%
 print("eager   :", Counter(e["name"] for e in aten_events(eager_events)).most_common(5))
 print("compiled:", Counter(e["name"] for e in aten_events(compiled_events)).most_common(5))
 
+
+def encloses(outer: dict, inner: dict) -> bool:
+    """Whether event `outer` spans event `inner` on the same thread."""
+    return (outer is not inner and outer.get("tid") == inner.get("tid") and outer["ts"] <= inner["ts"]
+            and inner["ts"] + inner["dur"] <= outer["ts"] + outer["dur"])
+
+
+compiled_aten = aten_events(compiled_events)
+outermost = [e for e in compiled_aten if not any(encloses(o, e) for o in compiled_aten)]
+print(f"compiled, outermost aten:: calls (what the generated code calls): "
+      f"{dict(Counter(e['name'] for e in outermost))}")
+print(f"compiled, aten:: events nested inside those: {len(compiled_aten) - len(outermost)} of {len(compiled_aten)}")
+
 fig, axes = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
 for ax, evs, label in [(axes[0], eager_events, "eager"), (axes[1], compiled_events, "compiled")]:
-    top_level = [e for e in evs if e["name"].startswith(("aten::", "Torch-Compiled", "## Call"))]
+    top_level = [e for e in evs if e["name"].startswith(("aten::", "TorchDynamo Cache Lookup", "Torch-Compiled",
+                                                          "## Call"))]
     names = list(dict.fromkeys(e["name"] for e in top_level))[:12]
     draw_timeline(top_level, names, f"{label}: one forward (first 12 event names)", ax=ax)
 fig.tight_layout()
@@ -554,7 +582,9 @@ print(slow_table.table(sort_by="cpu_time_total", row_limit=8, max_name_column_wi
 # The reason sits further down the same table, below the eight rows printed: the *# of Calls* of
 # the normalisation's `aten::sub` and `aten::div`. The cell below reads them out: they run once
 # per **sample**, not once per batch, and `aten::stack` glues the results back together. Each of those
-# calls is tiny, so what we pay is Python and dispatcher overhead, over and over.
+# calls does very little arithmetic, so what we pay is mostly the fixed cost of a call (Python,
+# the dispatcher, a new tensor), over and over: after the fix, the cell further down compares 128
+# small divisions with one division of the whole batch.
 
 # %%
 slow_by_key = {e.key: e for e in slow_table}
@@ -577,14 +607,15 @@ for key in ("aten::sub", "aten::div", "aten::stack"):
 
 
 # %% [markdown]
-# **The fix:** normalise a whole batch in one operation. The dataset below accepts a *tensor of
-# indices*; a `BatchSampler` hands it 128 indices at a time, and `batch_size=None` tells the
+# **The fix:** normalise a whole batch in one operation. The dataset below accepts a batch of
+# indices at once: a `BatchSampler` hands it a *list* of 128 indices (the check below indexes with
+# a tensor of indices, which works too), and `batch_size=None` tells the
 # `DataLoader` not to collate (the dataset already returns a batch). Same data, same shuffling
 # scheme, one `sub` and one `div` per batch.
 
 # %%
 class BatchedDigits(PerSampleDigits):
-    """Same data, but __getitem__ takes a tensor of indices and normalises the batch at once."""
+    """Same data, but __getitem__ takes a list (or tensor) of indices and normalises the batch at once."""
 
     def __getitem__(self, idx):
         return (self.x[idx] - MEAN) / STD, self.y[idx]
@@ -612,6 +643,19 @@ for label in LABELS:
     print(f"{label:9s} {fast_by_key[label].cpu_time_total / 1e3 / PROFILED_STEPS:7.2f} ms per step")
 assert fast_by_key["aten::div"].count == PROFILED_STEPS, "one division per batch"
 print(f"aten::div now runs {fast_by_key['aten::div'].count // PROFILED_STEPS} time per step")
+# The fixed cost of a call: 128 divisions of one sample each against one division of 128 samples.
+slow_div, fast_div = slow_by_key["aten::div"], fast_by_key["aten::div"]
+per_call_us = {"per sample": slow_div.cpu_time_total / slow_div.count,
+               "whole batch": fast_div.cpu_time_total / fast_div.count}
+print(f"aten::div per call: {per_call_us['per sample']:.1f} us for one sample, "
+      f"{per_call_us['whole batch']:.1f} us for {LOOP_BATCH} samples; per step: "
+      f"{slow_div.cpu_time_total / PROFILED_STEPS / 1e3:.2f} ms before, "
+      f"{fast_div.cpu_time_total / PROFILED_STEPS / 1e3:.2f} ms after")
+calls_worth = per_call_us["whole batch"] / per_call_us["per sample"]
+assert calls_worth < LOOP_BATCH, f"one call on the whole batch costs less than {LOOP_BATCH} one-sample calls"
+print(f"one call on {LOOP_BATCH} samples costs what {calls_worth:.1f} one-sample calls cost, so about "
+      f"{1 - calls_worth / LOOP_BATCH:.0%} of the per-sample path's division time went into making calls, "
+      "not into arithmetic")
 
 # %% [markdown]
 # The profile gives the data stage's time per step after the fix; `bench.compare` measures what
@@ -746,7 +790,8 @@ else:
 # - `profile_memory=True` shows what each operator allocates; CUDA memory snapshots go further on a GPU.
 # - A compiled model shows up as a `Torch-Compiled Region` with far fewer `aten::` events: the fused
 #   code runs inside one generated call, and only extern calls (convolutions, matrix multiplies)
-#   remain visible.
+#   remain visible, with the operators they run inside; the guard checks are a `TorchDynamo Cache
+#   Lookup` event just before the region.
 # - Profile before you optimise: here the profile pointed at the data path's per-sample calls
 #   (counted, once per sample), batching the preprocessing removed them, and the verdict says what
 #   that was worth for a whole step on your machine. On a GPU, look for gaps between kernels and
