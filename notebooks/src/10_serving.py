@@ -680,8 +680,9 @@ print(f"verdict on this machine: batched ({best_mode}) served {word} tokens/s th
 # decodes without interruption and finishes together. Its cost is waiting: a request that arrives
 # while a batch decodes waits for that whole batch before its own can start, and that wait is part of its time
 # to first token (the cell above prints both modes' median TTFT). Its tail latency can still come out
-# lower than iteration's, because iteration's steps also compute newcomers' prompts; the cell above
-# prints which p99 is lower on this machine. With one client, static batching still waits up to
+# lower than iteration's (the cell above prints which p99 is lower on this machine). One possible
+# reason: a step of iteration mode can also compute newcomers' prompts, so the rows already decoding
+# wait for them; this benchmark does not separate that from other causes. With one client, static batching still waits up to
 # `max_wait_ms` for company on every request, time that is part of its TTFT at 1 client (compare the 1-client rows).
 # Iteration-level batching lets no request wait for a batch to drain and no slot idle on a finished
 # sequence; it is built for requests of mixed lengths that arrive at random times, as real traffic
@@ -809,14 +810,34 @@ with serve_in_subprocess({"batching": "iteration", "embed": False}) as srv_threa
                          max_new_tokens=NEW_TOKENS)
             assert r.n_lost == 0, (name, r.errors[:3])
             ep_rates.setdefault(name, []).append(r.tokens_per_s)
+# Two servers taking turns, a median of a few runs each: this cell and the compiled-server cell below
+# use one rule for such pairs, a gap under 15% between the medians is called no clear difference.
+PAIR_BAND = 0.15
+
+
+def runs_text(rates: list[float]) -> str:
+    """Return 'median of n runs, lowest-highest' for one server's tokens/s."""
+    if len(rates) == 1:
+        return "1 run"
+    return f"median of {len(rates)} runs, which ranged {min(rates):,.0f}-{max(rates):,.0f}"
+
+
+def overlap_text(a: list[float], b: list[float]) -> str:
+    """Say whether two servers' ranges of runs overlap (nothing to say with one run each)."""
+    if len(a) == 1 and len(b) == 1:
+        return ""
+    return "; the two ranges overlap" if min(a) <= max(b) and min(b) <= max(a) else "; the two ranges do not overlap"
+
+
 ep_median = {name: statistics.median(rates) for name, rates in ep_rates.items()}
 for name, rate in ep_median.items():
-    print(f"{name:15s} {rate:8,.0f} tokens/s at 32 clients (median of {len(ep_rates[name])} runs)")
-ep_word = bench.band_verdict(ep_median["engine process"], ep_median["engine thread"], band=0.10,
+    print(f"{name:15s} {rate:8,.0f} tokens/s at 32 clients ({runs_text(ep_rates[name])})")
+ep_word = bench.band_verdict(ep_median["engine process"], ep_median["engine thread"], band=PAIR_BAND,
                              name="serve.engine_process.vs_thread")
 print(f"engine in its own process: {ep_median['engine process'] / ep_median['engine thread']:.2f}x the "
-      f"throughput of the engine thread -> {ep_word} on this machine ({os.cpu_count()} cores; differences "
-      "under 10% are within run-to-run variation)")
+      f"throughput of the engine thread -> {ep_word} on this machine ({os.cpu_count()} cores; a gap under "
+      f"{PAIR_BAND:.0%} between the medians is called no clear difference"
+      f"{overlap_text(ep_rates['engine process'], ep_rates['engine thread'])})")
 print("served / bare model (the bare figure above), unpinned: " +
       ", ".join(f"{name} {rate / bare32:.2f}" for name, rate in ep_median.items()))
 
@@ -824,18 +845,31 @@ print("served / bare model (the bare figure above), unpinned: " +
 # Whether a separate engine process pays depends on the cores: it removes the wait for the GIL, but
 # the engine process then wants a core to itself, while the event loop and, in this notebook, the
 # load generator still need theirs. The verdict above is this machine's. The cell below gives the
-# engine that core and sets its breakdown beside the first one, so you can see which losses a core of
-# its own removes on this machine and what takes their place. Where rows per step fall, the engine
-# runs more, smaller passes: it frees rows faster than the HTTP side and the load generator, now on
-# one core between them, send new requests; they have become the slow part, which is where a machine
-# with only two cores stops being able to show more. A server whose clients run elsewhere, with cores to spare, does not have that limit. (The
-# server's default stays one process: simpler to read, to debug and to stop.)
+# engine that core, puts the HTTP side and the load generator together on the other core(s), and
+# sets the run beside the first breakdown (the server with its engine thread, alone on one core).
+# It prints, before and after:
+#
+# - tokens per second, with a verdict;
+# - each share of the wall time, and the largest loss;
+# - the rows per forward pass, and the requests outside the batch: of the 32 requests the clients
+#   keep going, those not being decoded at that moment (in the clients, in the HTTP side, on the
+#   pipe to the engine, or waiting in its queue);
+# - how much of a core each part of the system used.
+#
+# Its last line says what these figures point to on this machine, and when they do not settle it.
+# (The server's default stays one process: simpler to read, to debug and to stop.)
 
 # %%
 # The engine process once more, now alone on one core, with the HTTP side and the load generator on
 # the other: the worker shares its GIL and its core with no other part of the server (other programs
 # on a busy machine can still take the core). Its breakdown beside the first one's.
-from course_utils.serving.extras.breakdown import engine_child
+from course_utils.serving.extras.breakdown import engine_child, thread_cpu_seconds
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """CPU seconds used so far by process ``pid``'s threads (not its children); 0 when unknown."""
+    return sum(thread_cpu_seconds(pid, children=False).values()) if pid else 0.0
+
 
 own = None
 if plan is None:
@@ -846,8 +880,11 @@ else:
         layout = {server.proc.pid: plan[1], child: plan[0], os.getpid(): plan[1]} if child else {}
         with pinned(layout) as pinned_own:
             run_load(server.url, concurrency=8, n_requests=8, max_new_tokens=8)  # warm-up
+            cpu0 = (cpu_seconds(child), cpu_seconds(server.proc.pid), time.process_time())
             own_run, own = measure(server.url, server.proc.pid, lambda: run_load(
                 server.url, concurrency=32, n_requests=32 * EFF_ROUNDS, prompts=PROMPTS, max_new_tokens=NEW_TOKENS))
+            engine_s, http_s, own_client_s = (cpu_seconds(child) - cpu0[0], cpu_seconds(server.proc.pid) - cpu0[1],
+                                              time.process_time() - cpu0[2])
     assert own_run.n_lost == 0, own_run.errors[:3]
     assert own.tokens == own_run.n_ok * NEW_TOKENS, "the engine counted other tokens than the clients received"
     print(("engine process alone on one core, HTTP side and load generator on the other" if pinned_own else
@@ -858,11 +895,43 @@ else:
     print("\nshare of the wall time     thread, server on one core | engine process alone on one core")
     for name in WALL_PARTS:
         print(f"{breakdown.share(first[name]):>27.0%} | {own.share(alone[name]):>5.0%}   {part_label.get(name, name)}")
-    print(f"largest loss: {breakdown.largest_loss(bare32)} -> {own.largest_loss(bare32)}")
+    loss_before, loss_after = breakdown.largest_loss(bare32), own.largest_loss(bare32)
+    print(f"largest loss, unchanged: {loss_after}" if loss_before == loss_after else
+          f"largest loss: {loss_before} -> {loss_after}")
+
+    print("\nbefore -> after (engine thread, server on one core -> engine process alone on one core)")
+    tps_word = bench.band_verdict(own_run.tokens_per_s, eff_run.tokens_per_s, band=0.15,
+                                  name="serve.engine_process.own_core_vs_thread")
+    print(f"tokens/s at 32 clients: {eff_run.tokens_per_s:,.0f} -> {own_run.tokens_per_s:,.0f} "
+          f"({own_run.tokens_per_s / eff_run.tokens_per_s:.2f}x: {tps_word}; a gap under 15% is called no clear "
+          "difference, one run each)")
     rows_word = bench.band_verdict(own.mean_rows, breakdown.mean_rows, band=0.15, name="serve.engine_process.rows_own_core")
-    print(f"rows per forward pass: {breakdown.mean_rows:.1f} -> {own.mean_rows:.1f} ({rows_word}, 15% band)"
-          + (": the engine now frees rows faster than the HTTP side and the clients, sharing one core, "
-             "send the next requests" if rows_word == "lower" else ""))
+    print(f"rows per forward pass: {breakdown.mean_rows:.1f} -> {own.mean_rows:.1f} ({rows_word}, 15% band); "
+          f"requests outside the batch (32 - rows): {32 - breakdown.mean_rows:.1f} -> {32 - own.mean_rows:.1f}")
+    n_other = len(plan[1])
+    cores_word = "core" if n_other == 1 else f"{n_other} cores"
+    before_server, before_client = breakdown.share(sum(breakdown.thread_cpu_s)), client_s / eff_run.wall_s
+    engine_share, http_share = own.share(engine_s), own.share(http_s)
+    client_share = own_client_s / own_run.wall_s
+    shared = (http_share + client_share) / n_other  # how busy the HTTP side and the clients kept their cores
+    print(f"CPU used, as a share of the wall time: before, server {before_server:.0%} (on its core) and load "
+          f"generator {before_client:.0%} (on the other {cores_word}); after, engine {engine_share:.0%} (on its core), "
+          f"HTTP side {http_share:.0%} + load generator {client_share:.0%} on the other {cores_word}, "
+          f"i.e. {shared:.0%} of {'it' if n_other == 1 else 'them'}")
+    if not pinned_own:
+        print("what it points to: nothing certain; the engine could not be pinned apart, so every part shared "
+              "every core in this run")
+    elif rows_word == "lower" and shared >= 0.9:
+        print(f"what it points to: more requests were outside the engine's batch, while the HTTP side and the load "
+              f"generator kept their {cores_word} busy {shared:.0%} of the time: the side that sends requests and "
+              "reads tokens, not the engine, has become the slow part on this machine")
+    elif rows_word == "lower":
+        print(f"what it points to: fewer requests were in the engine's batch, but the HTTP side and the load "
+              f"generator used only {shared:.0%} of their {cores_word} (other programs may have taken the rest), "
+              "so these figures do not show where the requests outside the batch waited")
+    else:
+        print("what it points to: the batch held about as many rows as before or more, so the requests outside it "
+              "do not explain the change in tokens/s; the shares of the wall time above show which part changed")
 
 # %% [markdown]
 # ## Compiling the model inside the server
@@ -905,18 +974,24 @@ else:
                     rates[name].append(compiled_report.tokens_per_s)
     median = {name: statistics.median(r) for name, r in rates.items()}
     compile_word = {"higher": "pays", "lower": "is slower", "no clear difference": "makes no clear difference"}[
-        bench.band_verdict(median["compiled"], median["eager"], band=0.15, name="serve.compile.compiled_vs_eager")]
+        bench.band_verdict(median["compiled"], median["eager"], band=PAIR_BAND,
+                           name="serve.compile.compiled_vs_eager")]
     print(f"start-up including the compile: {startup_s:.0f} s (clients could not connect before it ended)")
-    print(f"iteration batching at 32 clients, median of 3 runs each: compiled {median['compiled']:,.0f} tokens/s, "
-          f"eager {median['eager']:,.0f} tokens/s -> {median['compiled'] / median['eager']:.2f}x: compiling "
-          f"{compile_word} here (differences under 15% are within run-to-run variation)"
-          + inductor_code.scalar_note())
+    print("iteration batching at 32 clients, " + "; ".join(
+        f"{name} {median[name]:,.0f} tokens/s ({runs_text(r)})" for name, r in rates.items()))
+    print(f"compiled / eager: {median['compiled'] / median['eager']:.2f}x -> compiling {compile_word} here "
+          f"(the same rule as for the engine process: a gap under {PAIR_BAND:.0%} between the medians is called "
+          f"no clear difference{overlap_text(rates['compiled'], rates['eager'])})" + inductor_code.scalar_note())
 
 # %% [markdown]
-# Why compiling may gain little on a CPU: one decoding step of a model this small is a few
-# small matrix products, which Inductor hands to the same libraries eager mode calls, so there is
-# little to fuse; what compiling saves is Python and dispatch overhead per operation, which matters
-# most at small batches. Had the compiled region contained the `int(...)` or the in-place cache
+# The verdict above is this machine's, and it can differ on another machine or under another load.
+# What compiling can change here is limited either way. A decoding step of a model this small is a
+# few small matrix products, and Inductor hands those to the same matrix libraries that eager mode
+# calls, so the products themselves are not what it speeds up. What it can save is the rest: the
+# Python and dispatch overhead that eager mode pays for every operation, and the elementwise work
+# around the products (layer norms, the GELU, residual additions, reshaping for the heads), which
+# Inductor fuses into fewer loops. This notebook does not measure which of the two made the
+# difference where there was one. Had the compiled region contained the `int(...)` or the in-place cache
 # writes, every step would have paid for a graph break or for a copy of the whole cache;
 # `TORCH_LOGS="graph_breaks,recompiles"` on the server process shows such problems (notebook 02), and
 # `tests/test_serving_batching.py` checks that the server's compiled step makes no new graph under
@@ -1272,7 +1347,7 @@ fig.tight_layout();
 # ## A thousand requests
 #
 # Throughput means little if requests get lost. The last measurement sends many requests from 64
-# concurrent clients, twice the maximum batch, so requests are always waiting in the queue, and counts
+# concurrent clients, twice the maximum batch, so more requests are in flight than a batch can hold, and counts
 # every request that failed or whose stream was malformed (wrong order, missing tokens, no `end`).
 
 # %%
@@ -1405,10 +1480,12 @@ with serve_in_subprocess({"batching": "iteration", "embed": False}) as server:
         print(f"demo page at {demo_url} (HTTP {httpx.get(demo_url, timeout=30, trust_env=False).status_code})")
     finally:
         demo.close()
-print(f"what the page shows, growing one token at a time ({len(partial)} updates):")
+print(f"what the page shows: {len(partial)} updates for 24 new tokens, each one character longer than the last:")
 for text in partial[:3] + ["..."] + partial[-1:]:
     print("  ", repr(text))
 assert partial[-1] == complete("The Python ", 24)
+# /generate sends one event per token and stream_generate yields once per token event, on any machine
+assert [len(text) for text in partial] == list(range(1, 25))
 
 # %% [markdown]
 # ## Any client: the OpenAI-compatible API
@@ -1427,6 +1504,13 @@ assert partial[-1] == complete("The Python ", 24)
 # (`n > 1`, `logprobs`, tools, ...) is refused with the API's error shape and a message, so the
 # official client raises its usual exceptions. Below: the official `openai` package, pointed at our
 # server on 127.0.0.1 (it insists on an API key; this server checks none).
+#
+# The streamed completion comes in fewer chunks than it has tokens. The demo page above grew one
+# character per update because `/generate` sends one event per token. The OpenAI stream instead
+# (`_texts` in `openai_api.py`) puts every token of the request that is already waiting when the
+# event loop comes back to it into one chunk, and closes with a chunk that has no text, only the
+# finish reason. How many tokens wait each time depends on how busy the event loop and the machine
+# are, so the number of chunks changes from run to run; the cell prints it and the size of each chunk.
 
 # %%
 import openai  # noqa: E402
@@ -1444,7 +1528,7 @@ with ThreadedServer(ServeSettings(embed=False, threads=default_threads()), model
         model="tiny-gpt", max_tokens=OAI_TOKENS, temperature=0,
         messages=[{"role": "system", "content": "You answer questions about Python."},
                   {"role": "user", "content": "What does the import statement do?"}])
-    pieces = [chunk.choices[0].text for chunk in client.completions.create(
+    chunks = [chunk.choices[0] for chunk in client.completions.create(
         model="tiny-gpt", prompt=OAI_PROMPT, max_tokens=OAI_TOKENS, temperature=0, stream=True)]
     try:  # a request this server cannot serve: the client raises, with the server's reason
         client.completions.create(model="tiny-gpt", prompt="caf\u00e9", n=2)
@@ -1453,11 +1537,14 @@ with ThreadedServer(ServeSettings(embed=False, threads=default_threads()), model
         refusal = f"{type(err).__name__} ({err.status_code}), param {err.body['param']!r}: {err.body['message']}"
 
 text = completion.choices[0].text
+pieces = [c.text for c in chunks]
 print(f"models: {served_models}")
 print(f"completion ({completion.usage.completion_tokens} tokens, {completion.choices[0].finish_reason}): {text!r}")
 print(f"chat, as {chat.choices[0].message.role} ({chat.usage.completion_tokens} tokens): "
       f"{chat.choices[0].message.content!r}")
 print(f"streamed in {len(pieces)} chunks: {''.join(pieces)!r}")
+print(f"  {len(pieces) - 1} chunks of text, of {[len(p) for p in pieces[:-1]]} characters, then one with no "
+      f"text and the finish reason {chunks[-1].finish_reason!r}")
 print(f"refused: {refusal}")
 client_ok = int(completion.usage.completion_tokens == len(text) == OAI_TOKENS
                 and chat.usage.completion_tokens == len(chat.choices[0].message.content) == OAI_TOKENS
@@ -1466,6 +1553,9 @@ print(f"client_ok = {client_ok}")
 assert client_ok == 1
 assert text == complete(OAI_PROMPT, OAI_TOKENS)  # the same greedy text as the model alone
 assert refusal.startswith("BadRequestError (400)")
+# every chunk but the last carries text and no finish reason; the last carries only the finish reason
+assert all(c.text and c.finish_reason is None for c in chunks[:-1])
+assert chunks[-1].text == "" and chunks[-1].finish_reason == "length"
 bench.record("serve.openai.client_ok", client_ok, "flag", client=f"openai {openai.__version__}",
              new_tokens=OAI_TOKENS, calls="models, completion, chat, streamed completion");
 
