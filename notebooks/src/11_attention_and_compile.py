@@ -515,7 +515,9 @@ no_native = "none (bf16 products are computed through float32 conversions)"
 print(f"native bf16 instructions on this CPU: {', '.join(native) if native else no_native}"
       + (f"; the {cpu.active_profile()} profile leaves oneDNN, which runs these products, on the real CPU and "
          "those instructions" if cpu.active_profile() and native else ""))
-print(f"verdict on this machine ({cpu.cpu_class()}): bf16 is "
+where = (f"the {cpu.active_profile()} profile, with oneDNN's bf16 products on the real CPU's {', '.join(native)}: "
+         "a real CPU of that class can differ" if cpu.active_profile() and native else cpu.cpu_class())
+print(f"verdict on this machine ({where}): bf16 is "
       f"{amp.describe('bf16 autocast compiled', name='compile.bf16.block.vs_fp32')}"
       + ("" if native else " (without native bf16 instructions, every product converts to and from bf16)"))
 assert rel < 2e-2, "bf16 keeps 2 to 3 significant digits: the error should be well under 2%"
@@ -530,9 +532,10 @@ assert rel < 2e-2, "bf16 keeps 2 to 3 significant digits: the error should be we
 #
 # A transformer is the same block repeated N times. `torch.compile(model)` traces all N copies into
 # one graph and lowers each of them (a kernel whose code comes out identical to one already built is
-# built only once), so the work of compiling grows with the depth of the model; the cell below prints
-# each cold start beside its C++ compiler time (summed over builds that run at the same time), so you
-# can see which part follows the depth.
+# built only once), so the work of compiling grows with the depth of the model. The cell below prints
+# each cold start beside its C++ compiler time (summed over builds that run at the same time) and what
+# is left once that is taken away (tracing and lowering, mostly; a lower bound, since overlapping
+# builds are summed), and in full mode the cell after it says which of the two grew with the depth.
 # *Regional compilation* compiles the repeated block instead (`block.compile()` on each): Dynamo
 # traces one block, and since every block has the same code and the same shapes, the other N−1 reuse
 # that compiled code. The price is the Python loop between blocks and no fusion across them.
@@ -632,7 +635,8 @@ for n in DEPTHS:
     for how in hows:
         r = cold[(how, n)] = fresh.run_script(COLD_START, [how, n, DIM, TOKENS], cold=True)
         print(f"{how:<14} {n:2} blocks: cold first call {r['first_s']:6.1f} s (C++ compiler time, summed over "
-              f"builds that overlap: {r['cpp_build_s']:5.1f} s) | graphs {r['graphs']}, operations traced {r['ops_traced']}")
+              f"builds that overlap: {r['cpp_build_s']:5.1f} s; the rest: {r['first_s'] - r['cpp_build_s']:5.1f} s) | "
+              f"graphs {r['graphs']}, operations traced {r['ops_traced']}")
 
 # %% [markdown]
 # The counts explain the times: whole-model compile traces every block's operations; regional
@@ -680,6 +684,11 @@ if len(DEPTHS) > 1:
            else f" ({traced}, so the difference is run-to-run variation, one cold start each, not the depth)")
     print(f"the ratio at {DEPTHS[-1]} blocks against {DEPTHS[0]}: {deeper} (band 10%); regional's own cold start "
           f"at {DEPTHS[-1]} against {DEPTHS[0]} blocks: {own}{why}")
+    shallow, deep = cold[("whole model", DEPTHS[0])], cold[("whole model", DEPTHS[-1])]
+    parts = {"C++ compiler time": (shallow["cpp_build_s"], deep["cpp_build_s"]),
+             "the rest": (shallow["first_s"] - shallow["cpp_build_s"], deep["first_s"] - deep["cpp_build_s"])}
+    print(f"whole-model compile, {DEPTHS[0]} -> {DEPTHS[-1]} blocks (one cold start each, 10% band): " + "; ".join(
+        f"{part} {a:.1f} -> {b:.1f} s, {bench.band_verdict(b, a, band=0.1)}" for part, (a, b) in parts.items()))
 if ("nested region", N_LAYER) in cold:
     nested = cold[("nested region", N_LAYER)]["first_s"]
     nested_word = {"lower": "shorter than", "higher": "longer than", "no clear difference": "not clearly different from"}[
@@ -737,7 +746,7 @@ print(f"regional takes {steady_ratio:.2f}x the whole model's time per call: {ban
 # Regional compilation has the most to save on deep models, where whole-model compile has the
 # most to trace (full mode compares two depths above, 6 and 48 blocks); whole-model compile keeps the chance of
 # fusing across blocks, which the steady-state verdict above weighs on this machine. The compile cache
-# (notebook 01) hides the compile time of either approach on the second run, but not a difference in
+# (notebook 01) shortens the compile time of either approach on the second run (Dynamo still traces), but not a difference in
 # the steady state.
 
 # %% [markdown]
@@ -768,9 +777,9 @@ print(f"regional takes {steady_ratio:.2f}x the whole model's time per call: {ban
 #   best. Later changes to the weights are ignored, so never freeze a model you are training;
 # - **max-autotune** (with freezing): times Inductor's own C++ matrix-multiply templates against the
 #   library call for every matrix multiply and keeps the faster one. That adds compile time for each
-#   distinct matrix shape, so it runs on one model only: MiniLM, an encoder built mostly of linear
-#   layers (the library share printed beside its verdicts says how much of its eager operator time
-#   goes to those and to attention). In the convolution nets it would find only the classifier to tune
+#   distinct matrix shape, so it runs on one model only: MiniLM, an encoder whose arithmetic is
+#   mostly the matrix multiplies of its linear layers (the library share printed beside its verdicts
+#   says how much of its eager operator time goes to those and to attention). In the convolution nets it would find only the classifier to tune
 #   (convolutions stay with oneDNN in every mode; notebook 01, section 3), and on the ViT and the
 #   tiny GPT it would add its tuning to the table's time to ask MiniLM's question again;
 # - **bf16 autocast** (with freezing), on one model of each kind, where the CPU has native bf16
@@ -781,8 +790,8 @@ print(f"regional takes {steady_ratio:.2f}x the whole model's time per call: {ban
 # is not in it). The bf16 and max-autotune rows are compiled into freezing's cache right after it, so
 # they reuse any kernel freezing already built with the same code: their first call is their own trace
 # and lowering plus whatever they need that freezing did not, which for max-autotune means its tuning.
-# The batch is small (2) and each timing short, to keep the whole table within a few minutes; the cell
-# prints how long it took and how much of that went into first calls. Quick mode runs the tiny GPT
+# The batch is small (2) and each timing short, to keep the whole table within a few minutes; the
+# cell after the next prints how long it took and how much of that went into first calls. Quick mode runs the tiny GPT
 # alone, default setting, with whatever the on-disk cache holds.
 
 # %%
@@ -862,7 +871,7 @@ print(f"native bf16 instructions: {', '.join(native_bf16) if native_bf16 else 'n
 # of a value) and rounds the
 # inputs of every product, layer after layer, so its bound is 5e-2.
 #
-# The cell also profiles one eager call of each model and counts the share of its operator time in
+# The cell also profiles five eager calls of each model and counts the share of its operator time in
 # convolutions, matrix multiplies and attention. Those are library kernels. In the default setting
 # the compiled code still calls them, but for a convolution net on the CPU Inductor first switches the
 # activations to the channels-last memory layout, for which oneDNN picks other convolution kernels.
@@ -914,10 +923,14 @@ def compile_group(model, inputs, mode, inductor, variants, cold=True):
             "templates": counters["inductor"]["cpp_templated_kernel_counter"]}
 
 
+SHARE_CALLS = 5  # summed over a few calls: one call's share moves a lot on a busy machine
+
+
 def library_share(model, inputs):
-    """Share of one eager call's operator time spent in convolutions, matrix multiplies and attention."""
+    """Share of eager operator time (SHARE_CALLS calls) spent in convolutions, matrix multiplies and attention."""
     with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as p:
-        model(*inputs)
+        for _ in range(SHARE_CALLS):
+            model(*inputs)
     ops = [e for e in p.key_averages() if e.key.startswith("aten::")]
     library = sum(e.self_cpu_time_total for e in ops if any(word in e.key for word in LIBRARY_OPS))
     return library / sum(e.self_cpu_time_total for e in ops)
@@ -959,7 +972,9 @@ for row in rows:
     print(f"{row['model']:<27} {row['setting']:<14} {row['first_s']:>9.1f}s {row['eager_ms']:>7.1f}ms "
           f"{row['ms']:>7.1f}ms {row['speedup']:>7.2f}x {row['error']:>8.1e}")
 first_calls_s = sum(row["first_s"] for row in rows)
-print(f"\nevery output within {FP32_TOL:g} (fp32) or {BF16_TOL:g} (bf16) of eager's, relative")
+bf16_ran = any(row["setting"] == "bf16 autocast" for row in rows)
+print(f"\nevery output within {FP32_TOL:g} (fp32)" + (f" or {BF16_TOL:g} (bf16)" if bf16_ran else "")
+      + " of eager's, relative")
 print(f"the table took {table_s:.0f} s on this machine: {first_calls_s:.0f} s in the {len(rows)} first calls (compiling), "
       f"{table_s - first_calls_s:.0f} s in timing, error checks and profiling")
 bench.record("compile.real.table_s", table_s, "s", first_calls_s=first_calls_s, rows=len(rows), models=len(real),
@@ -969,6 +984,10 @@ for row in rows:
     low, high = eager_spread.get(row["model"], (math.inf, 0.0))
     eager_spread[row["model"]] = (min(low, row["eager_ms"]), max(high, row["eager_ms"]))
 moved = max(eager_spread.items(), key=lambda item: item[1][1] / item[1][0])
+noisy = [(name, setting, group["table"].spread_note()) for name, r in real.items()
+         for setting, group in r["groups"].items() if group["table"].spread_note()]
+for name, setting, note in noisy:  # a verdict "inside the timing spread" comes from these
+    print(f"{name}, {setting} group: {note}")
 if moved[1][1] > moved[1][0]:
     print(f"eager is timed again in each group, and its median moves between groups (most for {moved[0]}: "
           f"{moved[1][0]:.1f} to {moved[1][1]:.1f} ms): read each speed-up against its own row's eager")
@@ -1154,19 +1173,21 @@ eager_step()
 for _ in range(20):
     eager_step()
     compiled_step()
-graphs_after_22 = counters["stats"]["unique_graphs"]
+STEPS = 21  # one of each above, then 20 pairs
+assert schedulers[0].last_epoch == schedulers[1].last_epoch == STEPS
+graphs_after_steps = counters["stats"]["unique_graphs"]
 diff = max((a - b).abs().max().item() for a, b in zip(models[0].parameters(), models[1].parameters()))
 lrs = [float(o.param_groups[0]["lr"]) for o in optimizers]
-print(f"after 22 steps: parameters differ by at most {diff:.1e}; learning rates {lrs[0]:.5f} / {lrs[1]:.5f}; "
-      f"graphs compiled {graphs_after_22}")
+print(f"after {STEPS} steps each: parameters differ by at most {diff:.1e}; learning rates {lrs[0]:.5f} / "
+      f"{lrs[1]:.5f}; graphs compiled {graphs_after_steps}")
 assert diff < 1e-5 and math.isclose(lrs[0], lrs[1], rel_tol=1e-6)
-assert graphs_after_22 <= 2, "a tensor learning rate must not recompile at every scheduler step"
+assert graphs_after_steps <= 2, "a tensor learning rate must not recompile at every scheduler step"
 
 # %% [markdown]
 # This section runs torch on one thread: each parameter tensor here is small, and on a small
 # machine waking a second thread for every little loop can cost more than the work it takes over.
 #
-# Twenty-two steps, the learning rate changing at each, and the compiled step still matches the eager
+# Twenty-one steps each, the learning rate changing at each, and the compiled step still matches the eager
 # one to rounding, without a recompile per step. (The optimizer's first step may compile twice: its
 # state is created on the first call.) The speed, measured on the same parameters:
 
@@ -1271,6 +1292,8 @@ breaks = artifact_text("dynamo_graph_break_reason")
 recompiles = artifact_text("recompile_reasons")
 print(f"\ngraph-break entries: {len(breaks)}; first, in {breaks[0][0]}:")
 print("   ", next(line for line in breaks[0][1].splitlines() if "print" in line).strip())
+break_link = next((word for line in breaks[0][1].splitlines() for word in line.split() if word.startswith("http")), None)
+print("    its page:", break_link or "(this torch links no page)")
 print(f"recompile entries: {len(recompiles)}; first, in {recompiles[0][0]}:")
 print("   ", recompiles[0][1].strip().splitlines()[0].strip(' []"'))
 frames = {cid.strip("[]").split("/")[0] for cid in compile_ids}
@@ -1282,7 +1305,8 @@ bench.record("compile.tlparse.report_pages", len(pages), "pages", compile_ids=le
 # code after it (Dynamo's *resume function*); each got a second compile ID when the rank changed, and
 # the recompile entry names the guard that failed. An ID with a suffix, such as `[0/0_1]`, is a second
 # attempt at the same compile: on meeting the graph break Dynamo restarted the trace, now knowing
-# where to stop. The `print` entry links to the graph-break page on the documentation site.
+# where to stop. Where the installed torch has one, the `print` entry links to that graph break's page
+# on PyTorch's graph-break site (printed above).
 #
 # **Attaching it to a bug report.** The HTML folder is large and depends on the tlparse version;
 # what maintainers want is the raw trace. Reproduce the problem in a small script, run it with
@@ -1396,8 +1420,8 @@ exercises.check("11.block_sparsity", block_sparsity)
 # - Regional compilation compiles one block and reuses it: far fewer operations traced (asserted), so
 #   less to compile; its cold start, measured in fresh processes with empty caches, and its steady-state
 #   cost were printed as verdicts.
-# - On real models (section 5) `torch.compile` was checked against eager to 1e-4 in fp32 and 5e-2 in
-#   bf16; how much faster each model and setting runs here, after how many calls its first call is
+# - On real models (section 5) `torch.compile` was checked against eager to 1e-4 in fp32 and, where
+#   bf16 rows ran, 5e-2 in bf16; how much faster each model and setting runs here, after how many calls its first call is
 #   repaid, and how the geometric means compare with the published suites' are this machine's verdicts,
 #   printed with the threads, batch, CPU and model set that make them differ.
 # - A compiled optimizer step fuses the per-parameter loop; a tensor learning rate keeps the LR
