@@ -381,7 +381,8 @@ print(mem_table.table(sort_by="self_cpu_memory_usage", row_limit=6))
 allocated = sum(e.self_cpu_memory_usage for e in mem_table if e.self_cpu_memory_usage > 0)
 top_alloc = max(mem_table, key=lambda e: e.self_cpu_memory_usage)
 assert top_alloc.self_cpu_memory_usage > 0
-print(f"one step allocates {allocated / 1024:.0f} KiB in total; the biggest allocator is "
+print(f"one step's operators keep {allocated / 1024:.0f} KiB allocated (the sum of the positive Self CPU Mem; a "
+      "tensor allocated and freed inside one operator counts zero); the biggest allocator is "
       f"{top_alloc.key} ({top_alloc.self_cpu_memory_usage / 1024:.0f} KiB; the table's KB are KiB, 1024 bytes)")
 
 # %% [markdown]
@@ -473,13 +474,14 @@ print(f"guard checks (TorchDynamo Cache Lookup): {lookup['dur']:.0f} us, ending 
 # few generated C++ loops, which run inside the `## Call CompiledFxGraph ... ##` event and are
 # invisible to the operator-level profiler. What remains as `aten::` events are the *extern* calls
 # the generated code makes into PyTorch's own libraries (the convolutions and the final matrix
-# multiply), and the operators those calls run inside themselves (allocations, views, copies):
-# the cell below splits the outermost calls from the ones nested in them. The guard checks Dynamo
+# multiply), and the operators nested inside those calls: each convolution's own chain down to
+# `aten::mkldnn_convolution`, which does the arithmetic, plus allocations, views and copies. The
+# cell below splits the outermost calls from the ones nested in them. The guard checks Dynamo
 # runs first are an event of their own, `TorchDynamo Cache Lookup`, which ends before the
 # `Torch-Compiled Region` starts (the cell above timed both); the region spans the compiled code
-# that runs once the guards pass. (In training mode, outside `torch.no_grad()`, you would also see
-# a `CompiledFunction` event: the autograd node that will run the compiled backward.) Both plots
-# share one time axis.
+# that runs once the guards pass. (With gradients on, outside `torch.no_grad()`, in train or eval
+# mode alike, you would also see a `CompiledFunction` event: the autograd node that will run the
+# compiled backward.) Both plots share one time axis.
 
 # %%
 print("eager   :", Counter(e["name"] for e in aten_events(eager_events)).most_common(5))
@@ -496,7 +498,8 @@ compiled_aten = aten_events(compiled_events)
 outermost = [e for e in compiled_aten if not any(encloses(o, e) for o in compiled_aten)]
 print(f"compiled, outermost aten:: calls (what the generated code calls): "
       f"{dict(Counter(e['name'] for e in outermost))}")
-print(f"compiled, aten:: events nested inside those: {len(compiled_aten) - len(outermost)} of {len(compiled_aten)}")
+nested = Counter(e["name"] for e in compiled_aten if e not in outermost)
+print(f"compiled, aten:: events nested inside those: {sum(nested.values())} of {len(compiled_aten)}: {dict(nested)}")
 
 fig, axes = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
 for ax, evs, label in [(axes[0], eager_events, "eager"), (axes[1], compiled_events, "compiled")]:
@@ -516,7 +519,7 @@ fig.tight_layout()
 #
 # Here is a training loop that a lot of code looks like. The dataset normalises each image in
 # `__getitem__`, one sample at a time, and the `DataLoader` collates 128 single samples into a
-# batch. Nothing looks wrong, and the model trains. Let us profile a few steps with labels on the
+# batch. Nothing looks wrong. Let us profile a few steps with labels on the
 # four stages of each step.
 
 # %%
@@ -559,9 +562,9 @@ def fresh_model():
     return model, torch.optim.SGD(model.parameters(), lr=0.05)
 
 
-# One torch thread from here on: on a busy 2-core machine, two OpenMP threads make the small
-# kernels of the backward pass erratic (they wait for each other), which would blur the lesson:
-# the cost of per-sample Python work. The side-by-side timing below uses the same setting.
+# One torch thread from here on: this model's kernels are tiny, and with two OpenMP threads on a
+# busy 2-core machine each kernel can also wait for a thread that is not running, which would add
+# noise to the lesson: the cost of per-sample work. The side-by-side timing below uses the same setting.
 torch.set_num_threads(1)
 slow_step = make_step(endless(slow_loader), *fresh_model())
 PROFILED_STEPS = config.pick(quick=3, full=5)
@@ -581,10 +584,12 @@ print(slow_table.table(sort_by="cpu_time_total", row_limit=8, max_name_column_wi
 # `enumerate(DataLoader)#...__next__` row).
 # The reason sits further down the same table, below the eight rows printed: the *# of Calls* of
 # the normalisation's `aten::sub` and `aten::div`. The cell below reads them out: they run once
-# per **sample**, not once per batch, and `aten::stack` glues the results back together. Each of those
-# calls does very little arithmetic, so what we pay is mostly the fixed cost of a call (Python,
-# the dispatcher, a new tensor), over and over: after the fix, the cell further down compares 128
-# small divisions with one division of the whole batch.
+# per **sample**, not once per batch, and `aten::stack` glues the results back together (twice per
+# step: once for the images, once for the labels). Each of those calls does very little arithmetic,
+# so what we pay is mostly the fixed cost of a call (the Python around it, which the DataLoader's
+# row shows as its self time, and inside the operator the dispatcher and a new output tensor), over
+# and over: after the fix, the cell further down compares 128 small divisions with one division of
+# the whole batch.
 
 # %%
 slow_by_key = {e.key: e for e in slow_table}
@@ -654,8 +659,9 @@ print(f"aten::div per call: {per_call_us['per sample']:.1f} us for one sample, "
 calls_worth = per_call_us["whole batch"] / per_call_us["per sample"]
 assert calls_worth < LOOP_BATCH, f"one call on the whole batch costs less than {LOOP_BATCH} one-sample calls"
 print(f"one call on {LOOP_BATCH} samples costs what {calls_worth:.1f} one-sample calls cost, so about "
-      f"{1 - calls_worth / LOOP_BATCH:.0%} of the per-sample path's division time went into making calls, "
-      "not into arithmetic")
+      f"{1 - calls_worth / LOOP_BATCH:.0%} of the per-sample path's division time went into the fixed cost of each "
+      "call (dispatch, a new output tensor, and the profiler's own record of it), not into arithmetic")
+fast_step_ms = fast_by_key["ProfilerStep*"].cpu_time_total / 1e3 / PROFILED_STEPS
 
 # %% [markdown]
 # The profile gives the data stage's time per step after the fix; `bench.compare` measures what
@@ -673,12 +679,20 @@ data_said = step_table.describe("batched data", "per-sample data", name="profile
 print(f"verdict: the batched data path is {data_said}")
 unprofiled_ms = step_table.row("per-sample data").median_s * 1e3
 profiled_word = bench.band_verdict(step_ms, unprofiled_ms, band=0.1)
+# Both paths ran under the profiler: if the per-sample one slowed much more, its many events are why.
+slow_x = step_ms / unprofiled_ms
+fast_x = fast_step_ms / (step_table.row("batched data").median_s * 1e3)
+if profiled_word != "higher":
+    why = "the profiler's cost per event did not show here"
+elif slow_x > 1.1 * fast_x:
+    why = ("the profiler adds a cost to every event it records, and the per-sample path records several events "
+           "per sample, so a profile inflates the stages that record most")
+else:
+    why = ("the batched path, with few events, slowed about as much, so the number of events does not explain it: "
+           "something else slowed the short profiled window (other programs' load, for example)")
 print(f"the per-sample step took {step_ms:.2f} ms under the profiler and {unprofiled_ms:.2f} ms without it "
-      f"({profiled_word} under the profiler, 10% band): " + (
-          "the profiler adds a cost to every event it records, and the per-sample path records several events "
-          "per sample, so a profile inflates the stages that record most; bench.compare gives the real cost"
-          if profiled_word == "higher" else
-          "the profiler's cost per event did not show here; bench.compare is still the figure to quote"))
+      f"({profiled_word} under the profiler, 10% band); under the profiler the per-sample step took {slow_x:.1f}x "
+      f"its time, the batched step {fast_x:.1f}x: {why}; bench.compare gives the real cost")
 bench.bar_chart(step_table, title="one training step, before and after the fix");
 
 # %% [markdown]
@@ -790,7 +804,7 @@ else:
 # - `profile_memory=True` shows what each operator allocates; CUDA memory snapshots go further on a GPU.
 # - A compiled model shows up as a `Torch-Compiled Region` with far fewer `aten::` events: the fused
 #   code runs inside one generated call, and only extern calls (convolutions, matrix multiplies)
-#   remain visible, with the operators they run inside; the guard checks are a `TorchDynamo Cache
+#   remain visible, with the operators nested inside them; the guard checks are a `TorchDynamo Cache
 #   Lookup` event just before the region.
 # - Profile before you optimise: here the profile pointed at the data path's per-sample calls
 #   (counted, once per sample), batching the preprocessing removed them, and the verdict says what
