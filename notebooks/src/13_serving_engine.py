@@ -239,7 +239,8 @@ plt.show()
 # and a sequence that has computed all its tokens gets its next one.
 #
 # Where the keys and values live is the job of a `kv` object with five methods: `admit` (find room
-# for a newcomer), `reserve` (make room for `n` positions), `release`, `write` and `read`. The first
+# for a newcomer), `reserve` (make room for `n` positions), `release`, `write` and `read` (plus
+# `commit`, which section 4 uses). The first
 # one is the simple design: one row of `block_size` positions per sequence, reserved whole
 # (the course's engine keeps its cache like this).
 
@@ -611,8 +612,8 @@ print(f"wall time, paged against rows: {runs['paged'][2] / runs['rows'][2]:.2f}x
 # more of three things that take time. Its `read` gathers every block of a sequence and reorders
 # them into a padded tensor at every step, more copying than the row cache's read of its rows. Its
 # preemptions make it compute some tokens twice (the counts above). And a batched step pads every
-# sequence to the longest one in it, so a step that holds more sequences of different lengths also
-# computes attention over more padding. The wall-time verdict above says how these balance on your
+# sequence to the longest one in it, so a step that holds more sequences of different lengths can
+# also compute attention over more padding (not counted here). The wall-time verdict above says how these balance on your
 # machine. The memory saving is what paging is for: on a GPU, where memory, not arithmetic, limits
 # the batch, more sequences per step is more throughput.
 #
@@ -883,8 +884,8 @@ plt.show()
 
 # %% [markdown]
 # In the plot, the right-hand end of each curve is the slowest gaps: in the run with whole
-# prompts, the steps that computed a long prompt (asserted: one step computed more than the
-# budget). Chunking is meant to trade those few long steps for several shorter ones; the long prompt
+# prompts, these are expected to be the steps that computed a long prompt (one step computed more
+# tokens than the budget, asserted above). Chunking is meant to trade those few long steps for several shorter ones; the long prompt
 # itself then takes several steps to compute, so its own first token comes more steps after it
 # arrived (the last line above; asserted, since step counts do not depend on the machine). The ITL
 # verdict above says whether chunking flattened the running streams' tail on this machine.
@@ -897,7 +898,7 @@ plt.show()
 # pass, and keeps the guesses up to the first one the model disagrees with, plus the model's own
 # token at that point. With greedy decoding the result is exactly what plain decoding gives; only
 # the number of passes changes. The first cell below times a pass over 5 tokens against a pass over
-# 1 on this machine and prints the ratio; whether speculation paid is the verdict after the next cell.
+# 1 on this machine and prints the ratio; whether speculation paid is the verdict the second cell below prints.
 #
 # The guesses here need no second model: *prompt lookup* finds the most recent earlier occurrence
 # of the last few tokens and proposes what followed them. Text that repeats itself (code, quoted
@@ -959,10 +960,12 @@ _, past_ctx = model.forward_cached(ctx, torch.arange(160))
 pass_cmp = bench.compare({"1 token": lambda: model.forward_cached(ctx[:, -1:], torch.tensor([160]), past_ctx),
                           "5 tokens": lambda: model.forward_cached(ctx[:, -5:], torch.arange(160, 165), past_ctx)},
                          min_run_time=config.pick(0.1, 0.5), warmup=2)
-print(pass_cmp)
-print(f"one pass with 160 cached positions: 5 tokens take {pass_cmp.ratio('5 tokens', '1 token'):.2f}x the time "
-      f"of 1 token (five passes of 1 token would take 5x); a pass over 5 tokens is "
-      f"{pass_cmp.describe('5 tokens', '1 token', name='engine.spec.pass_5_vs_1')}")
+print("one pass with 160 cached positions: " + ", ".join(
+    f"{row.label} {row.median_s * 1e3:.3f} ms (IQR {row.iqr_s * 1e3:.3f})" for row in pass_cmp.rows))
+pass_word = pass_cmp.verdict("5 tokens", "1 token", name="engine.spec.pass_5_vs_1")
+pass_phrase = {"faster": "faster than", "slower": "slower than"}.get(pass_word, "not clearly different from")
+print(f"5 tokens take {pass_cmp.ratio('5 tokens', '1 token'):.2f}x the time of 1 token, against 5x for five passes "
+      f"of 1 token; verdict: a pass over 5 tokens is {pass_phrase} a pass over 1")
 
 # %%
 SPEC_NEW = config.pick(64, 160)
@@ -1014,8 +1017,9 @@ print(f"prompt lookup is {bad_cmp.describe('prompt lookup', 'greedy', name='engi
 # different prompt the model writes a different answer, and that answer offers drafts of its own.
 # The counts above say where each accepted draft was copied from. A greedy model, a tiny one
 # especially, can fall into repeating its own output, which is easy text for prompt lookup to
-# guess; where most accepted drafts came from the model's own output, whatever prompt lookup saved
-# came from that repetition rather than from the prompt. With a sampled (temperature > 0) model the
+# guess; where most accepted drafts came from the model's own output, most of the passes prompt
+# lookup saved came from that repetition, and the counts say how many accepted drafts the prompt
+# supplied. With a sampled (temperature > 0) model the
 # acceptance rule becomes a probabilistic one that preserves the sampling distribution; the
 # structure, one pass to verify several tokens, is the same.
 #
@@ -1050,7 +1054,7 @@ print(f"{len(pre_specs)} requests needing up to {max(len(p) + n for p, n, _ in p
 # The server degraded (more steps, recomputed tokens: both asserted) instead of failing. What stops
 # the loop is a single request too big for the whole cache. With the paged cache it is admitted on
 # the strength of its prompt and runs until its answer outgrows every block; it then preempts
-# itself, cannot be admitted again, and the check at the top of `serve` raises. The row cache
+# itself, cannot be admitted again, and the check near the top of `serve`'s loop raises. The row cache
 # refuses it at admission instead (`RowKV.admit` checks that prompt plus `max_new` fit a row), so
 # the same check raises before anything is computed. The cell shows both errors.
 
@@ -1593,7 +1597,7 @@ print(f"verdict on this machine ({os.cpu_count()} cores): two Ray replicas serve
 # stops and the client's read timeout ends it (15 s without a byte, here); if no stream was in flight
 # on that replica at the moment of the kill, nothing is cut at all. A request routed to the dead
 # replica can also be refused with an HTTP error instead of being cut mid-stream. The cell prints
-# which of these happened on this run, and which replica answered each request. Serve's controller
+# which of these happened on this run, and how many complete answers each replica gave. Serve's controller
 # notices the death (its health checks) and starts a new replica. Because a greedy
 # request (or one with a seed) gives the same answer wherever it runs, the client can simply send a
 # cut-off request again: `run_load(..., retries=3)` does that, and a request counts as lost only if
