@@ -28,6 +28,8 @@ from .results import read_results, record, record_verdict  # noqa: F401 (the not
 
 #: A row whose IQR exceeds this share of its median makes a table print a "timings are rough" note.
 NOISY_SPREAD = 0.2
+#: How far apart two medians must be, at least, for ``Comparison.verdict`` to call one faster.
+VERDICT_MARGIN = 0.05
 #: Other programs' CPU use (cores) from which a noisy table's note blames them.
 BUSY_LOAD = 0.5
 
@@ -174,7 +176,7 @@ class Comparison:
         """Return ``slower`` median / ``faster`` median for any two variants."""
         return self.row(slower).median_s / self.row(faster).median_s
 
-    def verdict(self, label: str, against: str | None = None, margin: float = 0.05, *,
+    def verdict(self, label: str, against: str | None = None, margin: float = VERDICT_MARGIN, *,
                 name: str | None = None) -> str:
         """Return "faster", "slower" or "no clear difference" for ``label`` against ``against``.
 
@@ -204,8 +206,9 @@ class Comparison:
     def describe(self, label: str, against: str | None = None, *, name: str | None = None) -> str:
         """Return a phrase such as "2.31x faster than fp32 eager" or "not clearly different from ...".
 
-        Uses ``verdict`` (so a difference inside the timing spread is never called a speed-up);
-        ``name`` records that verdict.
+        Uses ``verdict`` (so a difference inside the timing spread is never called a speed-up); a
+        "not clearly different" phrase says which rule decided: the medians within the 5% margin, or
+        the timing spread. ``name`` records that verdict.
         """
         other = against or self.baseline
         ratio = self.ratio(other, label)
@@ -214,7 +217,10 @@ class Comparison:
             return f"{ratio:.2f}x faster than {other}"
         if word == "slower":
             return f"{1 / ratio:.2f}x slower than {other} (it takes {1 / ratio:.2f}x the time)"
-        return f"not clearly different from {other} ({ratio:.2f}x, inside the timing spread)"
+        a, b = self.row(label), self.row(other)
+        close = b.median_s * (1 - VERDICT_MARGIN) <= a.median_s <= b.median_s * (1 + VERDICT_MARGIN)
+        why = f"within {VERDICT_MARGIN:.0%}" if close else "inside the timing spread"
+        return f"not clearly different from {other} ({ratio:.2f}x, {why})"
 
     def to_markdown(self) -> str:
         """Return the comparison as a Markdown table."""

@@ -142,7 +142,8 @@ def test_verdict_needs_a_gap_beyond_the_spread():
 def test_describe_words_follow_the_verdict():
     assert _two(1.0, 0.1, 2.0, 0.1).describe("a") == "2.00x faster than b"
     assert _two(4.0, 0.1, 1.0, 0.1).describe("a").startswith("4.00x slower than b")
-    assert _two(1.0, 0.8, 1.3, 0.8).describe("a").startswith("not clearly different from b (1.30x")
+    assert _two(1.0, 0.8, 1.3, 0.8).describe("a") == "not clearly different from b (1.30x, inside the timing spread)"
+    assert _two(1.0, 0.001, 1.03, 0.001).describe("a") == "not clearly different from b (1.03x, within 5%)"
 
 
 def test_a_noisy_table_says_so_in_one_line():

@@ -773,7 +773,7 @@ assert sum(parts.values()) <= 1.05 * breakdown.wall_s + 0.05, parts
 # The shares above are this machine's. What each means, and what production engines do about it:
 #
 # - **Forward passes beyond the floor.** Clients finish together and come back a round trip later,
-#   so the batch often runs with fewer than 32 rows (the cell above prints the mean rows per pass), and a
+#   so the batch often runs with fewer than 32 rows (the measuring cell two cells above prints the mean rows per pass), and a
 #   step's fixed cost (every layer's
 #   Python and dispatch) is shared by fewer tokens. Newcomers' prompts are computed in the same passes
 #   (as vLLM schedules them: the token budget of chunked prefill, notebook 13), so their tokens are
@@ -822,11 +822,16 @@ def runs_text(rates: list[float]) -> str:
     return f"median of {len(rates)} runs, which ranged {min(rates):,.0f}-{max(rates):,.0f}"
 
 
-def overlap_text(a: list[float], b: list[float]) -> str:
-    """Say whether two servers' ranges of runs overlap (nothing to say with one run each)."""
+def overlap_text(a: list[float], b: list[float], word: str = "no clear difference") -> str:
+    """Say whether two servers' ranges of runs overlap (nothing to say with one run each), and, when
+    they do while the medians' verdict (``word``) is a direction, that a few runs leave it unsettled."""
     if len(a) == 1 and len(b) == 1:
         return ""
-    return "; the two ranges overlap" if min(a) <= max(b) and min(b) <= max(a) else "; the two ranges do not overlap"
+    if not (min(a) <= max(b) and min(b) <= max(a)):
+        return "; the two ranges do not overlap"
+    if word == "no clear difference":
+        return "; the two ranges overlap"
+    return f"; but the two ranges overlap, so {min(len(a), len(b))} runs each do not settle it: rerun the cell"
 
 
 ep_median = {name: statistics.median(rates) for name, rates in ep_rates.items()}
@@ -837,7 +842,7 @@ ep_word = bench.band_verdict(ep_median["engine process"], ep_median["engine thre
 print(f"engine in its own process: {ep_median['engine process'] / ep_median['engine thread']:.2f}x the "
       f"throughput of the engine thread -> {ep_word} on this machine ({os.cpu_count()} cores; a gap under "
       f"{PAIR_BAND:.0%} between the medians is called no clear difference"
-      f"{overlap_text(ep_rates['engine process'], ep_rates['engine thread'])})")
+      f"{overlap_text(ep_rates['engine process'], ep_rates['engine thread'], ep_word)})")
 print("served / bare model (the bare figure above), unpinned: " +
       ", ".join(f"{name} {rate / bare32:.2f}" for name, rate in ep_median.items()))
 
@@ -900,11 +905,15 @@ else:
           f"largest loss: {loss_before} -> {loss_after}")
 
     print("\nbefore -> after (engine thread, server on one core -> engine process alone on one core)")
-    tps_word = bench.band_verdict(own_run.tokens_per_s, eff_run.tokens_per_s, band=0.15,
+    # One run each, cells apart: the band is the widest spread of one server's runs measured above.
+    one_run_band = max(PAIR_BAND, max(max(r) / min(r) - 1 for r in ep_rates.values()))
+    tps_word = bench.band_verdict(own_run.tokens_per_s, eff_run.tokens_per_s, band=one_run_band,
                                   name="serve.engine_process.own_core_vs_thread")
     print(f"tokens/s at 32 clients: {eff_run.tokens_per_s:,.0f} -> {own_run.tokens_per_s:,.0f} "
-          f"({own_run.tokens_per_s / eff_run.tokens_per_s:.2f}x: {tps_word}; a gap under 15% is called no clear "
-          "difference, one run each)")
+          f"({own_run.tokens_per_s / eff_run.tokens_per_s:.2f}x: {tps_word}; one run each, so a gap under "
+          f"{one_run_band:.0%}, the widest spread of one server's runs above (at least {PAIR_BAND:.0%}), is called "
+          "no clear difference)")
+    print(f"forward passes: {breakdown.steps:,} in {breakdown.wall_s:.2f} s -> {own.steps:,} in {own.wall_s:.2f} s")
     rows_word = bench.band_verdict(own.mean_rows, breakdown.mean_rows, band=0.15, name="serve.engine_process.rows_own_core")
     print(f"rows per forward pass: {breakdown.mean_rows:.1f} -> {own.mean_rows:.1f} ({rows_word}, 15% band); "
           f"requests outside the batch (32 - rows): {32 - breakdown.mean_rows:.1f} -> {32 - own.mean_rows:.1f}")
@@ -917,21 +926,25 @@ else:
     print(f"CPU used, as a share of the wall time: before, server {before_server:.0%} (on its core) and load "
           f"generator {before_client:.0%} (on the other {cores_word}); after, engine {engine_share:.0%} (on its core), "
           f"HTTP side {http_share:.0%} + load generator {client_share:.0%} on the other {cores_word}, "
-          f"i.e. {shared:.0%} of {'it' if n_other == 1 else 'them'}")
+          f"i.e. {shared:.0%} of {'it' if n_other == 1 else 'them'} (each process's threads together, from just "
+          "before to just after the run; the breakdown above lists single threads)")
     if not pinned_own:
         print("what it points to: nothing certain; the engine could not be pinned apart, so every part shared "
               "every core in this run")
     elif rows_word == "lower" and shared >= 0.9:
         print(f"what it points to: more requests were outside the engine's batch, while the HTTP side and the load "
-              f"generator kept their {cores_word} busy {shared:.0%} of the time: the side that sends requests and "
-              "reads tokens, not the engine, has become the slow part on this machine")
+              f"generator kept their {cores_word} busy {shared:.0%} of the time: requests came back to the engine "
+              f"more slowly than it freed rows, so it ran smaller passes ({breakdown.steps:,} -> {own.steps:,} "
+              f"passes, the engine busy {engine_share:.0%}); the side that sends requests and reads tokens is what "
+              "limits the batch on this machine")
     elif rows_word == "lower":
         print(f"what it points to: fewer requests were in the engine's batch, but the HTTP side and the load "
               f"generator used only {shared:.0%} of their {cores_word} (other programs may have taken the rest), "
               "so these figures do not show where the requests outside the batch waited")
     else:
         print("what it points to: the batch held about as many rows as before or more, so the requests outside it "
-              "do not explain the change in tokens/s; the shares of the wall time above show which part changed")
+              + ("do not explain the change in tokens/s; the shares of the wall time above show which part changed"
+                 if tps_word != "no clear difference" else "do not limit it, and tokens/s did not clearly change"))
 
 # %% [markdown]
 # ## Compiling the model inside the server
@@ -973,15 +986,15 @@ else:
                     assert compiled_report.n_lost == 0, (name, compiled_report.errors[:3])
                     rates[name].append(compiled_report.tokens_per_s)
     median = {name: statistics.median(r) for name, r in rates.items()}
-    compile_word = {"higher": "pays", "lower": "is slower", "no clear difference": "makes no clear difference"}[
-        bench.band_verdict(median["compiled"], median["eager"], band=PAIR_BAND,
-                           name="serve.compile.compiled_vs_eager")]
+    compile_band = bench.band_verdict(median["compiled"], median["eager"], band=PAIR_BAND,
+                                      name="serve.compile.compiled_vs_eager")
+    compile_word = {"higher": "pays", "lower": "is slower", "no clear difference": "makes no clear difference"}[compile_band]
     print(f"start-up including the compile: {startup_s:.0f} s (clients could not connect before it ended)")
     print("iteration batching at 32 clients, " + "; ".join(
         f"{name} {median[name]:,.0f} tokens/s ({runs_text(r)})" for name, r in rates.items()))
     print(f"compiled / eager: {median['compiled'] / median['eager']:.2f}x -> compiling {compile_word} here "
           f"(the same rule as for the engine process: a gap under {PAIR_BAND:.0%} between the medians is called "
-          f"no clear difference{overlap_text(rates['compiled'], rates['eager'])})" + inductor_code.scalar_note())
+          f"no clear difference{overlap_text(rates['compiled'], rates['eager'], compile_band)})" + inductor_code.scalar_note())
 
 # %% [markdown]
 # The verdict above is this machine's, and it can differ on another machine or under another load.
@@ -1505,7 +1518,7 @@ assert [len(text) for text in partial] == list(range(1, 25))
 # official client raises its usual exceptions. Below: the official `openai` package, pointed at our
 # server on 127.0.0.1 (it insists on an API key; this server checks none).
 #
-# The streamed completion comes in fewer chunks than it has tokens. The demo page above grew one
+# The streamed completion can come in fewer chunks than it has tokens (the cell prints how many here). The demo page above grew one
 # character per update because `/generate` sends one event per token. The OpenAI stream instead
 # (`_texts` in `openai_api.py`) puts every token of the request that is already waiting when the
 # event loop comes back to it into one chunk, and closes with a chunk that has no text, only the

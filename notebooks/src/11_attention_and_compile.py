@@ -516,7 +516,8 @@ print(f"native bf16 instructions on this CPU: {', '.join(native) if native else 
       + (f"; the {cpu.active_profile()} profile leaves oneDNN, which runs these products, on the real CPU and "
          "those instructions" if cpu.active_profile() and native else ""))
 where = (f"the {cpu.active_profile()} profile, with oneDNN's bf16 products on the real CPU's {', '.join(native)}: "
-         "a real CPU of that class can differ" if cpu.active_profile() and native else cpu.cpu_class())
+         f"a real {cpu.cpu_class()} CPU, without bf16 instructions, can differ" if cpu.active_profile() and native
+         else cpu.cpu_class())
 print(f"verdict on this machine ({where}): bf16 is "
       f"{amp.describe('bf16 autocast compiled', name='compile.bf16.block.vs_fp32')}"
       + ("" if native else " (without native bf16 instructions, every product converts to and from bf16)"))
@@ -535,7 +536,8 @@ assert rel < 2e-2, "bf16 keeps 2 to 3 significant digits: the error should be we
 # built only once), so the work of compiling grows with the depth of the model. The cell below prints
 # each cold start beside its C++ compiler time (summed over builds that run at the same time) and what
 # is left once that is taken away (tracing and lowering, mostly; a lower bound, since overlapping
-# builds are summed), and in full mode the cell after it says which of the two grew with the depth.
+# builds are summed), and in full mode the code cell after the next text says which of the two grew
+# with the depth.
 # *Regional compilation* compiles the repeated block instead (`block.compile()` on each): Dynamo
 # traces one block, and since every block has the same code and the same shapes, the other N−1 reuse
 # that compiled code. The price is the Python loop between blocks and no fusion across them.
@@ -791,7 +793,7 @@ print(f"regional takes {steady_ratio:.2f}x the whole model's time per call: {ban
 # they reuse any kernel freezing already built with the same code: their first call is their own trace
 # and lowering plus whatever they need that freezing did not, which for max-autotune means its tuning.
 # The batch is small (2) and each timing short, to keep the whole table within a few minutes; the
-# cell after the next prints how long it took and how much of that went into first calls. Quick mode runs the tiny GPT
+# cell that prints the table (after the next text and the cell that runs the compiles) prints how long it took and how much of that went into first calls. Quick mode runs the tiny GPT
 # alone, default setting, with whatever the on-disk cache holds.
 
 # %%
@@ -963,14 +965,16 @@ for name, r in real.items():
             table = group["table"]
             rows.append({"model": name, "kind": r["kind"], "setting": label, "first_s": first_s,
                          "eager_ms": table.row("eager").median_s * 1e3, "ms": table.row(label).median_s * 1e3,
+                         "eager_iqr": table.row("eager").iqr_s * 1e3, "iqr": table.row(label).iqr_s * 1e3,
                          "speedup": table.speedup(label), "error": group["errors"][label],
                          "word": table.verdict(label),
                          "said": table.describe(label, name=f"compile.real.{r['key']}.{SETTING_KEYS[label]}_vs_eager")})
 
-print(f"{'model':<27} {'setting':<14} {'first call':>10} {'eager':>9} {'compiled':>9} {'speed-up':>8} {'error':>8}")
+print(f"{'model':<27} {'setting':<14} {'first call':>10} {'eager ms (IQR)':>15} {'compiled ms (IQR)':>18} "
+      f"{'speed-up':>8} {'error':>8}")
 for row in rows:
-    print(f"{row['model']:<27} {row['setting']:<14} {row['first_s']:>9.1f}s {row['eager_ms']:>7.1f}ms "
-          f"{row['ms']:>7.1f}ms {row['speedup']:>7.2f}x {row['error']:>8.1e}")
+    print(f"{row['model']:<27} {row['setting']:<14} {row['first_s']:>9.1f}s {row['eager_ms']:>8.1f} ({row['eager_iqr']:4.1f}) "
+          f"{row['ms']:>11.1f} ({row['iqr']:4.1f}) {row['speedup']:>7.2f}x {row['error']:>8.1e}")
 first_calls_s = sum(row["first_s"] for row in rows)
 bf16_ran = any(row["setting"] == "bf16 autocast" for row in rows)
 print(f"\nevery output within {FP32_TOL:g} (fp32)" + (f" or {BF16_TOL:g} (bf16)" if bf16_ran else "")
@@ -986,7 +990,7 @@ for row in rows:
 moved = max(eager_spread.items(), key=lambda item: item[1][1] / item[1][0])
 noisy = [(name, setting, group["table"].spread_note()) for name, r in real.items()
          for setting, group in r["groups"].items() if group["table"].spread_note()]
-for name, setting, note in noisy:  # a verdict "inside the timing spread" comes from these
+for name, setting, note in noisy:  # groups with a row whose IQR exceeds 20% of its median
     print(f"{name}, {setting} group: {note}")
 if moved[1][1] > moved[1][0]:
     print(f"eager is timed again in each group, and its median moves between groups (most for {moved[0]}: "
@@ -1014,7 +1018,8 @@ fig.tight_layout();
 # %% [markdown]
 # Two settings build on freezing, so the next cell also judges them against it: bf16 against frozen
 # fp32 where bf16 ran (timed side by side in one group) and max-autotune against freezing (two groups,
-# each timed against its own eager, so their speed-ups are compared with a 10% band). Then the
+# each timed against its own eager, so their speed-ups are compared with a 10% band, and called
+# undecided when eager itself moved more than that between the groups). Then the
 # geometric mean of each kind, beside the published figures.
 
 # %%
@@ -1031,13 +1036,28 @@ for name, r in real.items():
         bf16_gains[name] = frozen["table"].ratio("freezing", "bf16 autocast")
         print(f"{name}, bf16 autocast against frozen fp32: {said}")
     if "max-autotune" in r["groups"]:
-        tuned, plain = r["groups"]["max-autotune"]["table"].speedup("max-autotune"), frozen["table"].speedup("freezing")
-        word = bench.band_verdict(tuned, plain, band=0.1, name=f"compile.real.{r['key']}.max_autotune_vs_freezing")
+        tuned_table, frozen_table = r["groups"]["max-autotune"]["table"], frozen["table"]
+        tuned, plain = tuned_table.speedup("max-autotune"), frozen_table.speedup("freezing")
+        # Each speed-up is over its own group's eager run: when eager itself moved more than the band
+        # between the two groups, the ratio of the speed-ups cannot settle which compiled model is faster.
+        eager_ms = [t.row("eager").median_s * 1e3 for t in (frozen_table, tuned_table)]
+        eager_moved = bench.band_verdict(eager_ms[1], eager_ms[0], band=0.1) != "no clear difference"
+        word = bench.band_verdict(tuned, plain, band=0.1)
+        word = "undecided" if eager_moved and word != "no clear difference" else word
+        bench.record_verdict(f"compile.real.{r['key']}.max_autotune_vs_freezing", word, tuned=tuned, plain=plain,
+                             band=0.1)
         templates = r["groups"]["max-autotune"]["templates"]
-        print(f"{name}, max-autotune against freezing: {tuned:.2f}x against {plain:.2f}x over eager, {word} (10% band); "
+        if word == "undecided":
+            head = (f"undecided on this run: {tuned:.2f}x against {plain:.2f}x over eager, but eager itself moved "
+                    f"{eager_ms[0]:.1f} -> {eager_ms[1]:.1f} ms between the two groups, more than the 10% band "
+                    f"(compiled: {frozen_table.row('freezing').median_s * 1e3:.1f} ms frozen, "
+                    f"{tuned_table.row('max-autotune').median_s * 1e3:.1f} ms max-autotune; rerun on a quiet machine)")
+        else:
+            head = f"{tuned:.2f}x against {plain:.2f}x over eager, {word} (10% band)"
+        print(f"{name}, max-autotune against freezing: {head}; "
               f"it timed candidates for {r['groups']['max-autotune']['autotuned']} matrix-multiply shapes, and "
               f"{templates} of the kernels it generated are Inductor's own templates"
-              + ("" if templates or word == "no clear difference" else
+              + ("" if templates or word in ("no clear difference", "undecided") else
                  ": with no template chosen both run the same library calls, so the two speed-ups differ by timing "
                  "noise (each is over its own eager run, timed in a separate group)"))
 
