@@ -942,9 +942,10 @@ else:
               f"generator used only {shared:.0%} of their {cores_word} (other programs may have taken the rest), "
               "so these figures do not show where the requests outside the batch waited")
     else:
-        print("what it points to: the batch held about as many rows as before or more, so the requests outside it "
-              + ("do not explain the change in tokens/s; the shares of the wall time above show which part changed"
-                 if tps_word != "no clear difference" else "do not limit it, and tokens/s did not clearly change"))
+        print("what it points to: the batch held about as many rows as before or more (within the band), "
+              + ("so the requests outside it do not explain the change in tokens/s; the shares of the wall time "
+                 "above show which part changed" if tps_word != "no clear difference" else
+                 "and tokens/s did not clearly change: a core of its own made no clear difference on this machine"))
 
 # %% [markdown]
 # ## Compiling the model inside the server
