@@ -224,10 +224,17 @@ print(f"key_averages() rows with a stack: {with_a_stack} of {len(stack_rows)}"
 
 stack_events = [e for e in json.loads(stack_path.read_text())["traceEvents"] if e.get("ph") == "X"]
 slowest = max((e for e in stack_events if e["name"] == "aten::conv2d"), key=lambda e: e["dur"])
+
+
+def encloses(outer: dict, inner: dict) -> bool:
+    """Whether event `outer` spans event `inner` on the same thread."""
+    return (outer is not inner and outer.get("tid") == inner.get("tid") and outer["ts"] <= inner["ts"]
+            and inner["ts"] + inner["dur"] <= outer["ts"] + outer["dur"])
+
+
 # Only frames of the thread that ran the convolution: the kernel's other threads (its event loop,
 # its I/O) have Python frames that span the same moment but did not call it.
-frames = [e for e in stack_events if e.get("cat") == "python_function" and e.get("tid") == slowest.get("tid")
-          and e["ts"] <= slowest["ts"] and slowest["ts"] + slowest["dur"] <= e["ts"] + e["dur"]]
+frames = [e for e in stack_events if e.get("cat") == "python_function" and encloses(e, slowest)]
 frames.sort(key=lambda e: e["dur"])  # the innermost frame is the shortest one
 print(f"slowest aten::conv2d ({slowest['dur'] / 1e3:.2f} ms) was called from:")
 ours = [i for i, f in enumerate(frames) if "labelled_forward" in f["name"]]
@@ -487,14 +494,7 @@ print(f"guard checks (TorchDynamo Cache Lookup): {lookup['dur']:.0f} us, ending 
 print("eager   :", Counter(e["name"] for e in aten_events(eager_events)).most_common(5))
 print("compiled:", Counter(e["name"] for e in aten_events(compiled_events)).most_common(5))
 
-
-def encloses(outer: dict, inner: dict) -> bool:
-    """Whether event `outer` spans event `inner` on the same thread."""
-    return (outer is not inner and outer.get("tid") == inner.get("tid") and outer["ts"] <= inner["ts"]
-            and inner["ts"] + inner["dur"] <= outer["ts"] + outer["dur"])
-
-
-compiled_aten = aten_events(compiled_events)
+compiled_aten = aten_events(compiled_events)  # encloses(): defined where the Python frames were found
 outermost = [e for e in compiled_aten if not any(encloses(o, e) for o in compiled_aten)]
 print(f"compiled, outermost aten:: calls (what the generated code calls): "
       f"{dict(Counter(e['name'] for e in outermost))}")
