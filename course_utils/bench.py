@@ -217,10 +217,14 @@ class Comparison:
             return f"{ratio:.2f}x faster than {other}"
         if word == "slower":
             return f"{1 / ratio:.2f}x slower than {other} (it takes {1 / ratio:.2f}x the time)"
-        a, b = self.row(label), self.row(other)
-        close = b.median_s * (1 - VERDICT_MARGIN) <= a.median_s <= b.median_s * (1 + VERDICT_MARGIN)
-        why = f"within {VERDICT_MARGIN:.0%}" if close else "inside the timing spread"
+        why = f"within {VERDICT_MARGIN:.0%}" if self.within_margin(label, other) else "inside the timing spread"
         return f"not clearly different from {other} ({ratio:.2f}x, {why})"
+
+    def within_margin(self, label: str, against: str | None = None) -> bool:
+        """True when ``label``'s median is within ``VERDICT_MARGIN`` (5%) of ``against``'s (default: the
+        baseline): a tie the margin decides, as opposed to one the overlapping timing spreads decide."""
+        a, b = self.row(label), self.row(against or self.baseline)
+        return b.median_s * (1 - VERDICT_MARGIN) <= a.median_s <= b.median_s * (1 + VERDICT_MARGIN)
 
     def to_markdown(self) -> str:
         """Return the comparison as a Markdown table."""
@@ -240,17 +244,7 @@ class Comparison:
             return ""
         head = (f"note: the spread is large (IQR {worst.iqr_s / worst.median_s:.0%} of the median "
                 f"for {worst.label!r}): ")
-        if cause is not None:
-            return head + cause
-        if self.other_load is None:
-            return head + ("the timings varied from call to call, so treat them as rough and rerun the cell; "
-                           "close other programs first if any are busy")
-        if self.other_load >= BUSY_LOAD:
-            return head + (f"other programs were using about {self.other_load:.1f} cores just after the "
-                           "timings, so treat them as rough and rerun the cell when the machine is quiet")
-        return head + (f"other programs were nearly idle just after the timings (about {self.other_load:.1f} "
-                       "cores), so the calls themselves varied (clock speed, caches, memory, or a burst of "
-                       "other work that had ended); treat them as rough and rerun the cell")
+        return head + (cause if cause is not None else _spread_cause(self.other_load))
 
     def format(self, *, cause: str | None = None) -> str:
         """Return the comparison as a text table, with ``spread_note(cause=cause)`` under it when
@@ -264,6 +258,34 @@ class Comparison:
 
     def __str__(self) -> str:
         return self.format()
+
+
+def _spread_cause(other_load: float | None) -> str:
+    """Why timings spread, by how many cores other programs used just after them (None: unknown)."""
+    if other_load is None:
+        return ("the timings varied from call to call, so treat them as rough and rerun the cell; "
+                "close other programs first if any are busy")
+    if other_load >= BUSY_LOAD:
+        return (f"other programs were using about {other_load:.1f} cores just after the timings, so treat "
+                "them as rough and rerun the cell when the machine is quiet")
+    return (f"other programs were nearly idle just after the timings (about {other_load:.1f} cores), so the "
+            "calls themselves varied (clock speed, caches, memory, or a burst of other work that had ended); "
+            "treat them as rough and rerun the cell")
+
+
+def noisy_note(tables: Mapping[str, Comparison], *, where: str = "for") -> str:
+    """Return one note for several comparisons (label -> table) naming those whose spread is large
+    (``Comparison.spread_note``) and why, by the most other programs' load any of them saw; "" when none.
+
+    ``where`` joins the labels to the sentence: "note: the timing spread (IQR) was over 20% of the median
+    {where} {labels}: {cause}".
+    """
+    noisy = [label for label, table in tables.items() if table.spread_note()]
+    if not noisy:
+        return ""
+    loads = [tables[label].other_load for label in noisy if tables[label].other_load is not None]
+    return (f"note: the timing spread (IQR) was over {NOISY_SPREAD:.0%} of the median {where} {', '.join(noisy)}: "
+            + _spread_cause(max(loads) if loads else None))
 
 
 def band_verdict(value: float, other: float, band: float = 0.1, *, name: str | None = None,

@@ -58,13 +58,25 @@ class CpuInfo:
     profile: str | None
     cpu_class: str
     int8_dot: str | None
+    #: Under a CPU profile, the int8 dot-product set of the real CPU that the profile hides from ATen,
+    #: FBGEMM and Inductor but not from libraries that ask the CPU itself (oneDNN's ``torch._int_mm``
+    #: route, ONNX Runtime); None otherwise.
+    hidden_int8_dot: str | None = None
+
+    def int8_dot_text(self) -> str:
+        """Return what this process's int8 products use, naming a dot-product set the profile hides."""
+        if self.int8_dot:
+            return self.int8_dot
+        if self.hidden_int8_dot:
+            return (f"none in ATen, FBGEMM and Inductor (profile {self.profile}); oneDNN (torch._int_mm) and "
+                    f"ONNX Runtime ask the CPU itself and still use its {self.hidden_int8_dot}")
+        return "none (int8 products go through 16-bit pairs or plain loops)"
 
     def line(self) -> str:
         """Return a one-line description for setup cells and the doctor."""
         prof = f", profile {self.profile}" if self.profile else ""
-        dot = self.int8_dot or "none (int8 products go through 16-bit pairs or plain loops)"
         return (f"{self.cpu_class} ({self.name}{prof}): torch vector code {self.torch_capability}; "
-                f"int8 dot-product instructions: {dot}")
+                f"int8 dot-product instructions: {self.int8_dot_text()}")
 
 
 def capabilities() -> dict[str, bool]:
@@ -171,8 +183,19 @@ def info() -> CpuInfo:
     capability = torch.backends.cpu.get_cpu_capability()
     cls, dot = classify(arch, caps, capability)
     wanted = ARM_FEATURES if arch.lower() in ("arm64", "aarch64") else X86_FEATURES
+    profile = active_profile()
+    hidden = hidden_int8_dot(arch, caps, dot) if profile else None
     return CpuInfo(arch=arch, name=cpu_model(), features=tuple(f for f in wanted if caps.get(f)),
-                   torch_capability=capability, profile=active_profile(), cpu_class=cls, int8_dot=dot)
+                   torch_capability=capability, profile=profile, cpu_class=cls, int8_dot=dot,
+                   hidden_int8_dot=hidden)
+
+
+def hidden_int8_dot(arch: str, caps: Mapping[str, bool], dot: str | None) -> str | None:
+    """Return the int8 dot-product set the CPU's own flags give when it differs from ``dot`` (what the
+    capped torch capability gives), else None: what a CPU profile hides from ATen but not from CPUID."""
+    real = "AVX512" if caps.get("avx512_f") else "AVX2" if caps.get("avx2") else "DEFAULT"
+    real_dot = classify(arch, caps, real)[1]
+    return real_dot if real_dot and real_dot != dot else None
 
 
 def onnxruntime_kernels(caps: Mapping[str, bool] | None = None, arch: str | None = None, *,

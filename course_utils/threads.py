@@ -92,10 +92,25 @@ def requested_threads() -> int | None:
     return n
 
 
+def _own_cpu_seconds(me) -> float:
+    """CPU seconds (user + system) used so far by process ``me`` and its live child processes
+    (compile workers, servers a notebook started); a child that exits meanwhile is skipped."""
+    import psutil
+
+    total = sum(me.cpu_times()[:2])
+    for child in me.children(recursive=True):
+        try:
+            total += sum(child.cpu_times()[:2])
+        except (psutil.Error, OSError):
+            pass
+    return total
+
+
 def other_load(seconds: float = 0.2) -> float | None:
     """Return how many cores' worth of CPU *other* processes used over ``seconds``.
 
-    Whole-machine CPU use minus this process's own; None when psutil cannot tell.
+    Whole-machine CPU use minus this process's own and its child processes' (so a notebook's own
+    compile workers or servers do not count as other programs); None when psutil cannot tell.
     """
     try:
         import psutil
@@ -103,10 +118,10 @@ def other_load(seconds: float = 0.2) -> float | None:
         return None
     me = psutil.Process()
     try:
-        mine_before = sum(me.cpu_times()[:2])
+        mine_before = _own_cpu_seconds(me)
         psutil.cpu_percent(interval=None)
         total_pct = psutil.cpu_percent(interval=seconds)
-        mine = sum(me.cpu_times()[:2]) - mine_before
+        mine = _own_cpu_seconds(me) - mine_before
     except (psutil.Error, OSError):
         return None
     total_cores = total_pct / 100 * (psutil.cpu_count() or 1)

@@ -165,6 +165,18 @@ def test_a_noisy_tables_note_blames_other_programs_only_when_they_were_busy():
     assert noisy.spread_note(cause="my reason").endswith("): my reason")
 
 
+def test_one_note_for_several_tables_names_the_noisy_ones_and_the_worst_load():
+    quiet, noisy = _two(1.0, 0.1, 2.0, 0.2), _two(1.0, 0.1, 2.0, 0.9)
+    assert bench.noisy_note({"4": quiet, "8": quiet}) == ""
+    note = bench.noisy_note({"4": quiet, "8": replace(noisy, other_load=0.2), "16": replace(noisy, other_load=1.1)},
+                            where="at batch")
+    assert note.startswith("note: the timing spread (IQR) was over 20% of the median at batch 8, 16: ")
+    assert "about 1.1 cores" in note and "nearly idle" not in note
+    idle = bench.noisy_note({"8": replace(noisy, other_load=0.2)})
+    assert "nearly idle" in idle and "busy while" not in idle
+    assert "varied from call to call" in bench.noisy_note({"8": noisy})
+
+
 def test_compare_samples_other_programs_only_for_a_noisy_table():
     table = bench.compare({"a": lambda: None, "b": lambda: None}, min_run_time=0.01)
     assert (table.other_load is None) == (table.spread_note() == "")

@@ -39,6 +39,22 @@ def test_classify(arch, caps, capability, system, expected_class, has_dot):
     assert (dot is not None) == has_dot
 
 
+def test_a_profile_names_the_dot_product_set_it_hides_from_the_kernels():
+    # The avx2 profile on an AVX-512 VNNI machine: ATen sees AVX2, but CPUID-driven libraries still see VNNI.
+    dot = cpu.classify("x86_64", AVX512_VNNI, "AVX2")[1]
+    hidden = cpu.hidden_int8_dot("x86_64", AVX512_VNNI, dot)
+    assert dot is None and hidden == "AVX-512 VNNI (VPDPBUSD)"
+    facts = cpu.CpuInfo(arch="x86_64", name="test", features=(), torch_capability="AVX2", profile="avx2",
+                        cpu_class="x86-avx2", int8_dot=dot, hidden_int8_dot=hidden)
+    assert "none in ATen, FBGEMM and Inductor (profile avx2)" in facts.line() and "AVX-512 VNNI" in facts.line()
+    # Nothing hidden: the real CPU's set is the one torch sees, or it has none.
+    assert cpu.hidden_int8_dot("x86_64", AVX512_VNNI, "AVX-512 VNNI (VPDPBUSD)") is None
+    assert cpu.hidden_int8_dot("x86_64", {"avx2": True}, None) is None
+    plain = cpu.CpuInfo(arch="x86_64", name="test", features=(), torch_capability="AVX2", profile=None,
+                        cpu_class="x86-avx2", int8_dot=None)
+    assert plain.int8_dot_text().startswith("none (int8 products go through 16-bit pairs")
+
+
 def test_info_agrees_with_torch():
     facts = cpu.info()
     assert facts.torch_capability == torch.backends.cpu.get_cpu_capability()

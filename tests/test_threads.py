@@ -1,6 +1,7 @@
 """The course's thread policy (course_utils.threads) and where it is applied."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -51,20 +52,56 @@ def test_line_says_what_a_learner_needs():
     assert not _state(busy_cores=None).busy
 
 
+def _spin(detached: bool) -> int:
+    """Start a process that spins on one core and return its pid: this process's child, or (detached)
+    a grandchild whose parent has exited, so it belongs to no process of ours."""
+    if not detached:
+        return subprocess.Popen([sys.executable, "-c", "while True: pass"]).pid
+    out = subprocess.run(["sh", "-c", f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+                         capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
+def _stop(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass  # not our child: init reaps it
+
+
 def test_other_load_sees_a_busy_process():
-    """A child spinning on one core is counted as other programs' load (this process is idle)."""
+    """A process of someone else's spinning on one core is other programs' load (this process is idle)."""
     quiet = threads.other_load(0.3)
     assert quiet is None or quiet >= 0.0
-    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    pid = _spin(detached=True)
     try:
         time.sleep(0.5)
         busy = threads.other_load(0.5)
     finally:
-        child.kill()
-        child.wait()
+        _stop(pid)
     if busy is None:
         pytest.skip("psutil cannot read CPU use here")
     assert busy >= threads.BUSY_CORES, busy
+
+
+def test_other_load_counts_this_process_s_children_as_its_own():
+    """A notebook's own child processes (compile workers, a server it started) are not other programs:
+    their CPU time is counted with this process's, which other_load subtracts."""
+    psutil = pytest.importorskip("psutil")
+    me = psutil.Process()
+    pid = _spin(detached=False)
+    try:
+        time.sleep(0.3)
+        before = threads._own_cpu_seconds(me)
+        time.sleep(1.0)                       # this process sleeps; only the child works
+        used = threads._own_cpu_seconds(me) - before
+    finally:
+        _stop(pid)
+    assert used >= 0.1, used                  # a spinning child gets well over a tenth of a core even when busy
 
 
 def test_tests_and_their_kernels_get_the_policy():

@@ -141,7 +141,7 @@ print(session.start(seed=0))
 # (which kernels it defines and calls, how often a pattern appears). `fresh_cache()` points
 # Inductor at an empty, temporary cache directory, so a compile is measured from scratch instead of
 # being read back from an earlier run; `empty_cache()` below uses it in full mode only, since
-# compiling everything from scratch would double quick mode's run time.
+# compiling everything from scratch would make quick mode much slower.
 
 # %%
 def empty_cache():
@@ -519,7 +519,7 @@ with torch.no_grad():
         torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
         # what the generated code runs: its own kernels, in order, then the library calls
         kernels = inductor_code.kernel_calls(source) + inductor_code.library_calls(source)
-        mode_runs[mode] = dict(first_s=first_s, kernels=kernels,
+        mode_runs[mode] = dict(first_s=first_s, kernels=kernels, library=len(inductor_code.library_calls(source)),
                                cudagraph_skips=counters["inductor"]["cudagraph_skips"],
                                autotuned=counters["inductor"]["select_algorithm_autotune"])
 
@@ -546,6 +546,16 @@ with torch.no_grad():
     timed = {mode: torch.compile(mode_model, mode=mode) for mode in MODES}
     mode_table = bench.compare({"eager": mode_model, **timed}, mode_x)
 print(mode_table)
+library = mode_runs["default"]["library"]
+mode_words = {mode: mode_table.verdict(mode) for mode in MODES}
+for mode in MODES:
+    print(f"- {mode}: {mode_table.describe(mode)}")
+print(f"Why: {library} of the default mode's calls are library routines (the matrix multiplies), the same ones eager "
+      "calls; compiling fused only the glue between them, " + (
+          "and that showed as time in some mode here" if "faster" in mode_words.values() else
+          "which did not save time that shows here" if "slower" not in mode_words.values() else
+          "and where a mode took longer, the extra time is in the glue or the calls around the library routines, "
+          "which this cell does not time apart"))
 bench.bar_chart(mode_table, title="MLP inference on this CPU, by mode");
 
 # %% [markdown]
@@ -601,19 +611,20 @@ print(f"first call, max-autotune + freezing against default + freezing: {compile
     "no clear difference": "the candidates' build and timing were small here (or came from the on-disk "
                            "autotuning cache of an earlier run)",
     "lower": "the candidates' results came from the on-disk cache, and the rest of the compile varied"}[compile_word])
-print(f"default + freezing: {frozen_table.speedup('default + freezing'):.2f}x eager, "
-      f"first call {frozen_default['first_s']:.2f} s")
-print(f"max-autotune + freezing: {frozen_table.speedup('max-autotune + freezing'):.2f}x eager, first call "
+print(f"default + freezing: {frozen_table.describe('default + freezing')}, first call {frozen_default['first_s']:.2f} s")
+print(f"max-autotune + freezing: {frozen_table.describe('max-autotune + freezing')}, first call "
       f"{tuned['first_s']:.2f} s ({tuned['first_s'] / frozen_default['first_s']:.1f}x the frozen default's compile time)")
 # Compare like with like: both frozen, so the only difference is autotuning.
 word = frozen_table.verdict("max-autotune + freezing", "default + freezing",
                             name="compile.modes.autotune_freezing.tuned_vs_default")  # describe() below prints this verdict
-verdict_line = {"faster": "autotuning paid here", "no clear difference": "autotuning made no clear difference here",
-                "slower": "the autotuned version ran slower here"}[word]
+verdict_line = {"faster": "autotuning paid here against the frozen default",
+                "no clear difference": "autotuning made no clear difference against the frozen default here",
+                "slower": "the autotuned version ran slower than the frozen default here"}[word]
 if tuned["templates"] == 0 and word != "no clear difference":
     verdict_line += (" by the timer, but it kept the library call for every matmul, so both frozen versions run "
                      "the same kind of code: read the gap as timing noise")
-verdict_line += f" (max-autotune + freezing is {frozen_table.describe('max-autotune + freezing', 'default + freezing')})"
+verdict_line += (f" (max-autotune + freezing is {frozen_table.describe('max-autotune + freezing', 'default + freezing')}"
+                 f"; against eager, the lines above say where each frozen version stands)")
 same_kernels = all(r["kernels"] == mode_runs["default"]["kernels"] for r in mode_runs.values())
 print(f"-> {verdict_line}. " + ("The four plain modes generated the same kernels, so their timings differ by noise only."
                                 if same_kernels else "The plain modes did not all generate the same kernels."))
@@ -628,7 +639,8 @@ print(f"-> {verdict_line}. " + ("The four plain modes generated the same kernels
 # operations are matrix multiplies (section 5's table counts the library calls of a similar MLP),
 # which eager PyTorch already hands to the same libraries; unless
 # autotuning picks Inductor's own template for them (the count above says how many it did here), that
-# limits what any mode can gain (section 5 measures where compiling does gain).
+# limits what any mode can gain (the verdicts under the mode table say whether any gained here, and
+# section 5 measures where compiling does gain).
 #
 # On a GPU the picture changes. The next cell (GPU only) compiles a small model with
 # `reduce-overhead`, checks that CUDA graphs were used, and shows their one trap: a CUDA graph
@@ -890,8 +902,9 @@ def reason(name: str, r: dict) -> str:
         return fused + tail + where
     tail = {"faster": "the fused glue was a large enough share of the time to show",
             "no clear difference": "so most of the time is spent in the same routines either way",
-            "slower": "and here the generated glue loops ran slower than eager's kernels for the same operations"
-                      + (inductor_code.scalar_note() or " (the tiny-input row shows the size of the per-call costs)")}[word]
+            "slower": "and yet it took longer: the extra time is in the fused glue or in the calls around the library "
+                      "routines, which this cell does not time apart (notebook 09's profiler does)"
+                      + inductor_code.scalar_note()}[word]
     return (f"{r['library']} of its operations are matrix multiplies, convolutions or attention, which run in the same "
             f"library routines as in eager; Inductor only fused the glue between them into {r['loops']} loop(s), {tail}")
 
@@ -903,11 +916,9 @@ VERDICT_NAMES = {"element-wise chain": "element_wise_chain", "LayerNorm+GELU": "
 for name, r in results.items():
     said = r["table"].describe("compiled", name=f"compile.where.{VERDICT_NAMES[name]}.compiled_vs_eager")
     print(f"- {name}: compiled is {said}. Why: {reason(name, r)}.")
-noisy = [name for name, r in results.items()
-         if r["table"].spread_note()]
+noisy = bench.noisy_note({name: r["table"] for name, r in results.items()})
 if noisy:
-    print(f"\nnote: the timing spread (IQR) was over 20% of the median for {', '.join(noisy)}: this machine was "
-          "busy while measuring, so treat those verdicts with care and rerun the cell")
+    print(f"\n{noisy}")
 
 chain = results["element-wise chain"]
 tensor_mb = N * N * 4 / 1e6
@@ -1046,9 +1057,11 @@ print(f"steady state (median of epochs 2-{EPOCHS}): eager {steady_eager:.3f} s, 
 print(f"compiling cost about {compile_cost:.1f} s once (the first step above)")
 print("Why: the convolutions, forward and backward, run in the same oneDNN routines either way, and the loss and "
       "the optimizer step stay eager, so only the fused glue (batch norm, ReLU, the residual adds) can save time; "
-      "here, in training, it " + {"faster": "saved enough to show.",
-                                  "no clear difference": "did not save enough to show.",
-                                  "slower": "was outweighed by the compiled step's own overhead."}[epoch_word])
+      "here, in training, " + {"faster": "it saved enough to show.",
+                               "no clear difference": "any difference, either way, stayed inside the epochs' spread.",
+                               "slower": "the compiled epochs took longer; where the extra time goes (the glue, or the "
+                                         "calls around the library routines) is not timed apart here: notebook 09's "
+                                         "profiler can."}[epoch_word])
 saving = steady_eager - steady_compiled
 bench.record_verdict("compile.train.payback", "pays" if epoch_word == "faster" else "does not pay",
                      compile_s=round(compile_cost, 3), saving_s=round(saving, 4))
@@ -1092,7 +1105,8 @@ if not config.is_quick():
 # - the **FX graph cache** and the **AOTAutograd cache**: the compiled form of each graph, keyed by
 #   the graph, the input properties and the settings, so a new process can skip AOTAutograd's
 #   tracing, Inductor's lowering and code generation (Dynamo still reads the Python code);
-# - the **built C++ libraries** (`.so` files) of the generated kernels, keyed by their source code,
+# - the **built C++ libraries** (`.so` files) of the generated kernels, keyed by their source code and
+#   the compiler command (which names the instruction set),
 #   plus the small test programs Inductor builds once to learn which SIMD instructions your CPU and
 #   compiler support.
 #
@@ -1168,7 +1182,7 @@ elif compat.has("cache_artifacts"):
     print("quick mode: the artifacts run (one more cold compile) is left for full mode")
 
 for name, r in cache_runs.items():
-    print(f"{name:<22} first call {r['first_s']:6.2f} s | C++ build {r['cpp_build_s']:6.2f} s | "
+    print(f"{name:<22} first call {r['first_s']:6.2f} s | C++ compiler time {r['cpp_build_s']:6.2f} s | "
           f"graph cache hits {r['graph_hits']}, misses {r['graph_misses']}")
 
 # %%
@@ -1184,9 +1198,10 @@ print(f"The cold run compiled {len(sources)} C++ files: {len(kernels)} generated
 # One run each, no spread: the warm start counts as shorter only beyond a 10% band.
 warm_word = bench.band_verdict(warm["first_s"], cold["first_s"], band=0.1, name="compile.cache.warm_vs_cold")
 print(f"The warm run found the graph in the cache ({warm['graph_hits']} hit, 0 misses) and built no new library "
-      f"({libraries['cold']} built by the cold run): first call {warm['first_s']:.2f} s against {cold['first_s']:.2f} s "
+      f"({libraries['cold']} built by the cold run; its C++ compiler time {warm['cpp_build_s']:.2f} s against "
+      f"{cold['cpp_build_s']:.2f} s cold): first call {warm['first_s']:.2f} s against {cold['first_s']:.2f} s "
       f"cold, {warm_word} (10% band; cold/warm {warm_speedup:.1f}x): " + {
-          "lower": "it skipped the lowering, code generation and C++ build",
+          "lower": "it skipped the lowering, code generation and the kernels' C++ build",
           "no clear difference": "what it skipped was small next to the rest of the first call on this machine",
           "higher": "something else slowed this run down more than the cache saved"}[warm_word])
 if cold["artifact_kinds"]:
@@ -1210,7 +1225,7 @@ bench.record("compile.cache.warm_speedup", warm_speedup, "x", cold_s=cold["first
 
 fig, ax = plt.subplots(figsize=(6, 0.8 + 0.5 * len(cache_runs)))
 ax.barh(list(cache_runs), [r["first_s"] for r in cache_runs.values()], color="tab:blue", label="first call")
-ax.barh(list(cache_runs), [r["cpp_build_s"] for r in cache_runs.values()], color="tab:orange", label="of which C++ build")
+ax.barh(list(cache_runs), [r["cpp_build_s"] for r in cache_runs.values()], color="tab:orange", label="of which C++ compiler time")
 ax.invert_yaxis()
 ax.set_xlabel("seconds, in a new process")
 ax.legend(loc="center right")
@@ -1658,9 +1673,11 @@ if PRECOMPILE:
 #
 # What must match between the process that captures and the one that loads:
 #
-# - **the torch version**: the file calls torch's private internals (counted above), and the cache's
-#   envelope carries a format version: when it does not match, `load()` warns and ignores the cache,
-#   so the kernels are built again from the code (its source says so; this notebook does not run it);
+# - **the torch version**: the file calls torch's private internals (counted above). The cache's
+#   envelope (printed above) carries a format version of its own, not torch's release: when that does
+#   not match, `load()` warns and ignores the cache, so the kernels are built again from the code (its
+#   source says so; this notebook does not run it). Another torch release with the same format is not
+#   refused, and the private calls may then fail or behave differently;
 # - **the CPU's instruction set**: the kernels are C++ source that Inductor wrote for the capture
 #   machine's vector width (an AVX-512 register holds 16 floats, an AVX2 register 8; the excerpt above
 #   shows the step written into a loop, where this CPU gets vector code), and the loading machine
@@ -1670,8 +1687,9 @@ if PRECOMPILE:
 #
 # The next cell checks the instruction-set point where this machine allows it: when this process
 # runs with AVX-512, it loads the artifacts in a process under the course's `avx2` CPU profile, which
-# caps ATen and Inductor at AVX2, and does the same with the warm `torch.compile` cache for comparison
-# (full mode only: each builds its kernels again).
+# caps ATen and Inductor at AVX2, and runs the warm `torch.compile` route under the same profile for
+# comparison, printing whether its graph cache was used (full mode only: each builds its kernels
+# again).
 
 # %%
 capability = torch.backends.cpu.get_cpu_capability()
@@ -1688,8 +1706,14 @@ if PRECOMPILE and not config.is_quick() and capability == "AVX512":
         if "grads" in r["result"]:
             grads_same = all(torch.allclose(g, e, rtol=1e-3, atol=1e-5) for g, e in zip(r["result"]["grads"], expected_grads))
             extra = f"; its training step's gradients {'match' if grads_same else 'differ from'} eager's"
+        hits = "" if name == "precompiled" else f"; graph-cache hits {r['graph_cache_hits']}"
         print(f"captured with {capability}, loaded under the avx2 profile: {name} {word} (max difference {err:.2g}; "
-              f"kernel libraries built for AVX2: {r['kernels_built']}){extra}")
+              f"kernel libraries built for AVX2: {r['kernels_built']}{hits}){extra}")
+    if other_isa["warm torch.compile"]["graph_cache_hits"] == 0:
+        print("the warm route did not use its cache: the profile sets TORCHINDUCTOR_CPP_MARCH, one of the settings in "
+              "Inductor's cache key, so it compiled afresh for AVX2. On a real AVX2 machine no such setting changes, so "
+              "this does not show that one cache folder can be shared between CPU classes: keep one folder per "
+              "class")
     if not all(torch.allclose(r["result"]["out"], pre_expected, rtol=1e-4, atol=1e-5) for r in other_isa.values()):
         print("-> a precompiled artifact belongs to the CPU class it was captured on: capture it on (or for) the machines "
               "that will load it")
@@ -1726,7 +1750,7 @@ elif PRECOMPILE:
 # | every run starts slowly | cold compile cache | keep `TORCHINDUCTOR_CACHE_DIR` between runs (section 7) |
 # | `PrecompileError` when calling a precompiled artifact | another batch size, dtype, layout or model structure than at capture | capture once per shape you run; pass inputs like the example's (section 7) |
 # | a precompiled artifact ignores a changed setting | values read during capture are baked in; there are no guards | pass the value as a tensor argument, or capture again (section 7) |
-# | a precompiled artifact loaded on another machine gives other numbers, or builds C++ for a long time | its kernels are C++ source written for the capture CPU's vector width; the libraries are not in the bundle | capture on the CPU class that loads it, and ship or keep the cache directory beside it (section 7) |
+# | a precompiled artifact loaded on another machine gives wrong results without an error, or builds C++ for a long time | its kernels are C++ source written for the capture CPU's vector width; the libraries are not in the bundle | capture on the CPU class that loads it, and ship or keep the cache directory beside it (section 7) |
 #
 # The ragged-last-batch recompile, shown with the cheap `eager` backend:
 

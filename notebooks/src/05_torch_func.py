@@ -590,7 +590,7 @@ for n_in, n_out in tqdm(JAC_SIZES, desc="Jacobian shapes"):
     jac_rows.append(dict(n_in=n_in, n_out=n_out, rev_ms=t.row("jacrev").median_s * 1e3,
                          fwd_ms=t.row("jacfwd").median_s * 1e3, rev_iqr=t.row("jacrev").iqr_s * 1e3,
                          fwd_iqr=t.row("jacfwd").iqr_s * 1e3, faster=faster, noisy=bool(t.spread_note()),
-                         predicted=rule_of_thumb(n_in, n_out)))
+                         predicted=rule_of_thumb(n_in, n_out), table=t))
 
 # IQR: the spread of each timing (middle half of the timed blocks). A shape is a tie when the medians
 # differ by 5% or less, or when the bands median +- IQR/2 overlap, however far apart the medians look.
@@ -601,10 +601,9 @@ for r in jac_rows:
               else "yes" if r["faster"] == r["predicted"] else "NO")
     print(f"{r['n_in']:>7} {r['n_out']:>8} {r['rev_ms']:>10.3f} {r['rev_iqr']:>7.3f} {r['fwd_ms']:>10.3f} "
           f"{r['fwd_iqr']:>7.3f} {r['faster']:>7} {r['predicted'] or '-':>10}  {agrees}")
-noisy_shapes = [f"{r['n_in']}->{r['n_out']}" for r in jac_rows if r["noisy"]]
+noisy_shapes = bench.noisy_note({f"{r['n_in']}->{r['n_out']}": r["table"] for r in jac_rows}, where="at")
 if noisy_shapes:
-    print(f"note: the timing spread (IQR) was over 20% of the median at {', '.join(noisy_shapes)}: this machine was "
-          "busy while measuring, so treat those verdicts with care and rerun the cell")
+    print(noisy_shapes)
 
 judged = [r for r in jac_rows if r["predicted"] is not None]
 clear = [r for r in judged if r["faster"] != "tie"]
@@ -649,8 +648,9 @@ square = [r for r in jac_rows if r["predicted"] is None]
 for r in square:
     gap = max(r['rev_ms'], r['fwd_ms']) / min(r['rev_ms'], r['fwd_ms'])
     print(f"square {r['n_in']}x{r['n_out']}: jacrev {r['rev_ms']:.3f} ms, jacfwd {r['fwd_ms']:.3f} ms; "
-          + (f"no clear winner ({gap:.2f}x apart, inside the timing spread: IQR {r['rev_iqr']:.3f} and "
-             f"{r['fwd_iqr']:.3f} ms)" if r["faster"] == "tie"
+          + ((f"no clear winner ({gap:.2f}x apart, within 5%)" if r["table"].within_margin("jacfwd", "jacrev") else
+              f"no clear winner ({gap:.2f}x apart, inside the timing spread: IQR {r['rev_iqr']:.3f} and "
+              f"{r['fwd_iqr']:.3f} ms)") if r["faster"] == "tie"
              else f"{r['faster']} is faster by {gap:.2f}x"))
 
 
@@ -758,10 +758,9 @@ for B, loop_ms, vmap_ms, s in psg_rows:
     t = psg_tables[B]
     print(f"{B:>6} {loop_ms:>9.3f} {t.row('loop').iqr_s * 1e3:>7.3f} {vmap_ms:>9.3f} "
           f"{t.row('vmap(grad)').iqr_s * 1e3:>7.3f} {s:>9.2f}x  {t.verdict('vmap(grad)', 'loop')}")
-noisy_batches = [B for B, t in psg_tables.items() if t.spread_note()]
+noisy_batches = bench.noisy_note({str(B): t for B, t in psg_tables.items()}, where="at batch")
 if noisy_batches:
-    print(f"note: the timing spread (IQR) was over 20% of the median at batch {', '.join(map(str, noisy_batches))}: "
-          "this machine was busy while measuring, so treat those verdicts with care and rerun the cell")
+    print(noisy_batches)
 
 psg_speedup = dict((B, s) for B, _, _, s in psg_rows)[PSG_BATCH]
 bench.record("func.per_sample_grad.speedup", psg_speedup, "x", batch=PSG_BATCH,
@@ -773,9 +772,14 @@ print(f"\nat batch {PSG_BATCH}: vmap(grad) is {psg_speedup:.1f}x as fast as the 
 print(f"verdict at batch {PSG_BATCH}: vmap(grad) is "
       f"{t_psg.describe('vmap(grad)', 'loop', name='func.per_sample_grad.vmap_vs_loop.batch128')}")
 smallest_word = t_smallest.verdict("vmap(grad)", "loop", name="func.per_sample_grad.vmap_vs_loop.batch1")
+small_rows = {label: t_smallest.row(label) for label in ("loop", "vmap(grad)")}
+spread_tie = ("the timings were too spread to tell (IQR " + " and ".join(f"{r.iqr_s * 1e3:.3f}" for r in small_rows.values())
+              + " ms against medians " + " and ".join(f"{r.median_s * 1e3:.3f}" for r in small_rows.values())
+              + " ms); rerun on a quiet machine")
 print(f"at batch {PSG_BATCHES[0]}: vmap(grad) is {t_smallest.describe('vmap(grad)', 'loop')}: " + {
     "slower": "with nothing to batch, its bookkeeping costs more than the loop it removes",
-    "no clear difference": "with so few samples there is little loop to remove",
+    "no clear difference": (f"with {PSG_BATCHES[0]} sample(s) there is little or no loop to remove, and its bookkeeping "
+                            "cost about as much" if t_smallest.within_margin("vmap(grad)", "loop") else spread_tie),
     "faster": "even a short loop costs more than vmap's bookkeeping on this machine"}[smallest_word])
 
 fig, ax = plt.subplots(figsize=(6.5, 3.4))
@@ -861,9 +865,10 @@ print("the stacked tensors are copies: changing a model afterwards does not chan
 # How much does it save? A deep ensemble used for uncertainty often scores small batches with a
 # handful to a few dozen members, so we time a batch of 32 digits through ensembles of growing
 # size, starting from a single member. The loop dispatches every operation of every member, each
-# with its own Python and dispatcher overhead and a small kernel; `vmap` dispatches one batched
-# operation per step for all members (a batched matrix multiply over the stacked weights), so its
-# count of operations does not grow with the ensemble. The cell counts both (a `TorchDispatchMode`
+# with its own Python and dispatcher overhead and a small kernel; `vmap` runs a fixed set of batched
+# operations for all members (a few per layer: a batched matrix multiply over the stacked weights,
+# then the bias and the other steps, each over every member at once), so its count of operations
+# does not grow with the ensemble. The cell counts both (a `TorchDispatchMode`
 # sees every operator that runs a kernel, as in notebook 03). Fewer operations is not automatically
 # less time: a batched product over stacked weights can run slower on a CPU than the separate small
 # products it replaces, depending on the matrix library, the instruction set and what else is
@@ -875,7 +880,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 
 class CountKernels(TorchDispatchMode):
-    """Count the ATen operators that run a kernel (views launch none)."""
+    """Count the ATen operators that run, leaving out those whose schema marks them as views (they launch
+    no kernel)."""
 
     def __init__(self):
         super().__init__()
@@ -930,7 +936,7 @@ assert len({r["vmap_ops"] for r in ens_rows}) == 1, "vmap runs the same batched 
 ens_table = ens_tables[ENS_HEADLINE]
 ens_speedup = ens_table.speedup("vmap")
 bench.record("func.ensemble.speedup", ens_speedup, "x", models=ENS_HEADLINE, batch=ENS_BATCH,
-             model="MLP(64, 128, 10, depth=2)")
+             model="MLP(64, 128, 10, depth=2)", rough=bool(ens_table.spread_note()))
 
 
 def ensemble_reason(r: dict) -> str:
@@ -940,21 +946,23 @@ def ensemble_reason(r: dict) -> str:
     if r["vmap_ops"] >= r["loop_ops"]:
         return counts + (": vmap ran at least as many operations as the loop here, so it had no dispatch "
                          "overhead to save; its batched kernels and the machine's load decided the time")
+    table = ens_tables[r["n"]]
+    rough = " (its timings were rough: see the note below)" if table.spread_note() else ""
+    tie = (": the medians are within 5%: the overhead saved and the cost of the batched kernels about cancel here"
+           if table.within_margin("vmap", "loop") else ": the difference stayed inside the timing spread")
     return counts + {
-        "faster": ": the overhead vmap removed outweighed the cost of its batched kernels",
-        "no clear difference": ": the difference stayed inside the timing spread (the overhead saved and the "
-                               "cost of the batched kernels roughly cancel, or the machine was busy)",
+        "faster": ": the overhead vmap removed outweighed the cost of its batched kernels" + rough,
+        "no clear difference": tie + rough,
         "slower": ": the batched kernels (products over stacked weights) cost more here than the overhead "
-                  "they saved (the matrix library, the instruction set and the load decide)"}[r["verdict"]]
+                  "they saved (the matrix library, the instruction set and the load decide)" + rough}[r["verdict"]]
 
 
 print()
 for r in ens_rows:
     print(f"{r['n']:>2} model(s): vmap is {ens_tables[r['n']].describe('vmap', 'loop')}. Why: {ensemble_reason(r)}")
-noisy = [n for n, t in ens_tables.items() if t.spread_note()]
+noisy = bench.noisy_note({f"{n} model(s)": t for n, t in ens_tables.items()}, where="at")
 if noisy:
-    print(f"note: the timing spread (IQR) was over 20% of the median at {', '.join(map(str, noisy))} model(s): this "
-          "machine was busy while measuring, so treat those verdicts with care and rerun the cell")
+    print(noisy)
 
 fig, ax = plt.subplots(figsize=(6.5, 3.2))
 ax.plot([r["n"] for r in ens_rows], [r["speedup"] for r in ens_rows], "o-")
@@ -983,23 +991,29 @@ with torch.no_grad():
     wide_fn, wide_p, wide_b = vmapped_ensemble(wide_members)
     torch.testing.assert_close(wide_fn(wide_p, wide_b, x_ens), torch.stack([m(x_ens) for m in wide_members]),
                                rtol=1e-4, atol=1e-4)
-    wide_table = bench.compare({"loop over models": lambda x: torch.stack([m(x) for m in wide_members]),
-                                "vmap": lambda x: wide_fn(wide_p, wide_b, x)}, x_ens)
+    wide_loop, wide_vmap = (lambda x: torch.stack([m(x) for m in wide_members])), (lambda x: wide_fn(wide_p, wide_b, x))
+    wide_ops = {"loop": kernels_of(wide_loop, x_ens), "vmap": kernels_of(wide_vmap, x_ens)}
+    wide_table = bench.compare({"loop over models": wide_loop, "vmap": wide_vmap}, x_ens)
+narrow_row = next(r for r in ens_rows if r["n"] == ENS_HEADLINE)
+assert wide_ops == {"loop": narrow_row["loop_ops"], "vmap": narrow_row["vmap_ops"]}, wide_ops
+print(f"operations at width {WIDE}: loop {wide_ops['loop']}, vmap {wide_ops['vmap']}, the same as at width 128")
 print(wide_table)
 wide_speedup = wide_table.speedup("vmap")
 wide_said = wide_table.describe("vmap", "loop over models", name="func.ensemble.vmap_vs_loop.wide")
 narrow_word = next(r["verdict"] for r in ens_rows if r["n"] == ENS_HEADLINE)
-both_clear = "no clear difference" not in (narrow_word, wide_table.verdict("vmap", "loop over models"))
+both_clear = ("no clear difference" not in (narrow_word, wide_table.verdict("vmap", "loop over models"))
+              and not ens_table.spread_note() and not wide_table.spread_note())
 # Two separate tables: call it a change only when the ratios differ by more than 10%, and only when
-# neither ratio sits inside its own timing spread (otherwise the change between them is noise too).
+# neither ratio sits inside its own timing spread nor comes from a table with rough timings (otherwise
+# the change between them is noise too).
 band_word = bench.band_verdict(wide_speedup, ens_speedup, band=0.1)
 width_word = bench.record_verdict("func.ensemble.width.wide_vs_narrow", band_word if both_clear else "cannot say",
                                   value=wide_speedup, other=ens_speedup, band=0.1, band_verdict=band_word,
                                   narrow=narrow_word)
 print(f"\n{ENS_HEADLINE} members, width 128: vmap {ens_speedup:.2f}x the loop ({narrow_word}); width {WIDE}: "
       f"{wide_speedup:.2f}x (at width {WIDE}, vmap is {wide_said}). " + (
-          "On this machine at least one of the two ratios sits inside its timing spread, so this run cannot say "
-          "how the width changed it."
+          "On this machine at least one of the two ratios sits inside its timing spread or comes from rough timings "
+          "(a note says so), so this run cannot say how the width changed it."
           if width_word == "cannot say" else
           "On this machine the ratio fell (by more than 10%) as the models grew, as expected if the loop's overhead "
           "became a smaller share of its time; this cell does not measure that share."
@@ -1019,14 +1033,18 @@ print(f"\n{ENS_HEADLINE} members, width 128: vmap {ens_speedup:.2f}x the loop ({
 # `vmap` version within a stated tolerance (a compiled kernel may sum in a different order).
 
 # %%
-torch._dynamo.reset()  # start the compile experiment from a clean slate
+torch._dynamo.reset()  # a clean slate for Dynamo; Inductor's on-disk cache is kept
 compiled_psg = torch.compile(per_sample_grads, fullgraph=True)
+hits_before = torch._dynamo.utils.counters["inductor"]["fxgraph_cache_hit"]
 compile_s = bench.first_call(compiled_psg, clf_params, xb128, yb128)
+from_disk = torch._dynamo.utils.counters["inductor"]["fxgraph_cache_hit"] > hits_before
 compiled_out = compiled_psg(clf_params, xb128, yb128)
 for name in clf_params:
     torch.testing.assert_close(compiled_out[name], fast[name], rtol=1e-4, atol=1e-6)
 print(f"torch.compile(vmap(grad(...)), fullgraph=True): first call {compile_s:.1f} s, "
-      "no graph break, results equal eager vmap (rtol=1e-4, atol=1e-6)")
+      "no graph break, results equal eager vmap (rtol=1e-4, atol=1e-6)"
+      + ("; Inductor reused code compiled by an earlier run from its on-disk cache, so a first run ever takes "
+         "longer" if from_disk else "; nothing came from Inductor's on-disk cache"))
 
 compile_table = bench.compare({"eager vmap(grad)": per_sample_grads, "compiled vmap(grad)": compiled_psg},
                               clf_params, xb128, yb128)
@@ -1039,7 +1057,8 @@ compile_word = compile_table.verdict("compiled vmap(grad)", "eager vmap(grad)")
 payback = {"faster": "pays", "no clear difference": "cannot say", "slower": "does not pay"}[compile_word]
 bench.record_verdict("func.compile.payback", payback, compile_s=round(compile_s, 3))
 if payback == "pays":
-    print(f"the {compile_s:.1f} s compile pays for itself after about {math.ceil(compile_s / saved_s):,} calls")
+    print(f"the {compile_s:.1f} s compile pays for itself after about {math.ceil(compile_s / saved_s):,} calls"
+          + (" (with the code from the cache; longer on a first run)" if from_disk else ""))
 elif payback == "cannot say":
     print("this run cannot tell whether the compile pays for this function: the two timings stayed inside their "
           "spread (rerun the cell when the machine is quiet)")
