@@ -111,7 +111,7 @@ from torch._prims.context import TorchRefsMode
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from course_utils import bench, config, exercises, session
+from course_utils import bench, config, exercises, session, threads
 from course_utils.device import accelerator, requires_accelerator
 from course_utils.inductor_code import fused_kernels, generated_code, kernel_source, library_calls, scalar_note, wrapper_call
 
@@ -405,15 +405,19 @@ def unboxed_compiler(gm: torch.fx.GraphModule, example_inputs: list) -> Callable
 
 torch._dynamo.reset()
 w_unboxed = weight.clone().requires_grad_()
-with warnings.catch_warnings(record=True) as caught:
+unboxed_backend = aot_autograd(fw_compiler=unboxed_compiler, bw_compiler=unboxed_compiler)
+with warnings.catch_warnings(record=True) as forward_caught:  # the forward call, compile included
     warnings.simplefilter("always")
-    unboxed_backend = aot_autograd(fw_compiler=unboxed_compiler, bw_compiler=unboxed_compiler)
     result = torch.compile(norm_gelu_residual, backend=unboxed_backend)(x, w_unboxed, bias)
+with warnings.catch_warnings(record=True) as caught:  # the first .backward() alone
+    warnings.simplefilter("always")
     result.backward(grad_out)
 torch.testing.assert_close(result, expected, rtol=1e-5, atol=1e-5)
 torch.testing.assert_close(w_unboxed.grad, w_ref.grad, rtol=1e-5, atol=1e-5)
+assert not [w for w in forward_caught if "boxed" in str(w.message)], "the forward should not warn"
 messages = [str(w.message) for w in caught if "boxed" in str(w.message)]
-assert messages, "expected the warning about boxed arguments"
+assert messages, "expected the warning about boxed arguments from the backward"
+print("forward: no warning; first .backward():")
 print("UserWarning:", messages[0].split(". See")[0] + ".")
 
 
@@ -615,8 +619,8 @@ assert 1 <= len(post) < len(pre) <= len(lowered_ops)
 # %% [markdown]
 # Lowering already inlined most pointwise operations into the loops that consume them, leaving a
 # handful of loop nests: reductions that sum over each row (for the mean and for the variance) and
-# pointwise loops around them. The scheduler then fused them into one node, because they all iterate
-# over the same rows. That node becomes one C++ function.
+# pointwise loops around them. The scheduler then fused them into the node(s) the cell printed, because
+# they all iterate over the same rows. Each node becomes one C++ function.
 # Find it in the output code: kernels are defined as `name = async_compile.cpp_pybinding(...)`,
 # library calls appear as `extern_kernels.<name>(...)`, and the `call` function at the end allocates
 # the buffers (reusing memory where it can) and runs the kernels in order. Its `args.clear()` is the
@@ -677,8 +681,9 @@ print(f"x arrives as {x_ptr}. The loop loads it {len(x_loads)} time(s), as {x_lo
 print(f"It stores {stores} result. The {temporaries} temporaries in between (calling {', '.join(functions)}) "
       "live in local variables (registers): no intermediate tensor is written to memory.")
 if vector:
-    print(f"Loads and stores are SIMD vectors of {vector.group(1)} floats (at::vec::Vectorized), sized for this "
-          "CPU's instruction set.")
+    print(f"Loads and stores are SIMD vectors of {vector.group(1)} floats (at::vec::Vectorized), sized for the "
+          f"instruction set Inductor targets here (torch's CPU capability: "
+          f"{torch.backends.cpu.get_cpu_capability()}).")
 else:
     print(f"Loads and stores are single floats: Inductor wrote no vector code here (torch's CPU capability: "
           f"{torch.backends.cpu.get_cpu_capability()}).")
@@ -693,8 +698,9 @@ else:  # older Inductor lays the loops out differently; the excerpt above is the
 # %% [markdown]
 # That is the fused loop: LayerNorm's normalisation, GELU, the scale and the residual add,
 # computed element by element with nothing written to memory in between. (Before it, the kernel
-# passes over the same rows for the mean and the variance in loops of its own, which a LayerNorm
-# cannot avoid: every element needs its row's statistics first.)
+# reads x to compute each row's mean and variance, in loops of their own; the counting cell below says
+# how many loops over the rows read x. A LayerNorm needs at least one such pass, since every element
+# needs its row's statistics first.)
 #
 # ## Counting: eager kernels against fused kernels
 #
@@ -732,10 +738,20 @@ with torch.no_grad(), CountOps() as eager_ops:
 eager_count = sum(eager_ops.ops.values())
 fused_count = len(fused_kernels(output_code))
 fused_bytes = nbytes(x, weight, bias, expected)
+# The kernel's loops over all the rows each start `for(int64_t x0=`: count those that load x (x_ptr, above).
+row_loops = re.split(r"^\s*for\(int64_t x0\b", src, flags=re.M)[1:]
+x_loops = sum(bool(re.search(rf"\b{x_ptr}\b", body)) for body in row_loops)
+reread_bytes = fused_bytes + (x_loops - 1) * nbytes(x)  # each further loop reads all of x again
 print("eager dispatches:", dict(eager_ops.ops))
 print(f"\nkernels  eager: {eager_count}   Inductor: {fused_count}")
 print(f"memory   eager ops touch {eager_ops.bytes / 2**20:.1f} MiB; the fused kernel's inputs and output "
-      f"hold {fused_bytes / 2**20:.1f} MiB ({eager_ops.bytes / fused_bytes:.1f}x less traffic)")
+      f"hold {fused_bytes / 2**20:.1f} MiB: {eager_ops.bytes / fused_bytes:.1f}x less traffic at best")
+if x_loops > 1:
+    print(f"         the kernel reads x in {x_loops} loops over all the rows: {reread_bytes / 2**20:.1f} MiB "
+          f"({eager_ops.bytes / reread_bytes:.1f}x less) if none of those re-reads hit the cache")
+else:
+    print("         the kernel reads x in one loop over the rows, so x streams from memory once")
+assert x_loops >= 1, "no loop over the rows that loads x was found in the kernel"
 assert fused_count < eager_count
 assert eager_ops.bytes > 3 * fused_bytes
 bench.record("internals.kernels.eager", eager_count, "kernels", example="norm_gelu_residual", rows=ROWS, dim=DIM)
@@ -757,23 +773,41 @@ traffic_ratio = eager_ops.bytes / fused_bytes
 print(f"\nfused: {speedup:.2f}x the speed of eager, for {traffic_ratio:.1f}x less memory traffic on paper "
       f"(the speed-up is {'below' if speedup < traffic_ratio else 'not below'} the traffic ratio)")
 fused_word = table.verdict("compiled", name="internals.fusion.compiled_vs_eager")
-print(f"verdict on this machine: compiled is {table.describe('compiled')}: " + {
-    "faster": "one pass over memory instead of eager's several showed in the time",
-    "no clear difference": "the saved traffic was lost in the timing spread (the note under the table says "
-                           "whether the machine was busy; in quick mode the tensors are also small enough to "
-                           "stay in cache)",
-    "slower": "the generated loop's arithmetic (including its passes over each row for the statistics) cost "
-              "more than eager's hand-written kernels for these operations, more than the traffic it saved"
-              + scalar_note()}[fused_word])
+if fused_word == "faster":
+    fused_reason = (f"{fused_count} generated kernel(s) instead of eager's {eager_count}, with no full-size "
+                    "intermediate tensor written and read back, showed in the time")
+    if speedup >= traffic_ratio:
+        fused_reason += "; that is at or above the traffic ratio, so fewer bytes alone do not account for it"
+elif fused_word == "no clear difference":
+    if table.spread_note():
+        fused_reason = "the saved traffic was lost in the timing spread (see the note under the table)"
+    elif table.within_margin("compiled"):
+        load: float | None = threads.other_load()  # other programs' CPU use, in cores
+        fused_reason = (f"the medians are within {bench.VERDICT_MARGIN:.0%} and no row's spread is over "
+                        f"{bench.NOISY_SPREAD:.0%} of its median: on this machine the fused kernel took about "
+                        f"as long as eager's {eager_count} kernels"
+                        + (f" (other programs used about {load:.1f} cores just after the timings)"
+                           if load is not None else ""))
+    else:
+        fused_reason = (f"the medians differ by more than {bench.VERDICT_MARGIN:.0%}, but the two timings' spreads "
+                        "overlap, so neither is clearly faster")
+    if config.is_quick():
+        fused_reason += "; in quick mode the tensors are also small enough to stay in cache"
+else:
+    fused_reason = ("the generated loop's arithmetic (including its passes over each row for the statistics) cost "
+                    "more than eager's hand-written kernels for these operations, more than the traffic it saved"
+                    + scalar_note())
+print(f"verdict on this machine: compiled is {table.describe('compiled')}: {fused_reason}")
 bench.bar_chart(table, title=f"LayerNorm + GELU + residual, {ROWS}x{DIM}");
 
 
 # %% [markdown]
-# Whatever the verdict, the speed-up has reasons to stay below the traffic ratio (the cell compares
-# the two): eager's `native_layer_norm` is itself a hand-fused kernel, the fused kernel still
-# passes over each row more than once for the statistics (rows this size stay in cache, so
-# those passes add little memory traffic), and a compiled call adds guard checks. On small tensors (quick mode) fixed per-call costs dominate and
-# the ratio says little.
+# The cell compares the speed-up with the traffic ratio, and it can land on either side. Below it:
+# eager's `native_layer_norm` is itself a hand-fused kernel, and when the fused kernel reads x in more
+# than one loop over all the rows (the counting cell printed how many here), it moves more than the
+# floor unless x stays in the CPU's last-level cache between those loops. Above it: something besides
+# the bytes moved differed, and the note under the table, when there is one, says the timings were
+# rough. On small tensors (quick mode) fixed per-call costs dominate and the ratio says little.
 #
 # ## Where fusion stops: matrix multiplies
 #
@@ -856,8 +890,9 @@ for code_text in train_codes:
 assert len(train_codes) == 2 and train_kernels < sum(train_ops.ops.values())
 
 # %% [markdown]
-# The backward of LayerNorm, GELU and the residual add also collapsed into generated loops:
-# AOTAutograd gave Inductor the backward as an ATen graph, and Inductor treats it like any other.
+# The backward of the scale, GELU and LayerNorm (gradients for the weight and bias; x needs none here)
+# collapsed into generated code too, the backward graph's kernel(s) the cell printed: AOTAutograd gave
+# Inductor the backward as an ATen graph, and Inductor treats it like any other.
 #
 # ## GPU extra: the Triton kernel
 #
@@ -994,8 +1029,8 @@ else:
 # - **TorchInductor** inlines pointwise work into loops, fuses loops that share a pass over memory,
 #   and writes C++/OpenMP, with SIMD vectors where the CPU allows (the excerpt's cell said which
 #   here; Triton on GPUs). Here it turned the function's eager
-#   kernels into one generated kernel (`internals.kernels.eager`, `internals.kernels.fused`), and
-#   left matrix multiplies to a library.
+#   kernels into the generated kernel(s) the counting cell printed (`internals.kernels.eager`,
+#   `internals.kernels.fused`), and left matrix multiplies to a library.
 #
 # **Next:** notebook 04 writes control flow that compiles and exports as one graph (`torch.cond`,
 # `while_loop`); notebook 06 exports models with `torch.export`, as the Core ATen graphs you met here.

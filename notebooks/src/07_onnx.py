@@ -246,7 +246,7 @@ n_weights = sum(math.prod(t.dims) for t in proto.graph.initializer)
 print(f"{sum(op_counts.values())} nodes of {len(op_counts)} operator types, "
       f"{len(proto.graph.initializer)} weight tensors ({n_weights / 1e6:.1f}M numbers)")
 print("most used:", ", ".join(f"{op} {n}" for op, n in op_counts.most_common(8)))
-print("per layer (6 layers):", {op: op_counts[op] for op in ("Softmax", "Gelu", "LayerNormalization")})
+print("whole graph (6 layers):", {op: op_counts[op] for op in ("Softmax", "Gelu", "LayerNormalization")})
 assert op_counts["Softmax"] == op_counts["Gelu"] == 6  # one attention and one MLP per layer
 assert op_counts["LayerNormalization"] == 2 * 6 + 1  # two per layer, one after the embeddings
 
@@ -556,33 +556,55 @@ per_token = {rt: (ms[f"{rt}, {n_query} tokens"] - ms[f"{rt}, 2 tokens"]) / (n_qu
 # The line through (2, t_2) and (n, t_n), taken back to 0 tokens: t_2 - 2 * (t_n - t_2) / (n - 2).
 fixed = {rt: ms[f"{rt}, 2 tokens"] - 2 * per_token[rt] for rt in runtimes}
 gap_query = ms[f"eager, {n_query} tokens"] - ms[f"ORT, {n_query} tokens"]
-print(f"\ncost of a call that does not grow with the tokens (the line through 2 and {n_query} tokens at 0 tokens): "
-      f"eager {fixed['eager']:.2f} ms, ONNX Runtime {fixed['ORT']:.2f} ms")
-print(f"on 2 tokens, ONNX Runtime is "
+print(f"\non 2 tokens, ONNX Runtime is "
       f"{split.describe('ORT, 2 tokens', 'eager, 2 tokens', name='onnx.minilm.fixed_cost.ort_vs_eager')}")
 query_faster = split.verdict(f"ORT, {n_query} tokens", f"eager, {n_query} tokens") == "faster"
-# More tokens cannot take less time: a line that falls says the timings were too rough to split.
-rough = min(per_token.values()) <= 0
+# More tokens cannot take less time: a line that falls says the timings were too rough to split. A line
+# needs each runtime's query clearly slower than its 2 tokens ("faster" below: the 2 tokens took less time).
+flat = [rt for rt in runtimes if split.verdict(f"{rt}, 2 tokens", f"{rt}, {n_query} tokens") != "faster"]
+rough = bool(flat)
 raw_share = (fixed["eager"] - fixed["ORT"]) / gap_query if query_faster else 0.0
 share = max(0.0, min(1.0, raw_share))
 share_word = bench.record_verdict("onnx.minilm.fixed_cost.share_of_gap", "no gap" if not query_faster else
                                   "unclear" if rough else "most" if share >= 0.5 else "part" if share >= 0.1
                                   else "little", noisy=bool(split.spread_note()), share=round(share, 3))
+if not rough:  # the line is only drawn when both runtimes clearly grow from 2 tokens to the query
+    print(f"cost of a call that does not grow with the tokens (the line through 2 and {n_query} tokens at 0 tokens): "
+          f"eager {fixed['eager']:.2f} ms, ONNX Runtime {fixed['ORT']:.2f} ms")
 if share_word == "no gap":
-    print(f"on the {n_query}-token query ONNX Runtime was not clearly faster in this run: no gap to split")
+    earlier_faster = tables[1].verdict("ONNX Runtime", "eager PyTorch") == "faster"  # same query, table above
+    print(f"on the {n_query}-token query ONNX Runtime is "
+          f"{split.describe(f'ORT, {n_query} tokens', f'eager, {n_query} tokens')} in this table"
+          + (", although the earlier table called it faster" if earlier_faster else "")
+          + ": no gap to split here"
+          + ("; rerun the cell when the machine is quiet" if earlier_faster or split.spread_note() else ""))
 elif share_word == "unclear":
-    print("the split is unclear in this run: a runtime took less time on the query than on 2 tokens, so the "
-          "timings were too rough for a line (rerun the cell when the machine is quiet)")
+    names = {"eager": "eager PyTorch", "ORT": "ONNX Runtime"}
+    said = [f"{names[rt]} took no more time on the query than on 2 tokens" if per_token[rt] <= 0 else
+            f"{names[rt]} took not clearly more time on the query than on 2 tokens ("
+            + ("within 5%" if split.within_margin(f"{rt}, {n_query} tokens", f"{rt}, 2 tokens")
+               else "inside the timing spread") + ")" for rt in flat]
+    print(f"the split is unclear in this run: {'; '.join(said)}, so a line through the two times would rest on "
+          "the timing noise" + ("; rerun the cell when the machine is quiet" if split.spread_note() else ""))
 else:
-    part = (f"about {share:.0%} of the gap" if raw_share <= 1 else "more than the whole gap (the rest favours eager)")
+    # How far each runtime grew from 2 tokens to the query, and whether the difference of the two growths lies
+    # outside the four rows' spreads (interval arithmetic on the median +- IQR/2 bands, as verdict uses).
+    growth = {rt: ms[f"{rt}, {n_query} tokens"] - ms[f"{rt}, 2 tokens"] for rt in runtimes}
+    growth_spread = sum(row.iqr_s * 1e3 / 2 for row in split.rows)
+    growth_favours_eager = growth["eager"] < growth["ORT"] and growth["ORT"] - growth["eager"] > growth_spread
+    part = (f"about {share:.0%} of the gap" if raw_share <= 1 else
+            "more than the whole gap (the rest favours eager)" if growth_favours_eager else "more than the whole gap")
     print(f"the costs that do not grow with the tokens make {part} on the query "
           f"({fixed['eager'] - fixed['ORT']:.2f} ms of a {gap_query:.2f} ms gap): " + {
-              "most": ("all of ONNX Runtime's edge at batch 1 is in that cost, and the part that grows with the "
-                       "tokens favours eager" if raw_share > 1 else
-                       ("most" if share >= 2 / 3 else "over half") + " of ONNX Runtime's edge at batch 1 is in that cost")
-                      + " (Python and dispatch, and how fast each runtime's matrix-multiply kernels get through the "
-                      "weights with few tokens; both read the same weights); the profiles below split it (a rough "
-                      "share: see the spread above)",
+              "most": ("all" if raw_share > 1 else "most" if share >= 2 / 3 else "over half")
+                      + " of ONNX Runtime's edge at batch 1 is in that cost (Python and dispatch, and how fast each "
+                      "runtime's matrix-multiply kernels get through the weights with few tokens; both read the same "
+                      "weights)" + ("" if raw_share <= 1 else
+                                    ", and the part that grows with the tokens favours eager" if growth_favours_eager else
+                                    f"; the part that grows with the tokens (eager {growth['eager']:+.2f} ms, ONNX "
+                                    f"Runtime {growth['ORT']:+.2f} ms from 2 tokens to {n_query}) is too small here "
+                                    "to favour either runtime")
+                      + "; the profiles below split it (a rough share: see the spread above)",
               "part": "part of ONNX Runtime's edge at batch 1 is in that cost (Python and dispatch, and how fast "
                       "each runtime's matrix-multiply kernels get through the weights with few tokens); the rest "
                       "grows with the tokens, in the arithmetic",
@@ -635,11 +657,20 @@ print("  (the two 'matrix multiplies' parts are counted differently: eager's att
       "MatMul nodes include them)" if sdpa else "  (both 'matrix multiplies' parts include the attention products)")
 largest = max(eager_parts, key=eager_parts.get)
 mm_word = bench.band_verdict(eager_mm, ort_mm, band=0.1)
+gap_2 = split.verdict("ORT, 2 tokens", "eager, 2 tokens") == "faster"  # is there a 2-token gap to place?
 print(f"the largest part of eager's 2-token call on this machine: {largest} ({eager_parts[largest]:.2f} ms of "
       f"{eager_wall:.2f} ms); eager's matrix multiplies took {eager_mm / ort_mm:.2f}x the time of ONNX Runtime's "
-      + {"higher": "(more than 10% longer), so its matrix-multiply kernels are part of the gap",
-         "lower": "(more than 10% shorter), so the gap is elsewhere: in the other operators and in Python",
-         "no clear difference": "(within 10%), so the gap is elsewhere: in the other operators and in Python"}[mm_word])
+      + {"higher": "(more than 10% longer)", "lower": "(more than 10% shorter)",
+         "no clear difference": "(within 10%)"}[mm_word]
+      + ({"higher": ", so its matrix-multiply kernels are part of the 2-token gap",
+          "lower": ", so the 2-token gap is elsewhere: in the other operators and in Python",
+          "no clear difference": ", so the 2-token gap is elsewhere: in the other operators and in Python"}[mm_word]
+         if gap_2 else ", but the table above did not find ONNX Runtime faster on 2 tokens: no 2-token gap to place"))
+profile_load = threads.other_load()  # other programs' CPU use, sampled right after the profiles
+if profile_load is not None and profile_load >= 0.5:
+    print(f"other programs used about {profile_load:.1f} of {threads.usable_cores()} cores just after these profiles; "
+          "load stretches each part by a different amount, so rerun on a quiet machine before reading the parts as "
+          "this CPU's")
 
 # %% [markdown]
 # ### Idle threads: sleeping or spinning
@@ -662,8 +693,15 @@ spin_word = spin_table.verdict("ORT, idle threads spin", "ORT, idle threads slee
 if THREADS == 1:
     why = "with one thread there is no pool to spin, so both sessions run the same way"
 else:
+    # A tie only says the two effects cancel when the table is tight and other programs were quiet.
+    busy = others is not None and others >= 0.5
+    tight = not spin_table.spread_note() and not busy and spin_table.within_margin("ORT, idle threads spin",
+                                                                                   "ORT, idle threads sleep")
     why = {"faster": "the cores were free enough here that skipping the wake-ups paid",
-           "no clear difference": "the wake-ups saved and the cores taken roughly cancel on this machine",
+           "no clear difference": "the wake-ups saved and the cores taken roughly cancel on this machine" if tight
+                                  else "the timings spread too widely to tell" + (
+                                      " while other programs were busy; rerun on a quiet machine"
+                                      if busy else "; rerun the cell"),
            "slower": "the spinning threads held cores that other work needed, ONNX Runtime's own working "
                      "threads included"}[spin_word]
 load = "could not be sampled" if others is None else f"about {others:.1f} of {threads.usable_cores()} cores"
@@ -729,6 +767,8 @@ node_gap = node_ms["all"] - node_ms["disable"]  # what the profile adds, against
 timed_gap = (by_level.row("opt all").median_s - by_level.row("opt disable").median_s) * 1e3
 # The profile shows the timed difference when its node gap goes the same way and is at least half as large.
 profile_shows = timed_gap != 0 and node_gap / timed_gap >= 0.5
+# How much of the profiled node gap the matrix multiplies made (0.5 or more: at least half of it).
+mm_part = (mm_ms["all"] - mm_ms["disable"]) / node_gap if node_gap else 0.0
 gaps_said = f"the profiled nodes took {node_gap:+.1f} ms against the {timed_gap:+.1f} ms timed"
 change = {"lower": "less, beyond a 10% band", "higher": "more, beyond a 10% band",
           "no clear difference": "no clear change within a 10% band"}[rest_word]
@@ -739,8 +779,13 @@ why = {"faster": (f"the profile, taken at another moment, does not show the gain
                   "the cell to see whether it repeats" if not profile_shows else
                   f"the fused operators saved real work at this batch: {gaps_said} ({rest_said})"
                   if rest_word == "lower" else
-                  f"the whole call gained, and so did the profiled nodes ({gaps_said}), though not the rest of the "
-                  f"graph ({rest_said}): the gain is in the matrix multiplies"),
+                  f"the whole call gained, and so did the profiled nodes ({gaps_said}), though the rest of the "
+                  f"graph did not gain beyond its 10% band ({rest_said}; matrix multiplies {mm_ms['disable']:.1f} ms "
+                  f"unoptimised, {mm_ms['all']:.1f} ms optimised): " + (
+                      "most of the gain is in the matrix multiplies" if mm_part >= 0.5 else
+                      "the gain is spread over both parts" if mm_part > 0 else
+                      "the matrix multiplies did not gain, so the gain is in the other nodes, too small a change "
+                      "against their time to clear the band")),
        "no clear difference": rest_said + (": the saving was too small a part of the time to show outside the "
                                            "timing spread" if rest_word == "lower" else
                                            (": in this run the fusions did not shorten the rest of the graph either"
@@ -756,7 +801,7 @@ why = {"faster": (f"the profile, taken at another moment, does not show the gain
 print(f"\nat batch {len(level_batch)}, full graph optimisation is {by_level.describe('opt all', 'opt disable')}: {why}")
 
 # %% [markdown]
-# ## Retrieval through ONNX Runtime: the same scores and the same top-3 passages as PyTorch
+# ## Retrieval through ONNX Runtime: the same recall and MRR and the same top-3 passages as PyTorch
 #
 # Tiny numeric differences only matter if they change what the model is used for. The course's
 # retrieval set has questions with a known relevant passage: embed everything through both
@@ -1157,9 +1202,10 @@ exercises.check("07.ort_feeds", to_feeds)
 #   `verify_onnx_program` automates the comparison (its relative figure counts near-zero entries).
 # - The runtime's speed against eager was measured at batch 1 and batch 32 and recorded
 #   (`onnx.minilm.speedup.b1`, `onnx.minilm.speedup.b32`); timing a 2-token input beside the query
-#   split the batch-1 gap into the cost of a call that does not grow with the tokens (Python and
-#   dispatch, and reading every weight matrix once) and the part that does, and the two profilers
-#   (`torch.profiler`, ONNX Runtime's `enable_profiling`) split that cost further.
+#   can split the batch-1 gap into the cost of a call that does not grow with the tokens (Python and
+#   dispatch, and reading every weight matrix once) and the part that does (the cell's verdict says
+#   whether this run's timings allowed it), and the two profilers (`torch.profiler`, ONNX Runtime's
+#   `enable_profiling`) split that cost further.
 #   Export and session creation are one-off costs that a short-lived process may never earn back.
 # - A torchaudio `MelSpectrogram` front end exports to ONNX's `STFT` operator inside the model.
 # - An operator without a translation (`aten.median.dim`, or your own `torch.library.custom_op`) is

@@ -332,8 +332,9 @@ assert not beyond, (
 # `torch/nn/parallel/distributed.py` reads; this notebook's job measures the default and a 1 MiB cap).
 #
 # A single compiled graph would produce all gradients at its very end, too late to overlap. So when
-# `torch.compile` sees a DDP model, Dynamo's *DDP optimizer* cuts the graph at bucket boundaries and
-# compiles each piece separately. The training jobs share a model, a data set and a training loop,
+# `torch.compile` sees a DDP model, Dynamo's *DDP optimizer* cuts the graph into pieces of about
+# `bucket_cap_mb` of parameters each, counted its own way (close to DDP's buckets, not always equal),
+# and compiles each piece separately. The training jobs share a model, a data set and a training loop,
 # written once into `common.py` (each job script imports it: torchrun puts the script's folder on
 # the import path). The DDP job, `ddp.py`, measures three things:
 #
@@ -1636,13 +1637,17 @@ print(f"verdict on this machine ({cpu.cpu_class()}): the checkpointed step is "
           bench.band_verdict(ac['checkpointed']['peak'], ac['plain']['peak'], name='dist.ac.memory_peak')]
       + " (10% band)")
 assert ac["checkpointed"]["saved"]["activations"] < ac["plain"]["saved"]["activations"]
+# Recomputing a block's forward needs all its weights; the plain backward skips the first layer's (its input needs
+# no gradient), so checkpointing keeps more parameter references: a count of bytes, the same everywhere.
+assert ac["checkpointed"]["saved"]["parameters"] > ac["plain"]["saved"]["parameters"]
 
 # %% [markdown]
 # Checkpointing cut the activations the compiled graph saves for the backward pass (asserted; it is a
 # count of bytes, the same on every machine; the parameters it saves are references to the weights,
-# which cost nothing extra). The parameters saved by reference differ a little too (printed above):
-# with checkpointing, each block's forward runs again during the backward pass and needs its
-# parameters then, whichever of them the plain backward could do without. The step's overall peak
+# which cost nothing extra). Checkpointing keeps more parameters by reference (printed above, and
+# asserted): each block's forward runs again during the backward pass and needs all its parameters
+# then, while the plain backward never needs the first layer's weight, since its input needs no
+# gradient. The step's overall peak
 # also holds parameters, gradients and temporaries, so its saving need not match the activations'
 # saving; the verdict above says whether the peak moved beyond a 10% band on this machine. The
 # profiler may print warnings under the cell: one about a memory block allocated before profiling
@@ -1731,7 +1736,8 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message=".*single process")   # "assuming the intent is to load in a single process": it is
     dcp.load(one_process, checkpoint_id=str(ckpt_dir), no_dist=True)
 diff_one = max(float((one_process[k] - reference[k]).abs().max()) for k in reference)
-print(f"files written by the two ranks: {dcp_res['files']}")
+print(f"files DCP wrote (both ranks): {[f for f in dcp_res['files'] if f != 'reference.pt']}")
+print("reference.pt: the full weights rank 0 saved with torch.save, to compare with (not part of the checkpoint)")
 print(f"a fresh model differed from the saved one by {dcp_res['diff_before_load']:.3f}; after loading: "
       f"{dcp_res['reload_max_abs_diff_two_ranks']} on two ranks, {diff_one} in one process")
 reload_diff = max(dcp_res["reload_max_abs_diff_two_ranks"], diff_one)
@@ -1940,17 +1946,17 @@ setting = (f"2 ranks × {rank_threads} thread{'s' * (rank_threads > 1)} against 
                f"about {load:.1f} of them used by other programs on average (sampled between the runs)"))
 turns = (f"the ranks' {needed} threads had about {free:.1f} free cores, so part of the time they waited for one"
          if crowded else "")
-exchange = (f"an all-reduce of {grad_kib:.0f} KiB of gradients between the two processes through loopback, "
-            "with each rank waiting for the other (its cost is not measured separately here)")
+exchange = (f"two all-reduces between the two processes through loopback (the gradients' {grad_kib:.0f} KiB in "
+            "the backward, and the 4-byte loss the job prints), with each rank waiting for the other at both "
+            "(their cost is not measured separately here)")
 why = {"slower": (f"{turns}, which alone can cost more than the half of the batch each rank saves; on top of that, "
                   f"every step has {exchange}" if crowded else
                   f"each rank computes only half of the batch of {batch}, but every step has {exchange}, "
                   "and together that came to more than the half saved"),
-       "faster": f"each rank computed half of the batch of {batch}, and that saved more than the all-reduce of "
-                 f"{grad_kib:.0f} KiB of gradients per step cost" + (f", even though {turns}" if crowded else ""),
-       "no clear difference": f"the half of the batch of {batch} each rank no longer computes and the all-reduce of "
-                              f"{grad_kib:.0f} KiB of gradients per step it adds roughly cancel, inside this run's "
-                              "timing spread"
+       "faster": f"each rank computed half of the batch of {batch}, and that saved more than the step's {exchange} "
+                 "cost" + (f", even though {turns}" if crowded else ""),
+       "no clear difference": f"the half of the batch of {batch} each rank no longer computes and the step's "
+                              f"{exchange} roughly cancel, inside this run's timing spread"
                               + (f" ({turns})" if crowded else "")}[word]
 print(f"verdict on this machine: a step on 2 processes is {speed.describe('2 processes', '1 process')}.\n"
       f"Setting: {setting}.\nWhy: {why}.")
@@ -2018,8 +2024,8 @@ exercises.check("12.global_batch", global_batch)
 #   Every job here was a file a cell wrote; every socket the collectives job listened on was on
 #   127.0.0.1 (no other machine could reach it; other processes on this one could).
 # - DDP + `torch.compile` gave the one-process gradients to float32 rounding; Dynamo's DDP optimizer
-#   splits the graph at bucket boundaries, so a smaller `bucket_cap_mb` meant more buckets and more
-#   graphs; the trace counted how many all-reduces had started running while gradients were still
+#   splits the graph into pieces sized by the same `bucket_cap_mb`, so a smaller cap meant more buckets
+#   and more graphs (close counts, not always equal); the trace counted how many all-reduces had started running while gradients were still
 #   to be computed.
 # - FSDP2's `fully_shard` left each rank half the parameter bytes, as DTensors sharded by rows, and
 #   trained with DDP's loss curve. With a bf16 `MixedPrecisionPolicy` the stored shards, gradients and
