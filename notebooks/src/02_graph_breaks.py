@@ -404,7 +404,9 @@ assert (graphs, breaks, n_printed) == (1, 0, 3)
 # ### A branch on tensor data: `torch.where` or `torch.cond`
 #
 # `torch.where(condition, a, b)` computes both sides and picks element by element: for cheap
-# element-wise branches this is the best fix, because Inductor fuses all of it into one loop.
+# element-wise branches this is the best fix, because Inductor fuses it into one kernel (the cell
+# below counts them): a loop for the sum, then one loop for everything else, since the sum must be
+# finished before `where` can use it.
 # `torch.cond(predicate, true_fn, false_fn, operands)` runs only the chosen branch, which can pay
 # when the branches are expensive. Both branches are traced, so they must return tensors of the same
 # shape and dtype, and the predicate is a one-element boolean tensor. (`torch.cond` is also how you
@@ -426,6 +428,12 @@ for fixed in (branch_with_where, branch_with_cond):
     for inputs in (positive, small):  # one input for each branch
         check_fix(fixed, with_data_dependent_if, inputs, rtol=1e-6, atol=1e-6)
     print(f"{fixed.__name__}: no graph break, matches the Python `if` on both branches (rtol=atol=1e-6)")
+
+# What Inductor wrote for the torch.where version (generated_code resets Dynamo first).
+where_kernels = [name for src in generated_code(torch.compile(branch_with_where), positive)[1]
+                 for name in fused_kernels(src)]
+print(f"branch_with_where compiles to {len(where_kernels)} generated kernel: {', '.join(where_kernels)}")
+assert len(where_kernels) == 1
 
 
 # %% [markdown]
@@ -570,9 +578,11 @@ assert disabled.breaks == 1 and inlined.breaks > disabled.breaks
 # `torch.compiler.allow_in_graph(fn)` tells Dynamo not to trace `fn` but to put the call into the
 # graph as one node; the backend (AOTAutograd, then Inductor) still traces through it. It is often
 # recommended for "known safe" functions. The current documentation is more careful, and
-# the cell below shows why: the backend runs `fn` only while it traces (a few times; the cell counts
-# them), so any Python side effect inside it (here a deprecation warning) happens **while compiling,
-# not on each call**. For pure tensor code
+# the cell below shows why: Dynamo runs `fn` once on fake tensors to learn its output, and
+# AOTAutograd runs it again while it traces (the cell counts them all). The graph Inductor compiles
+# no longer calls `fn`, so any Python side effect inside it (here a deprecation warning) happens
+# **while compiling, not on each call**. A backend without AOTAutograd, such as `"eager"`, would
+# still call it every time. For pure tensor code
 # that Dynamo chokes on, it works; for everything else the documentation recommends a custom
 # operator (above) instead.
 
@@ -688,8 +698,9 @@ print("with_item compiled as one graph under fullgraph=True; equal to eager (rto
 # TORCH_LOGS="graph_breaks,recompiles,guards" python train.py
 # ```
 #
-# The cell below does exactly that in a subprocess and prints the lines it captured, trimmed:
-# every break with its location, every recompile with the guard that failed.
+# The cell below does the same with `graph_breaks,recompiles` (guards come later) in a subprocess
+# and prints the lines it captured, trimmed: every break with its location, every recompile with the
+# guard that failed.
 
 # %%
 script = textwrap.dedent('''
@@ -716,11 +727,15 @@ def log_message(line: str) -> str:
 
 tagged = [log_message(line) for line in run.stderr.splitlines()
           if "[__graph_breaks]" in line or "[__recompiles]" in line]
+# "in user code at" is each break's location line, also the one a repeated break writes as
+# "Graph break (user stack suppressed due to duplicate graph break) in user code at ...".
 keep = [line for line in tagged if any(key in line for key in
-        ("Graph break in user code", "Explanation:", "Recompiling function", "mismatch"))]
+        ("in user code at", "Explanation:", "Recompiling function", "mismatch"))]
 print(f"{len(tagged)} log lines captured; the informative ones:")
 print("\n".join(line[:120] for line in keep[:8]))
 assert any("Graph break in user code" in line for line in tagged)
+located = sum("in user code at" in line for line in keep)
+assert located >= 2 and located == sum("Explanation:" in line for line in keep)  # a location for every break
 assert any("Recompiling function" in line for line in tagged)
 
 
@@ -1101,11 +1116,21 @@ def first_call_keeping_code(label, compiled):
     generated[label] = generated_code(compiled, big, hot)[1]
 
 
+cache_keys = ("fxgraph_cache_hit", "fxgraph_cache_miss")  # Inductor's on-disk cache of compiled graphs
+cache_before = {key: torch._dynamo.utils.counters["inductor"][key] for key in cache_keys}
 compile_broken_s = bench.first_call(first_call_keeping_code, "broken", compiled_broken)
 compile_fixed_s = bench.first_call(first_call_keeping_code, "fixed", compiled_fixed)
+hits, misses = (torch._dynamo.utils.counters["inductor"][key] - cache_before[key] for key in cache_keys)
 loops = {label: sum(len(fused_kernels(src)) for src in sources)
          for label, sources in generated.items()}
 print(f"first call (compile included): broken {compile_broken_s:.1f} s, fixed {compile_fixed_s:.1f} s")
+print(f"Inductor's on-disk graph cache in those calls: hits {hits}, misses {misses}; " + (
+    "it was not consulted (switched off?), so the times include compiling every kernel"
+    if hits + misses == 0 else
+    f"it held all {hits} graphs from an earlier run, so the times are mostly tracing and loading the "
+    "stored kernels, not compiling them" if misses == 0 else
+    f"it held none of the {misses} graphs, so the times include compiling every kernel" if hits == 0 else
+    f"it held {hits} of the {hits + misses} graphs, so the times include compiling only the other {misses}"))
 print(f"compiled graphs: broken {len(generated['broken'])}, fixed {len(generated['fixed'])}; "
       f"fused C++ loops in them: broken {loops['broken']}, fixed {loops['fixed']}")
 assert len(generated["fixed"]) == 1 and loops["fixed"] == 1 and loops["broken"] > loops["fixed"]
@@ -1118,10 +1143,10 @@ print("both compiled versions match eager for both temperatures (rtol=atol=1e-5)
 
 # %% [markdown]
 # Each graph was compiled on its own: the broken version compiles four graphs where the fixed one
-# compiles one (the first-call times above show what that cost here, unless Inductor's on-disk cache
-# already held the kernels from an earlier run). Now the steady state, at
-# two sizes: a large tensor, where the work is in the generated loops (their arithmetic and their
-# passes over memory), and a tiny one (8 numbers),
+# compiles one (the first-call times above show what that cost here; the cache line under them says
+# whether Inductor compiled the kernels or found them in its on-disk cache from an earlier run).
+# Now the steady state, at two sizes: a large tensor, where the work is in the generated loops
+# (their arithmetic and their passes over memory), and a tiny one (8 numbers),
 # where the work is almost all per-call overhead. The first tiny call recompiles each piece for the
 # new shape (guards at work); the warm-up inside `bench.compare` absorbs that.
 
@@ -1152,42 +1177,63 @@ for label, table, role in ((f"{SIZE}x{SIZE} tensor", large, "large"), ("8 number
 copy_ms = bench.time_fn(torch.clone, big).median_ms  # one read and one write of the tensor
 broken_ms = large.row("compiled, 3 breaks").median_s * 1e3
 large_word = large.verdict("compiled, fixed", "compiled, 3 breaks")
-print(f"\nwhy, on the {SIZE}x{SIZE} tensor: copying it once takes {copy_ms:.2f} ms, so the three extra trips "
-      f"through memory the breaks add cost about {3 * copy_ms:.1f} ms of the broken version's {broken_ms:.1f} ms; "
-      "the rest is arithmetic (five transcendental functions per element), compiled separately in each version. "
+# Each break writes a tensor out and the next graph reads it back; the last graph also reads x again.
+extra_copies = breaks_before + 0.5  # copies' worth of extra memory traffic in the broken version
+print(f"\nwhy, on the {SIZE}x{SIZE} tensor: copying it once takes {copy_ms:.2f} ms, so the {breaks_before} extra trips "
+      f"through memory the breaks add ({extra_copies} copies' worth, as the last graph reads x again) cost at most "
+      f"about {extra_copies * copy_ms:.1f} ms of the broken version's {broken_ms:.1f} ms (less where a loop's "
+      "arithmetic hides its memory traffic); the rest is arithmetic (five transcendental functions per element), "
+      "compiled separately in each version. "
       + {"faster": "Here the saved trips showed.",
          "no clear difference": "Here the saved trips were lost in the timing spread.",
          "slower": "Here the one fused loop did that arithmetic more slowly than the four separate loops, so, "
                    "apparently, how each loop was compiled mattered more than the memory it saved."}[large_word])
+TRANSCENDENTAL = {"sin", "cos", "tan", "sigmoid", "tanh", "exp", "expm1", "log", "log1p", "erf", "pow"}
+
+
 class CountPasses(TorchDispatchMode):
-    """Count the operators whose output is as large as the input: each is at least one pass over memory."""
+    """Count the operators whose output is as large as the input: each is one pass over memory. For
+    those with no transcendental function (memory-bound), also add up the data they move, in copies."""
 
     def __init__(self, numel: int) -> None:
         super().__init__()
-        self.numel, self.passes = numel, 0
+        self.numel, self.passes, self.cheap, self.cheap_copies = numel, 0, 0, 0.0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        self.passes += isinstance(out, torch.Tensor) and out.numel() == self.numel
+        if isinstance(out, torch.Tensor) and out.numel() == self.numel:
+            self.passes += 1
+            if func.overloadpacket.__name__ not in TRANSCENDENTAL:
+                reads = sum(isinstance(a, torch.Tensor) and a.numel() == self.numel for a in args)
+                self.cheap += 1
+                self.cheap_copies += (reads + 1) / 2  # a copy is one read and one write
         return out
 
 
 with CountPasses(big.numel()) as counted:
     broken_block(big, hot)  # the eager row runs this function as it is
 gap_ms = (large.row("eager").median_s - large.row("compiled, fixed").median_s) * 1e3
-extra = counted.passes - 1  # the fused loop makes one pass itself
-extra_ms = extra * copy_ms
+eager_iqr_ms = large.row("eager").iqr_s * 1e3
+cheap_ms = counted.cheap_copies * copy_ms  # what eager's memory-bound operators cost, about
+left_ms = gap_ms - cheap_ms
+n_trans = counted.passes - counted.cheap
+passes_said = (f"its one loop reads the tensor once and writes it once, where eager makes {counted.passes} passes over "
+               f"memory, one per operator. The {counted.cheap} with no transcendental function do almost no arithmetic, "
+               f"so their time is about their memory traffic: {counted.cheap_copies:g} copies' worth (one that reads "
+               f"two tensors moves one and a half), about {cheap_ms:.1f} ms at a copy's {copy_ms:.2f} ms, time the fused "
+               f"loop does not spend (the other {n_trans} may hide their traffic behind their arithmetic, so they are "
+               "not counted). ")
+cannot_tell = ("the passes over memory alone can account for the gap; this run cannot tell whether the arithmetic "
+               "itself differed.")
 eager_word = large.verdict("compiled, fixed", "eager")
 print(f"against eager on the {SIZE}x{SIZE} tensor: the fixed block is {large.describe('compiled, fixed', 'eager')}; " + {
-    "faster": f"its one loop reads the tensor once and writes it once, where eager makes at least {counted.passes} "
-              f"passes over memory, {extra} more (at least about {extra_ms:.1f} ms at a copy's {copy_ms:.2f} ms each; "
-              "an operation with two tensor inputs reads more than a copy does); "
-              + (f"that is more than the {gap_ms:.1f} ms eager loses, so the fused loop gave about "
-                 f"{extra_ms - gap_ms:.1f} ms or more back by doing the arithmetic more slowly than eager's kernels."
-                 if extra_ms >= gap_ms else
-                 f"they account for at least about {extra_ms:.1f} ms of the {gap_ms:.1f} ms eager loses, and what they "
-                 "do not cover is in the arithmetic itself, which the one generated loop finished sooner than eager's "
-                 "separate kernels."),
+    "faster": passes_said
+              + (f"That covers the {gap_ms:.1f} ms eager loses: " + cannot_tell if left_ms <= 0 else
+                 f"That leaves {left_ms:.1f} ms of the {gap_ms:.1f} ms eager loses, inside eager's own spread "
+                 f"(IQR {eager_iqr_ms:.1f} ms): " + cannot_tell if left_ms <= eager_iqr_ms else
+                 f"That leaves {left_ms:.1f} ms of the {gap_ms:.1f} ms eager loses, more than eager's own spread "
+                 f"(IQR {eager_iqr_ms:.1f} ms), so the one generated loop, doing all the work, took less time than "
+                 f"eager's {n_trans} transcendental kernels alone."),
     "no clear difference": "the two stayed inside the timing spread, so this run cannot rank them (a busy "
                            "machine?).",
     "slower": "eager's own kernels did the transcendental arithmetic faster than Inductor's generated loop, and "
@@ -1205,13 +1251,13 @@ print("why, on 8 numbers: the fixed block makes one call into one graph where th
 #
 # - **lost fusion**: `fixed_block` became one fused loop (counted above) that reads `x` once and
 #   writes the result once. `broken_block` runs four graphs, each with its own loop; each writes its
-#   output tensor to memory in full and the next one reads it back. On a large tensor that is three extra round trips through memory. How
+#   output tensor to memory in full and the next one reads it back. On a large tensor that is three
+#   extra round trips through memory (and the last graph reads `x` a second time). How
 #   much they cost depends on how the element-wise maths (five transcendental functions here)
 #   compares with your memory bandwidth; and the one fused loop is different code from the four
-#   separate loops, so it may do that maths faster or more slowly than they do. That is why the
-#   large-tensor ratio varies between machines, in either direction. For the same reason compiled
-#   code can lose to eager's own kernels when the maths dominates (the "against eager" line says
-#   how it went here).
+#   separate loops, so it may do that maths faster or more slowly than they do. So the large-tensor
+#   ratio depends on the machine and need not favour the fused version; the verdict lines above say
+#   how it went here, against the broken version and against eager.
 # - **Python between the graphs**: leaving compiled code, running the logging call and the
 #   `.item()`, evaluating the `if` in Python, entering the next graph.
 # - **guards**: four graphs, four sets of guards to check.
