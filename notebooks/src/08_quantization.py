@@ -3,8 +3,9 @@
 #
 # A trained network stores every weight as a 32-bit float, and at inference time most of the work
 # is moving those weights from memory to the arithmetic units. Store them in 8 bits instead and the
-# model is a quarter of the size: it downloads faster, fits in a phone's memory, and, with the
-# right kernels, runs faster too. The catch is in two words of that sentence: *right kernels*.
+# weights take a quarter of the bytes: the model downloads faster, fits in a phone's memory, and,
+# with the right kernels, runs faster too. The catch is in two words of that sentence: *right
+# kernels*.
 # This notebook writes int8 quantization by hand to see exactly what it does, then uses the tools
 # PyTorch users reach for today (torchao and ONNX Runtime), and measures size, speed and quality
 # side by side on a real pretrained transformer and a small CNN, including the cases where int8
@@ -360,8 +361,9 @@ fig.tight_layout();
 #
 # ### What the hand-written version costs at run time
 #
-# `Int8Linear` saves bytes on disk, but each call rebuilds a float32 copy of the weight (read 1
-# byte, write 4 bytes per weight) and then runs the same float matmul as before. Timing one
+# `Int8Linear` saves bytes on disk, but each call rebuilds a float32 copy of the weight (a
+# conversion and then a multiply: about 13 bytes of memory traffic per weight) and then runs the
+# same float matmul as before, which reads the 4 bytes per weight that fp32 reads. Timing one
 # 1024 → 4096 layer at batch 16:
 
 # %%
@@ -551,6 +553,9 @@ print(f"reloaded with weights_only=True: {type(restored['0.weight']).__name__}")
 # seconds once (`bench.compare` warms up first, so it is not timed).
 
 # %%
+# What does compiling the fp32 MLP generate? Read it now: generated_code resets Dynamo, as the next line does.
+with torch.inference_mode():
+    _, fp32_mlp_sources = inductor_code.generated_code(torch.compile(copy.deepcopy(mlp)), x_mlp)
 torch._dynamo.reset()
 mlp_variants = {
     "fp32 eager": mlp,
@@ -581,7 +586,30 @@ said = mlp_table.describe("torchao int8 dyn-act, compiled", "fp32 compiled",
 print(f"{'torchao int8 dyn-act, compiled':<36} {said}")
 # The other rows of the table get their verdict too (a ratio alone is not a direction).
 said = mlp_table.describe("fp32 compiled", "fp32 eager", name="quant.mlp.fp32_compiled.vs_fp32_eager")
-print(f"{'fp32 compiled':<36} {said}")
+others = threads.other_load()  # other programs' CPU use, sampled after the timing
+busy_note = (f"; other programs used about {others:.1f} cores, sampled after the timing"
+             if others is not None and others >= threads.BUSY_CORES else "")
+# What compiling changed: the library calls eager makes (profiled once) against the generated code's.
+with torch.inference_mode(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    mlp(x_mlp)
+eager_calls = [e.key.split("::")[1] for e in prof.events() if e.key in ("aten::addmm", "aten::mm")]
+fp32_calls = inductor_code.library_calls(fp32_mlp_sources[0])
+fp32_loops = inductor_code.kernel_calls(fp32_mlp_sources[0])
+same_calls = sorted(fp32_calls) == sorted(eager_calls)
+loops = f"{len(fp32_loops)} loop{'s' if len(fp32_loops) != 1 else ''} Inductor wrote ({', '.join(fp32_loops) or 'none'})"
+contents = ((f"its generated code makes the same {len(fp32_calls)} library matmul calls as eager ({', '.join(fp32_calls)})"
+             if same_calls else f"its generated code calls {fp32_calls} where eager calls {eager_calls}")
+            + f" and runs {loops}")
+fp32_compile_word = mlp_table.verdict("fp32 compiled", "fp32 eager")  # recorded above
+if fp32_compile_word == "slower":
+    how = "; this notebook does not profile why"
+elif not same_calls:
+    how = "; this notebook does not profile what each part costs"
+elif fp32_compile_word == "faster":
+    how = ", so the gain came from what those loops replace and the code around the library calls"
+else:
+    how = ", so compiling changed only what those loops replace and the code around the library calls"
+print(f"{'fp32 compiled':<36} {said} ({contents}{how}{busy_note})")
 if "torchao int8 weight-only, compiled" in mlp_variants:
     said = mlp_table.describe("torchao int8 weight-only, compiled", "fp32 compiled",
                              name="quant.mlp.torchao_weight_only_compiled.vs_fp32_compiled")
@@ -604,13 +632,28 @@ assert any("_int_mm" in k for k in tao_ops), "torchao's dynamic int8 Linear runs
 
 # Where a compiled torchao call spends its time: the int8 products, the code Inductor generated around them
 # (the profiler's "## Call CompiledFxGraph ... ##" row), and the rest (guards, wrappers, other operators).
-with torch.inference_mode(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-    mlp_variants["torchao int8 dyn-act, compiled"](x_mlp)
-self_ms = {e.key: e.self_cpu_time_total / 1e3 for e in prof.key_averages()}
+# Several warm calls, averaged per call: a single call can land far from the timed median.
+PROFILED_CALLS = 5
+schedule = torch.profiler.schedule(wait=1, warmup=1, active=PROFILED_CALLS)
+with torch.inference_mode(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                                    schedule=schedule) as prof:
+    for _ in range(2 + PROFILED_CALLS):  # one call skipped, one to warm the profiler up, then the recorded ones
+        mlp_variants["torchao int8 dyn-act, compiled"](x_mlp)
+        prof.step()
+self_ms = {e.key: e.self_cpu_time_total / 1e3 / PROFILED_CALLS for e in prof.key_averages()}  # ms per call
 int_mm_ms = sum(ms for key, ms in self_ms.items() if "_int_mm" in key)
 generated_ms = sum(ms for key, ms in self_ms.items() if key.startswith("## Call CompiledFxGraph"))
-print(f"one compiled torchao dyn-act call, profiled: int8 products {int_mm_ms:.2f} ms, Inductor's generated code "
-      f"around them {generated_ms:.2f} ms, the rest {sum(self_ms.values()) - int_mm_ms - generated_ms:.2f} ms")
+profiled_ms = sum(self_ms.values())
+rest_ms = profiled_ms - int_mm_ms - generated_ms
+tao_ms = mlp_table.row("torchao int8 dyn-act, compiled").median_s * 1e3
+# The split can explain the table only where the profiled calls took about as long as the timed ones.
+profile_fits = bench.band_verdict(profiled_ms, tao_ms, band=0.3) == "no clear difference"
+print(f"{PROFILED_CALLS} warm compiled torchao dyn-act calls, profiled: {profiled_ms:.2f} ms per call against the "
+      f"timed median {tao_ms:.2f} ms; per call, int8 products {int_mm_ms:.2f} ms, Inductor's generated code around "
+      f"them {generated_ms:.2f} ms, the rest {rest_ms:.2f} ms")
+if not profile_fits:
+    print("the profiled calls and the timed ones differ by more than a factor of 1.3, so this split does not explain "
+          "the table here" + (busy_note + ": rerun when the machine is quiet" if busy_note else ": rerun the cell"))
 
 tao_word = mlp_table.verdict("torchao int8 dyn-act, compiled", "fp32 eager")  # recorded above, as ...vs_fp32_eager
 compile_word = mlp_table.verdict("torchao int8 dyn-act, compiled", "torchao int8 dyn-act, eager",
@@ -618,35 +661,47 @@ compile_word = mlp_table.verdict("torchao int8 dyn-act, compiled", "torchao int8
 print(f"compiling the torchao dyn-act MLP: "
       f"{mlp_table.describe('torchao int8 dyn-act, compiled', 'torchao int8 dyn-act, eager')}")
 gemm_words = {"faster": "faster than", "slower": "slower than", "no clear difference": "not clearly different from"}
-others = threads.other_load()  # other programs' CPU use, sampled after the timing
+rank = {"slower": 0, "no clear difference": 1, "faster": 2}  # to tell which of two verdicts is the better one
 eager_dyn_ms = mlp_table.row("torchao int8 dyn-act, eager").median_s * 1e3
+fp32_eager_ms = mlp_table.row("fp32 eager").median_s * 1e3
+around_ms = generated_ms + rest_ms
 if tao_word == int8_gemm:
     why_not = ""
+elif not profile_fits:
+    why_not = " (the profile above does not fit the timing, so this cell cannot say why)"
 elif compile_word == "slower" and generated_ms > eager_dyn_ms:
-    why_not = (" (compiling made these layers slower than running them eagerly here: in the profile above the code "
-               f"Inductor generated in place of the eager quantize and rescale operators took {generated_ms:.2f} ms "
-               f"alone, more than the whole eager call's {eager_dyn_ms:.2f} ms median, while the products took "
-               f"{int_mm_ms:.2f} ms"
-               + (f"; other programs used about {others:.1f} cores, sampled after the timing: rerun when the machine "
-                  "is quiet)" if others is not None and others >= threads.BUSY_CORES else ")"))
+    why_not = (" (compiling made these layers slower than running them eagerly here: in the profiled calls above the "
+               f"code Inductor generated in place of the eager quantize and rescale operators took {generated_ms:.2f} ms "
+               f"per call alone, more than the whole eager call's {eager_dyn_ms:.2f} ms median, while the products took "
+               f"{int_mm_ms:.2f} ms" + busy_note + ")")
+elif rank[tao_word] < rank[int8_gemm]:
+    why_not = (f" (per profiled call the int8 products took {int_mm_ms:.2f} ms and the work around them {around_ms:.2f} ms, "
+               f"against fp32 eager's {fp32_eager_ms:.2f} ms median: "
+               + ("the work around the products took longer than the products"
+                  if around_ms > int_mm_ms else "the products themselves took most of each call") + ")")
 else:
-    why_not = " (the quantize and rescale steps around each product, and the MLP's other work, count too)"
+    why_not = (" (the bare product measured earlier has the shape of the MLP's first layer only; this notebook does "
+               "not profile why the whole MLP fared better)")
 print(f"\ntorchao's int8 layer rides on that product: the bare int8 GEMM measured earlier was {gemm_words[int8_gemm]} "
       f"fp32 on this CPU, and the compiled torchao MLP was {gemm_words[tao_word]} fp32 eager" + why_not)
 
 # %% [markdown]
-# The profile explains the table. torch.ao's deprecated layers call FBGEMM's
-# `quantized::linear_dynamic`, one fused call that quantizes the activation and runs FBGEMM's own
-# int8 kernels, which exist for AVX2 and for AVX-512 (with VNNI where present). torchao's dynamic
-# layers quantize each activation row and then call `torch._int_mm`: their speed rests on the
-# bare int8 product measured before, plus the quantize and rescale steps around it, which
-# `torch.compile` can fuse (uncompiled, they run one small operator at a time). Whether compiling
-# paid for these layers on this machine, the compiled-against-eager line above says.
+# The operator lists above say what each int8 variant calls. torch.ao's deprecated layers call
+# FBGEMM's `quantized::linear_dynamic`, one fused call that quantizes the activation and runs
+# FBGEMM's own int8 kernels, which exist for AVX2 and for AVX-512 (with VNNI where present).
+# torchao's dynamic layers quantize each activation row and then call `torch._int_mm`: their speed
+# rests on the bare int8 product measured before, plus the quantize and rescale steps around it,
+# which `torch.compile` can fuse (uncompiled, they run one small operator at a time). The profiled
+# split above says where a compiled call's time went, and the line under it says whether that split
+# fits the timed median at all. Whether compiling paid for these layers on this machine, the
+# compiled-against-eager line above says.
 #
-# Weight-only quantization keeps the arithmetic in float: the kernel must convert int8 weights
-# before multiplying, and at batch 16 a CPU matmul is not purely limited by memory, so the
-# conversion competes with what the smaller reads save. The verdicts above say how that came out
-# here.
+# Weight-only quantization keeps the arithmetic in float. In torchao 0.18 (the version the course
+# pins; the setup cell printed yours), `Int8WeightOnlyConfig` on a CPU converts the whole int8
+# weight to a float copy on every call, eager or compiled, runs the ordinary float matmul and scales
+# its output. Like `Int8Linear`, it reads the int8 weight and then writes and reads a float one, so
+# it adds work to every call unless a dedicated weight-only kernel exists for your hardware. The
+# verdicts above say how that came out here.
 #
 # Two more facts hide in those layers. torch.ao's dynamic Linear passes `reduce_range=True` to
 # `quantized::linear_dynamic`: the activations are quantized to 7 bits, not 8, to keep the 16-bit
@@ -935,6 +990,9 @@ digits_static_full = ort_quantize_static("digits_int8_static_qdq_fullrange.onnx"
 for path in (digits_dyn, digits_static):
     ops = Counter(node.op_type for node in onnx.load(str(path)).graph.node)
     print(f"{path.name}: {dict(ops.most_common(5))}")
+    # The nodes the text below talks about, whether or not they are among the five most common:
+    print("  " + ", ".join(f"{op} {ops[op]}" for op in
+                           ("DynamicQuantizeLinear", "ConvInteger", "QuantizeLinear", "DequantizeLinear", "Conv")))
 
 
 class OrtClassifier:
@@ -1039,14 +1097,16 @@ bench.bar_chart(digits_table, title="digits CNN, batch 256, CPU");
 # Quantization shrinks the weights, so the weights' share of the file sets roughly how far the file
 # can shrink: the last line above prints that estimate for this model. Besides its weights, the file
 # holds the graph and other constants that do not shrink, and the quantizer adds scales, zero points
-# and nodes on top: the last two lines above show the weights' share and where each int8 file
-# landed against the estimate.
+# and nodes, and rewrites other parts of the graph, so a file can land on either side of the
+# estimate: the last two lines above show the weights' share and where each int8 file landed
+# against it.
 #
 # On speed, look at what each variant does per call. Dynamic quantization makes ONNX Runtime
-# compute an activation scale before every convolution and run a generic integer convolution
-# between float operations. Static QDQ quantization fixes the scales ahead of time, and ONNX
-# Runtime fuses each `DequantizeLinear → Conv → QuantizeLinear` pattern into one integer
-# convolution that keeps activations in 8 bits from layer to layer. The verdict lines above say
+# compute an activation scale before every convolution (`DynamicQuantizeLinear`) and run a generic
+# integer convolution (`ConvInteger`) between float operations; the node counts printed after the
+# export show how many of each the file has. Static QDQ quantization fixes the scales ahead of
+# time, and ONNX Runtime fuses each `DequantizeLinear → Conv → QuantizeLinear` pattern into one
+# integer convolution that keeps activations in 8 bits from layer to layer. The verdict lines above say
 # what that was worth on this CPU. Read them with the model's size in mind: a call on 8×8 images
 # does little arithmetic, so the fixed costs of a call weigh more here than in a larger image
 # network, which gives the integer kernels more work to speed up.
@@ -1291,7 +1351,7 @@ if torchao_frozen in pt2e_mlp_variants:
     print("why, against torchao's dynamic MLP: the census above counts the int8 calls each runs; PT2E's activation "
           "scales were fixed at calibration, while torchao's dynamic ones are computed from each batch on every call, "
           + {"faster": "work PT2E does not do",
-             "no clear difference": "and that per-call work was small next to the matmuls here",
+             "no clear difference": "and that per-call work did not show as a clear difference here",
              "slower": "so the difference lies elsewhere (compare the census lines)"}[
               pt2e_mlp_table.verdict(pt2e_label, torchao_frozen)])
     if torchao_frozen in unasserted_gap:
@@ -1566,11 +1626,14 @@ for name, row in rows.items():
 print(f"batch of 16 sentences, {ids16.shape[1]} tokens each after padding")
 
 # %%
-print(f"{'variant':<34} {'size MB':>8} {'vs fp32':>8} {'latency ms':>11} {'vs fp32 eager':>14} "
+print(f"{'variant':<34} {'size MB':>8} {'vs fp32':>8} {'latency ms':>11} {'IQR ms':>7} {'vs fp32 eager':>14} "
       f"{'cosine':>8} {'top-3 agree':>12}")
 for name, r in rows.items():
-    print(f"{name:<34} {r['size_mb']:>8.1f} {r['size_ratio']:>7.2f}x {r['latency_ms']:>11.1f} "
+    iqr_ms = minilm_table.row(name).iqr_s * 1e3  # the spread the verdicts below weigh
+    print(f"{name:<34} {r['size_mb']:>8.1f} {r['size_ratio']:>7.2f}x {r['latency_ms']:>11.1f} {iqr_ms:>7.1f} "
           f"{r['latency_ratio']:>13.2f}x {r['cosine']:>8.4f} {r['agree']:>11.0%}")
+if minilm_table.spread_note():
+    print(minilm_table.spread_note())
 
 fig, axes = plt.subplots(1, 2, figsize=(12, 0.9 + 0.42 * len(rows)), sharey=True)
 names = list(rows)
@@ -1620,7 +1683,9 @@ bench.record("quant.minilm.int8.cosine", s["cosine"], "cosine", variant=smallest
 bench.record("quant.minilm.int8.latency_ratio", int8_rows[fastest]["latency_ratio"], "x", variant=fastest,
              baseline="fp32 eager", batch=16, tokens=ids16.shape[1], selection="fastest with cosine >= 0.99")
 print(f"on this CPU ({cpu_facts.cpu_class}) the fastest good int8 variant is "
-      f"{minilm_table.describe(fastest, 'fp32 eager', name='quant.minilm.int8_fastest_good.vs_fp32_eager')}")
+      f"{minilm_table.describe(fastest, 'fp32 eager', name='quant.minilm.int8_fastest_good.vs_fp32_eager')}"
+      + (f" (ONNX Runtime reads the real CPU, not CPU profile {cpu_facts.profile})"
+         if cpu_facts.profile and "ORT" in fastest else ""))
 # The rows that are not int8 get their verdict too: a ratio in the table is not a direction on its own.
 bf16_dot = any(f in cpu_facts.features for f in ("avx512_bf16", "amx_bf16", "bf16"))
 why_not_int8 = {
@@ -1639,9 +1704,12 @@ for name in rows:
         key = next((k for k in why_not_int8 if k in name), None)
         why = why_not_int8.get(key, "")
         word = minilm_table.verdict(name, "fp32 eager")
-        if key in ("compiled", "ORT") and word != "faster":  # the reason says what could gain; say it did not
+        if (key in ("compiled", "ORT") or (key == "bf16" and bf16_dot)) and word != "faster":
+            # the reason says what could gain; say it did not
             why += ("; here that gained nothing measurable" if word == "no clear difference" else
                     "; here it ran slower all the same (this notebook does not profile why)")
+        elif key == "bf16" and not bf16_dot and word == "faster":  # the reason says what could cost; say it did not
+            why += "; here it ran faster all the same (this notebook does not profile why)"
         print(f"{name} on this CPU: {said}" + (f" ({why})" if why else ""))
 
 
