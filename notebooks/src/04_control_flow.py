@@ -922,12 +922,19 @@ print("ONNX Runtime matches eager on both branches (rtol=1e-4)")
 #   keeps one. Both branches here are cheap, so this is a fair candidate.
 #
 # Two sizes: a short vector, where per-call overhead dominates, and a long one (in full mode larger
-# than a typical CPU cache), where the versions differ in how many times they pass over the vector in
-# memory. Whether those passes are what takes the time depends on the machine: beside the variants the
-# cell times one plain copy of the vector, and the verdicts say which it was on yours. Every variant
-# is checked against eager on both branches before it is timed.
+# than a typical CPU cache), where the versions differ in how many vector-sized buffers they allocate
+# and how many passes they make over the vector. Beside the variants the cell times two ways of
+# moving the vector once: a copy into fresh memory and an in-place pass over memory that already
+# exists, so the verdicts can say which cost showed on your machine. Every variant is checked against
+# eager on both branches before it is timed, and each first call also reports what Inductor's
+# on-disk graph cache did with the graphs it compiled.
 
 # %%
+from collections.abc import Callable
+
+from torch._dynamo.utils import counters
+
+
 def clip_then_score_where(x: torch.Tensor) -> torch.Tensor:
     h = F.leaky_relu(x, 0.1) * 1.5
     norm = h.norm()
@@ -936,11 +943,19 @@ def clip_then_score_where(x: torch.Tensor) -> torch.Tensor:
 
 
 SIZES = config.pick(quick=(256, 65_536), full=(256, 16_777_216))  # 16M floats: 64 MB, more than a CPU cache
-MEMORY_BOUND_COPIES = 4  # the long-vector "why" line: up to this many copies' time, memory traffic dominates
-# where's 1.5 copies (read x for the norm; read x, write the output) against cond's 3 (write h, then the
-# branch reads h and writes its result, then the last kernel reads that and writes the output)
-COND_EXTRA_COPIES = 1.5
-tables, first_calls, copy_ms = {}, {}, {}
+FRESH, IN_PLACE = "copy into fresh memory", "in-place pass over existing memory"
+CACHE_EVENTS = ("hit", "miss", "bypass")  # what Inductor's on-disk FX graph cache did with one compiled graph
+
+
+def first_call_and_cache(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> tuple[float, dict[str, int]]:
+    """Return the seconds of fn's first call, and how many of the graphs it compiled Inductor's graph
+    cache found (hit), compiled and stored (miss) or would not store (bypass)."""
+    before = {e: counters["inductor"][f"fxgraph_cache_{e}"] for e in CACHE_EVENTS}
+    seconds = bench.first_call(fn, x)
+    return seconds, {e: counters["inductor"][f"fxgraph_cache_{e}"] - before[e] for e in CACHE_EVENTS}
+
+
+tables, memory_tables, first_calls, cache_events, copy_ms = {}, {}, {}, {}, {}
 # Inductor's one-time start-up (its compile workers, the C++ toolchain check) goes to a throwaway
 # function, so the first variant timed below does not pay it for the others
 bench.first_call(torch.compile(lambda t: t * 2 + 1), torch.randn(8))
@@ -953,24 +968,109 @@ for n in tqdm(SIZES, desc="sizes"):
         "compiled cond": torch.compile(clip_then_score_cond),
         "compiled where": torch.compile(clip_then_score_where),
     }
-    first_calls[n] = {name: bench.first_call(fn, x_big) for name, fn in variants.items() if name != "eager, Python if"}
+    first = {name: first_call_and_cache(fn, x_big) for name, fn in variants.items() if name != "eager, Python if"}
+    first_calls[n] = {name: seconds for name, (seconds, _) in first.items()}
+    cache_events[n] = {name: events for name, (_, events) in first.items()}
     for fn in variants.values():
         for x in (x_big, x_small):
             torch.testing.assert_close(fn(x), clip_then_score(x), rtol=1e-4, atol=1e-4)
     tables[n] = bench.compare(variants, x_big, rounds=5, min_run_time=config.pick(0.3, 3.0))  # long: noisy machines
-    # one read and one write of the vector, into fresh memory as every version's output is
-    copy_ms[n] = bench.time_fn(torch.clone, x_big).median_ms
+    # one read and one write of the vector each: into a new tensor, as every version's output is, or in place
+    scratch = x_big.clone()
+    memory_tables[n] = bench.compare({FRESH: torch.clone, IN_PLACE: lambda _: scratch.mul_(1.0)}, x_big, rounds=5)
+    copy_ms[n] = memory_tables[n].row(FRESH).median_s * 1e3
+
+
+def cache_words(events: dict[str, int]) -> str:
+    """One first call's graph-cache events, e.g. "miss 2", or "no cache events"."""
+    return ", ".join(f"{e} {count}" for e, count in events.items() if count) or "no cache events"
+
 
 for n in SIZES:
-    print(f"\n{n:,} elements (first compiled calls, s: "
-          + ", ".join(f"{k} {v:.1f}" for k, v in first_calls[n].items()) + ")")
+    print(f"\n{n:,} elements (first compiled calls, s, and what the graph cache did: "
+          + ", ".join(f"{k} {v:.1f} [{cache_words(cache_events[n][k])}]" for k, v in first_calls[n].items()) + ")")
     print(tables[n])
+    print(memory_tables[n])
+
+print("\nwhat a second run of the notebook can expect, by these graph-cache events:")
+for name in first_calls[SIZES[0]]:
+    events = {e: sum(cache_events[n][name][e] for n in SIZES) for e in CACHE_EVENTS}
+    kept, bypassed = events["hit"] + events["miss"], events["bypass"]
+    print(f"  {name}: " + (
+        "no graph-cache events: the cache is off here, so every run generates its code again" if not kept + bypassed else
+        "its graphs were found in the cache or stored there, so a second run skips their code generation "
+        "and C++ build" if not bypassed else
+        "Inductor would not store its graphs (bypass), so every run generates its code again" if not kept else
+        f"{kept} of its graphs were found or stored and {bypassed} bypassed: a second run generates those again"))
 fig, axes = plt.subplots(1, len(SIZES), figsize=(12, 3.2))
 for ax, n in zip(axes, SIZES):
     bench.bar_chart(tables[n], title=f"{n:,} elements", ax=ax)
 fig.tight_layout();
 
+# %% [markdown]
+# To explain these numbers, look at what Inductor generated for each version: how many compiled
+# graphs, and how many kernels (fused loops) in each. `run_and_get_code` (from `torch._inductor.utils`)
+# compiles a function and hands back the generated source; `course_utils.inductor_code` wraps it
+# (`generated_code`) and lists the kernels each source defines (`fused_kernels`). The cell also
+# counts what one call down the scaling branch (the branch the timed vectors take) does: the kernels
+# it runs and the fresh vector-sized buffers it allocates (the source's `empty_strided_cpu` lines),
+# counting the `call` function and the `cond` branch it enters, at each size timed above:
+
 # %%
+def per_call(sources: list[str], numel: int) -> tuple[int, int]:
+    """Return (fresh numel-element buffers allocated, kernels run) for one call down the scaling branch:
+    each generated source's `call` function plus, where it holds a cond, the true branch's function."""
+    buffers = kernels = 0
+    for source in sources:
+        defined = set(fused_kernels(source))
+        code = re.sub(r"'''.*?'''", "''", source, flags=re.S)  # drop the kernels' C++ text
+        pieces = re.split(r"^[ \t]*def (\w+)\(", code, flags=re.M)  # [preamble, name, body, name, body, ...]
+        for name, body in zip(pieces[1::2], pieces[2::2]):
+            if name == "call" or re.fullmatch(r"true_graph_\d+", name):
+                buffers += body.count(f"empty_strided_cpu(({numel}, )")
+                kernels += sum(word in defined for word in re.findall(r"\b(\w+)\(", body))
+    return buffers, kernels
+
+
+def plural(count: int, word: str) -> str:
+    """Return "1 kernel", "2 kernels" and so on."""
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+torch._dynamo.reset()
+generated, per_size = {}, {}
+for name, fn in [("compiled, Python if", clip_then_score), ("compiled cond", clip_then_score_cond),
+                 ("compiled where", clip_then_score_where)]:
+    for n in SIZES:  # x_loud repeated, so the scaling branch runs; the code kept for printing is the short one's
+        _, sources = generated_code(torch.compile(fn), x_loud.repeat(n // x_loud.numel()))
+        per_size[name, n] = per_call(sources, n)
+        generated.setdefault(name, sources)
+buffers = {name: per_size[name, max(SIZES)][0] for name in generated}
+runs = {name: per_size[name, max(SIZES)][1] for name in generated}
+assert all(per_size[name, n] == (buffers[name], runs[name]) for name, n in per_size), "the same counts at every size"
+for name, sources in generated.items():
+    kernels = [len(fused_kernels(src)) for src in sources]
+    print(f"{name:20s} {len(kernels)} graph(s), kernels per graph: {kernels}; one call runs "
+          f"{plural(runs[name], 'kernel')} and allocates {plural(buffers[name], 'fresh vector-sized buffer')}")
+kernel_counts = {k: [len(fused_kernels(src)) for src in v] for k, v in generated.items()}
+assert len(kernel_counts["compiled, Python if"]) == 2 and len(kernel_counts["compiled cond"]) == 1
+assert kernel_counts["compiled cond"][0] > kernel_counts["compiled where"][0]
+assert buffers["compiled where"] < buffers["compiled cond"] == buffers["compiled, Python if"], buffers
+assert runs["compiled cond"] > runs["compiled, Python if"] > runs["compiled where"], runs
+
+wrapper = generated["compiled cond"][0].splitlines()
+start = next((i for i, line in enumerate(wrapper) if ".item()" in line), None)
+if start is not None:
+    print("\nthe cond's branch, inside the generated wrapper code:")
+    print("\n".join(line for line in wrapper[start:start + 14] if line.strip()))
+
+# %%
+def rough(t: bench.Comparison, *labels: str) -> str:
+    """A clause for a reason built on these rows' medians when one of their spreads is large, else ""."""
+    noisy = any(t.row(k).iqr_s > bench.NOISY_SPREAD * t.row(k).median_s for k in labels)
+    return "; this run's spread is large (see the note under the table), so treat that as rough" if noisy else ""
+
+
 for n in SIZES:
     t = tables[n]
     fastest = min(t.rows, key=lambda r: r.median_s).label
@@ -981,56 +1081,60 @@ for n in SIZES:
           f"  compiled cond is {cond_said}\n"
           f"  compiled where is {where_said}")
     if role == "small":
-        print(f"  why: at this size the time is per-call overhead (a plain copy of the vector takes "
+        print(f"  why: at this size the time is per-call overhead (a copy of the vector into fresh memory takes "
               f"{copy_ms[n] * 1e3:.1f} µs): the Python-if version enters two graphs with "
-              "Python and guards between them, cond enters one graph that runs more kernels (counted below); "
+              "Python and guards between them, cond enters one graph that runs more kernels (counted above); "
               "both read the predicate back to pick a branch")
+        continue
+    fresh_ms, pass_ms = copy_ms[n], memory_tables[n].row(IN_PLACE).median_s * 1e3
+    fresh_word = memory_tables[n].verdict(FRESH, IN_PLACE)
+    print(f"  moving the vector once: a copy into fresh memory took {fresh_ms:.2f} ms, an in-place pass over existing "
+          f"memory {pass_ms:.2f} ms, so " + {
+              "slower": ("getting fresh memory was most of the copy's time" if fresh_ms > 2 * pass_ms else
+                         f"getting fresh memory added {fresh_ms - pass_ms:.2f} ms to it"),
+              "no clear difference": "getting fresh memory made no clear difference here",
+              "faster": "getting fresh memory cost nothing measurable here (the copy was the faster)"}[fresh_word])
+    for name in ("compiled where", "compiled, Python if", "compiled cond"):
+        ms = t.row(name).median_s * 1e3
+        print(f"  {name:20s} {ms:8.2f} ms = {ms / fresh_ms:4.1f} fresh copies' time; it allocates "
+              f"{plural(buffers[name], 'fresh buffer')} and runs {plural(runs[name], 'kernel')} (counted above)")
+    # where against cond: cond allocates more fresh buffers and runs more kernels (asserted above)
+    cond_row, where_row = t.row("compiled cond"), t.row("compiled where")
+    gap_ms = (cond_row.median_s - where_row.median_s) * 1e3
+    adds = (f"cond allocates {plural(buffers['compiled cond'] - buffers['compiled where'], 'more fresh buffer')} "
+            f"than where and runs {plural(runs['compiled cond'] - runs['compiled where'], 'more kernel')}")
+    where_word = t.verdict("compiled where", "compiled cond")
+    if where_word == "faster":
+        why_where = (f"{adds}; its extra {gap_ms:.2f} ms is {gap_ms / fresh_ms:.1f} fresh copies' time"
+                     + rough(t, "compiled where", "compiled cond"))
+    elif where_word == "no clear difference" and not t.within_margin("compiled where", "compiled cond"):
+        why_where = (f"{adds}, but this run's timings are too spread to show what those cost (cond's IQR is "
+                     f"{cond_row.iqr_s * 1e3 / fresh_ms:.1f} fresh copies' time)")
+    elif where_word == "no clear difference":
+        why_where = (f"{adds}, and here those cost less than 5% of its time" + scalar_note()
+                     + rough(t, "compiled where", "compiled cond"))
     else:
-        fastest_ms = t.row(fastest).median_s * 1e3
-        copies = fastest_ms / copy_ms[n]
-        runner_up = min((r for r in t.rows if r.label != fastest), key=lambda r: r.median_s).label
-        tie = t.verdict(runner_up, fastest) == "no clear difference"
-        # The fewest passes any version makes: read x for the norm, then one pass that reads x and writes
-        # the output, 1.5 copies' worth of traffic; up to MEMORY_BOUND_COPIES, memory is the main cost.
-        memory_bound = copies <= MEMORY_BOUND_COPIES
-        print(f"  why: one copy of the vector takes {copy_ms[n]:.2f} ms; the lowest median, '{fastest}', is "
-              f"{fastest_ms:.1f} ms, {copies:.1f} times a copy"
-              + (f" (not clearly different from '{runner_up}')" if tie else "") + ". " + (
-                  "So moving data (and getting fresh memory for the output) is most of the time here, and the "
-                  "versions differ in how many passes they make (counted below)" if memory_bound else
-                  "That is more than its few passes over memory explain: arithmetic (or other programs on the "
-                  "machine) took most of the time, so the pass counts below explain the gaps only in part"
-                  + scalar_note())
-              + (f" (near the line of {MEMORY_BOUND_COPIES} copies this reading uses, so a busier or quieter "
-                 "moment could tip it)" if abs(copies - MEMORY_BOUND_COPIES) < 1 else "") + ".")
-        extra = (t.row("compiled cond").median_s - t.row("compiled where").median_s) * 1e3 / copy_ms[n]
-        print(f"  compiled cond's extra time over compiled where: {extra:.1f} copies of the vector, against the "
-              f"{COND_EXTRA_COPIES} copies of extra traffic its unfused boundary makes"
-              + ("; the rest is arithmetic or other programs' load" if extra > 1.5 * COND_EXTRA_COPIES else ""))
-
-# %% [markdown]
-# To explain these numbers, look at what Inductor generated for each version: how many compiled
-# graphs, and how many kernels (fused loops) in each. `run_and_get_code` (from `torch._inductor.utils`)
-# compiles a function and hands back the generated source; `course_utils.inductor_code` wraps it
-# (`generated_code`) and lists the kernels each source defines (`fused_kernels`):
-
-# %%
-torch._dynamo.reset()
-generated = {}
-for name, fn in [("compiled, Python if", clip_then_score), ("compiled cond", clip_then_score_cond),
-                 ("compiled where", clip_then_score_where)]:
-    _, generated[name] = generated_code(torch.compile(fn), x_loud)
-    kernels = [len(fused_kernels(src)) for src in generated[name]]
-    print(f"{name:20s} {len(kernels)} graph(s), kernels per graph: {kernels}")
-kernel_counts = {k: [len(fused_kernels(src)) for src in v] for k, v in generated.items()}
-assert len(kernel_counts["compiled, Python if"]) == 2 and len(kernel_counts["compiled cond"]) == 1
-assert kernel_counts["compiled cond"][0] > kernel_counts["compiled where"][0]
-
-wrapper = generated["compiled cond"][0].splitlines()
-start = next((i for i, line in enumerate(wrapper) if ".item()" in line), None)
-if start is not None:
-    print("\nthe cond's branch, inside the generated wrapper code:")
-    print("\n".join(line for line in wrapper[start:start + 14] if line.strip()))
+        why_where = (f"{adds}, yet where was slower: it computes both branches in its one kernel, and here that "
+                     "outweighed cond's extra passes" + scalar_note() + rough(t, "compiled where", "compiled cond"))
+    print(f"  why where against cond: {why_where}")
+    # cond against the Python if: the same fresh buffers, more kernels (asserted above)
+    more = runs["compiled cond"] - runs["compiled, Python if"]
+    same = (f"both allocate {plural(buffers['compiled cond'], 'fresh buffer')}, and cond runs "
+            f"{plural(more, 'more kernel')} that allocate{'s' if more == 1 else ''} nothing, passing over memory it "
+            f"already has (an in-place pass took {pass_ms:.2f} ms here)")
+    cond_word = t.verdict("compiled cond", "compiled, Python if")
+    d_ms = (cond_row.median_s - t.row("compiled, Python if").median_s) * 1e3
+    why_cond = {
+        "no clear difference": same + ("; the two medians are within 5%" + rough(t, "compiled cond", "compiled, Python if")
+                                       if t.within_margin("compiled cond", "compiled, Python if") else
+                                       "; the two medians are inside the timing spread"),
+        "slower": (f"{same}; its extra {d_ms:.2f} ms is {d_ms / pass_ms:.1f} in-place passes' time"
+                   + rough(t, "compiled cond", "compiled, Python if")),
+        "faster": (f"{same}, yet cond was faster: the counts favour the Python if, so what decided is outside them "
+                   "(cond enters one graph where the Python if enters two with Python between them)"
+                   + rough(t, "compiled cond", "compiled, Python if")),
+    }[cond_word]
+    print(f"  why cond against the Python if: {why_cond}")
 
 # %% [markdown]
 # How to read this, on any machine:
@@ -1044,17 +1148,20 @@ if start is not None:
 #   back (`.item()`, shown above) to pick a branch. Which total is smaller depends on the machine,
 #   and on a busy one the gap can drown in noise: compare it with the IQR column before you believe
 #   it. `where` has neither cost: the fewest kernels (counted above), no decision.
-# - **Long vectors: passes over memory.** Inductor compiles each branch of a `cond` as its own
-#   sub-graph, so it cannot fuse across the `cond` boundary: one kernel before the `cond` writes `h`
-#   to memory, the branch's kernel reads it and writes its result, and a kernel after reads that
-#   back. The graph-break version fuses the taken branch with the code after it (one kernel per
-#   graph above), which saves one of those passes, and `where` needs the fewest kernels. Those
-#   passes decide the ranking only where moving data is what takes the time; the "why" line under
-#   the large size says whether it was, on your machine.
+# - **Long vectors: fresh buffers and passes over memory.** Inductor compiles each branch of a `cond`
+#   as its own sub-graph, so it cannot fuse across the `cond` boundary: one kernel before the `cond`
+#   writes `h` into a new buffer, the branch's kernel reads it and writes its result into another,
+#   and a kernel after the `cond` updates that result in place. The graph-break version fuses the
+#   taken branch with the code after it, so it runs fewer kernels but allocates as many new
+#   buffers (both counted above); `where` allocates the fewest. A new buffer can cost more than the
+#   bytes written into it: a large one comes fresh from the operating system, which supplies each
+#   page of it when it is first written. That is why the cell times a copy into fresh memory beside
+#   an in-place pass; the lines under the long vector set each version's time beside its counts and
+#   say which cost showed on your machine.
 # - So `cond` is not a speed feature. It is what makes the function capturable (for export, for
 #   `fullgraph=True`, for code that must not return to Python); where it comes out ahead, one graph
-#   beat two, and where it comes out behind on the long vector, the "why" lines print its extra time
-#   in copies of the vector, to set beside the passes its boundary adds.
+#   beat two, and where it comes out behind on the long vector, the "why" lines set its extra time
+#   beside the buffers and kernels its boundary adds.
 # - **When `where` does not pay.** `where` evaluates both branches on every call. With two cheap
 #   branches that costs little; with an expensive branch that is rarely taken (the router's deep
 #   block), computing it every time costs far more than a branch, and `cond` is the right tool.
@@ -1064,8 +1171,11 @@ if start is not None:
 # more graph the first time the other branch runs (section 1; here, inside the correctness checks).
 # The cell warmed Inductor up on a throwaway function first, so no variant pays its one-time
 # start-up; which first call is longer still depends on how code generation and C++ builds add up on
-# your machine. A second run of the notebook finds the generated code in Inductor's on-disk cache,
-# so its first calls skip the code generation and the C++ build.
+# your machine. The events beside each first call say what Inductor's on-disk graph cache did: *hit*
+# (found from an earlier run, so no code generation or C++ build), *miss* (compiled now and stored,
+# so the next run of the notebook finds it) or *bypass* (not stored: Inductor declines graphs that
+# hold a higher-order operator it does not know how to cache). The lines under the tables say, for
+# each version, what a second run can expect from it.
 #
 # ### Where `cond` does not help
 #
@@ -1075,8 +1185,6 @@ if start is not None:
 # simpler; the cell below counts the traced graphs and measures what the traced code costs on top:
 
 # %%
-from torch._dynamo.utils import counters
-
 torch._dynamo.reset()
 graphs_before = counters["stats"]["unique_graphs"]
 first_eager_cond_s = bench.first_call(clip_then_score_cond, x_loud)
