@@ -275,7 +275,8 @@ def _spread_cause(other_load: float | None) -> str:
 
 def noisy_note(tables: Mapping[str, Comparison], *, where: str = "for") -> str:
     """Return one note for several comparisons (label -> table) naming those whose spread is large
-    (``Comparison.spread_note``) and why, by the most other programs' load any of them saw; "" when none.
+    (``Comparison.spread_note``) and why, by the other programs' load each of them saw (tables with
+    different causes get a clause each); "" when none.
 
     ``where`` joins the labels to the sentence: "note: the timing spread (IQR) was over 20% of the median
     {where} {labels}: {cause}".
@@ -283,9 +284,22 @@ def noisy_note(tables: Mapping[str, Comparison], *, where: str = "for") -> str:
     noisy = [label for label, table in tables.items() if table.spread_note()]
     if not noisy:
         return ""
-    loads = [tables[label].other_load for label in noisy if tables[label].other_load is not None]
-    return (f"note: the timing spread (IQR) was over {NOISY_SPREAD:.0%} of the median {where} {', '.join(noisy)}: "
-            + _spread_cause(max(loads) if loads else None))
+    # Group the tables by the cause their own load sample gives: busy, nearly idle, or not sampled.
+    groups: dict[str, list[str]] = {}
+    for label in noisy:
+        load = tables[label].other_load
+        kind = "unknown" if load is None else "busy" if load >= BUSY_LOAD else "idle"
+        groups.setdefault(kind, []).append(label)
+
+    def cause(kind: str) -> str:
+        loads = [tables[label].other_load for label in groups[kind]]
+        return _spread_cause(None if kind == "unknown" else max(loads) if kind == "busy" else min(loads))
+
+    head = f"note: the timing spread (IQR) was over {NOISY_SPREAD:.0%} of the median {where} {', '.join(noisy)}: "
+    if len(groups) == 1:
+        return head + cause(next(iter(groups)))
+    return head + "; ".join(f"{where} {', '.join(groups[kind])}, {cause(kind)}"
+                            for kind in ("busy", "idle", "unknown") if kind in groups)
 
 
 def band_verdict(value: float, other: float, band: float = 0.1, *, name: str | None = None,

@@ -161,8 +161,8 @@ int train(const std::string& data_dir, const std::string& weights_path, const Op
       total += loss.item<double>() * static_cast<double>(idx.size(0));
     }
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-    // nine decimals, so the notebook can compare the loss with Python's well below float32 rounding
-    std::cout << "epoch " << epoch << " loss " << std::setprecision(9) << total / static_cast<double>(n)
+    // twelve decimals, so the notebook can compare the loss with Python's well below float32 rounding
+    std::cout << "epoch " << epoch << " loss " << std::setprecision(12) << total / static_cast<double>(n)
               << " seconds " << std::setprecision(4) << took.count() << std::endl;
   }
   model->eval();

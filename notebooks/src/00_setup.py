@@ -210,7 +210,8 @@ graphs_first = counters["stats"]["unique_graphs"] - graphs_before
 from_disk = counters["inductor"]["fxgraph_cache_hit"] > hits_before  # Inductor's on-disk cache had this graph
 second_s = bench.first_call(compiled_chain, x)  # just run
 graphs_second = counters["stats"]["unique_graphs"] - graphs_before - graphs_first
-print(f"first call : {first_s:8.3f} s   (graphs compiled during it: {graphs_first})")
+print(f"first call : {first_s:8.3f} s   (graphs compiled during it: {graphs_first}; code from Inductor's disk "
+      f"cache: {'yes' if from_disk else 'no'})")
 print(f"second call: {second_s * 1e3:8.3f} ms  (graphs compiled during it: {graphs_second})")
 # One call each, no spread to judge against: the first counts as longer only beyond a 10% band.
 first_word = bench.band_verdict(first_s, second_s, band=0.1, name="setup.first_call.vs_second")
@@ -224,13 +225,19 @@ print(f"first call against second: {first_word} ({first_s / second_s:,.0f}x the 
 torch.testing.assert_close(compiled_chain(x), activation_chain(x), rtol=1e-5, atol=1e-5)
 assert (graphs_first, graphs_second) == (1, 0), "the first call compiles the graph, the second reuses it"
 chain_diff = (compiled_chain(x) - activation_chain(x)).abs().max().item()
-print(f"compiled and eager results agree within rtol=1e-5 (largest difference {chain_diff:.1e}; "
+print(f"compiled and eager results agree within rtol=1e-5, atol=1e-5 (largest absolute difference {chain_diff:.1e}; "
       f"bit for bit: {torch.equal(compiled_chain(x), activation_chain(x))})")
+# What Inductor wrote for the chain (generated_code resets Dynamo first; the next cell compiles it again).
+_, (chain_source, *_) = inductor_code.generated_code(torch.compile(activation_chain), x)
+chain_kernels, chain_library = inductor_code.kernel_calls(chain_source), inductor_code.library_calls(chain_source)
+print(f"the generated code runs {len(chain_kernels)} kernel ({', '.join(chain_kernels)}) and "
+      f"{len(chain_library)} library calls")
+assert len(chain_kernels) == 1 and not chain_library, "the whole chain fuses into one generated loop"
 
 # %% [markdown]
 # Only the first call compiled anything (the counts above): tracing and, unless an earlier run left
-# the result in Inductor's on-disk cache, code generation and building the C++ (the verdict line
-# says which happened here, and what it cost next to one run of the chain). A second run of this
+# the result in Inductor's on-disk cache, code generation and building the C++ (the first-call line
+# says which happened here, and the verdict line what it cost next to one run of the chain). A second run of this
 # notebook on the same machine finds the code in that cache (notebook 01 measures cold and warm
 # caches). Results agree with eager to a tight tolerance but need not agree bit for bit (the line
 # above says whether they did here): a fused loop may evaluate the same formula in a slightly
@@ -244,39 +251,48 @@ print(f"compiled and eager results agree within rtol=1e-5 (largest difference {c
 # machine hits all of them, and reports the median and the interquartile range (IQR) of each.
 # It also uses as many threads as torch does (`torch.utils.benchmark.Timer` alone uses one).
 #
-# A third row gives the table a scale: `x + 1`, one pass that reads the tensor and writes a new
-# one, which is about what each of eager's operations costs in memory traffic alone.
+# Beside the table, the next cell times one pass over the tensor, `x + 1` (it reads the tensor and
+# writes a new one), for scale: roughly what each of eager's operations costs in memory traffic
+# alone.
 
 # %%
-def one_pass(x: torch.Tensor) -> torch.Tensor:
-    return x + 1
-
-
-table = bench.compare({"eager": activation_chain, "compiled": compiled_chain, "one pass (x + 1)": one_pass}, x)
+table = bench.compare({"eager": activation_chain, "compiled": compiled_chain}, x)
 print(table)
 speedup = table.speedup("compiled")
-bench.record("setup.first_call_s", first_s, "s", size=SIZE)
+bench.record("setup.first_call_s", first_s, "s", size=SIZE, from_disk=from_disk)
 bench.record("setup.steady_speedup", speedup, "x", size=SIZE)
 bench.bar_chart(table, title=f"element-wise chain on a {SIZE}x{SIZE} tensor");
 
 # %%
 eager_ms = table.row("eager").median_s * 1e3
 compiled_ms = table.row("compiled").median_s * 1e3
-pass_ms = table.row("one pass (x + 1)").median_s * 1e3
+pass_ms = bench.time_fn(lambda t: t + 1, x).median_ms   # one pass: read the tensor, write a new one
 n_ops = sum(node.op == "call_function" for node in torch.fx.symbolic_trace(activation_chain).graph.nodes)
 saved_ms = (n_ops - 1) * pass_ms      # eager makes n_ops passes over the tensor, the fused loop one
 gain_ms = eager_ms - compiled_ms
-print(f"eager makes {n_ops} passes over the tensor, the fused loop one; at {pass_ms:.3f} ms a pass, the "
-      f"{n_ops - 1} saved passes are worth about {saved_ms:.2f} ms of eager's {eager_ms:.2f} ms; the rest of "
-      f"eager's time ({eager_ms - n_ops * pass_ms:.2f} ms) is the maths itself")
+eager_iqr_ms = table.row("eager").iqr_s * 1e3
+widest_iqr_ms = max(eager_iqr_ms, table.row("compiled").iqr_s * 1e3)
+print(f"eager makes {n_ops} passes over the tensor (a few read two tensors), the fused loop one; at {pass_ms:.3f} ms "
+      f"a pass (x + 1, timed on its own), the {n_ops - 1} saved passes are worth roughly {saved_ms:.2f} ms of eager's "
+      f"{eager_ms:.2f} ms; the rest of eager's time ({eager_ms - n_ops * pass_ms:.2f} ms) is everything else: the "
+      f"maths, {n_ops} dispatches and any waiting the load added (eager's IQR {eager_iqr_ms:.2f} ms)")
 chain_word = table.verdict("compiled")
+left_ms = gain_ms - saved_ms
 chain_reason = {
-    "faster": f"it gained {gain_ms:.2f} ms a call, and the saved passes account for about {saved_ms:.2f} ms of that"
-              + (": most of the gain is the maths, which the one generated loop computed faster than eager's "
-                 "separate kernels" if saved_ms < 0.5 * gain_ms else
-                 ": the saved memory traffic explains most of the gain"),
-    "no clear difference": f"the {n_ops - 1} saved passes (about {saved_ms:.2f} ms) did not show beyond the "
-                           "timing spread (a busy machine, or a tensor small enough to stay in cache)",
+    "faster": (f"it gained {gain_ms:.2f} ms a call; the saved passes (roughly {saved_ms:.2f} ms) can account for all "
+               "of it" if left_ms <= 0 else
+               f"it gained {gain_ms:.2f} ms a call; the saved passes account for roughly {saved_ms:.2f} ms, which "
+               f"leaves {left_ms:.2f} ms, inside eager's own spread (IQR {eager_iqr_ms:.2f} ms): this run cannot tell "
+               "whether the maths itself ran faster" if left_ms <= eager_iqr_ms else
+               f"it gained {gain_ms:.2f} ms a call; the saved passes account for roughly {saved_ms:.2f} ms, which "
+               f"leaves {left_ms:.2f} ms, more than eager's spread (IQR {eager_iqr_ms:.2f} ms): most of the rest is "
+               "the maths, which the one generated loop computed faster than eager's separate kernels"),
+    "no clear difference": (f"the {n_ops - 1} saved passes (roughly {saved_ms:.2f} ms) are within the timing spread "
+                            f"(the wider IQR is {widest_iqr_ms:.2f} ms), so they could not show (a busy machine, or a "
+                            "tensor small enough to stay in cache)" if saved_ms <= widest_iqr_ms else
+                            f"the {n_ops - 1} saved passes (roughly {saved_ms:.2f} ms) are more than the timing spread "
+                            f"(the wider IQR is {widest_iqr_ms:.2f} ms), so the fused loop's maths cost about as much "
+                            "time as the passes saved"),
     "slower": "the generated loop ran the element-wise maths more slowly than eager's kernels here, more "
               "than the memory it saved" + inductor_code.scalar_note()}[chain_word]
 chain_said = table.describe("compiled", name="setup.chain.compiled_vs_eager")
@@ -301,15 +317,16 @@ w = torch.randn(SIZE, SIZE)
 # generated_code also returns the code Inductor wrote (it resets Dynamo first, so the chain above is forgotten)
 _, (mm_source, *_) = inductor_code.generated_code(torch.compile(project), x, w)
 mm_library, mm_loops = inductor_code.library_calls(mm_source), inductor_code.fused_kernels(mm_source)
-print(f"the compiled matmul calls the library routine(s) {mm_library} and defines {len(mm_loops)} loop(s) of its own")
+print(f"the compiled matmul calls {mm_library} through extern_kernels (the ATen operator eager's x @ w runs, backed "
+      f"by the same BLAS library) and defines {len(mm_loops)} loop(s) of its own")
 compiled_project = torch.compile(project)
 mm_table = bench.compare({"eager": project, "compiled": compiled_project}, x, w)
 print(mm_table)
 torch.testing.assert_close(compiled_project(x, w), project(x, w), rtol=1e-4, atol=1e-3)
 mm_speedup = mm_table.speedup("compiled")
 mm_word = mm_table.verdict("compiled")
-mm_reason = {"no clear difference": "both run the same library routine, and a guard check costs microseconds, too "
-                                    "little to show beside the multiply",
+mm_reason = {"no clear difference": "both run the same library routine, and the guard check a compiled call adds "
+                                    "(notebook 02 measures it) is too small to show beside the multiply",
              "faster": "the library routine is the same, so nothing counted here explains the gap: rerun the cell",
              "slower": "the library routine is the same, so nothing counted here explains the gap: rerun the cell"
              }[mm_word] if mm_library and not mm_loops else "Inductor wrote code of its own here: read the generated code"
@@ -383,8 +400,13 @@ if exercises.check("00.break_even", break_even):
     eager_s = table.row("eager").median_s
     compiled_s = table.row("compiled").median_s
     n = break_even(first_s, eager_s, compiled_s)
-    print("on this machine compiling never pays for this function" if n is None
-          else f"on this machine compiling pays for itself after {n:,} calls")
+    first_said = ("its first call loaded the code from Inductor's disk cache; a cold cache costs more"
+                  if from_disk else "its first call built the code")
+    if chain_word != "faster":
+        print(f"the chain's verdict above is '{chain_word}', so this run gives no break-even point to trust")
+    else:
+        print(("on this machine compiling never pays for this function" if n is None
+               else f"on this machine compiling pays for itself after {n:,} calls") + f" ({first_said})")
 else:
     print("solve Exercise 2 to see your machine's break-even point")
 
@@ -396,7 +418,7 @@ else:
 # - `torch.compile` pays a one-off compile cost on the first call, then runs generated code.
 #   Fusing an element-wise chain saves memory passes and per-operation dispatches, and the one
 #   generated loop may compute the maths faster than eager's separate kernels (the chain's lines
-#   above split eager's time into passes and maths); a lone matrix multiply has nothing to fuse,
+#   above split eager's time into passes and everything else); a lone matrix multiply has nothing to fuse,
 #   and on a tiny tensor what compiling can save is dispatch overhead, which competes with
 #   per-call guard checks. The verdict lines above say how each case came out on your machine,
 #   judged against the timing spread or a stated band.

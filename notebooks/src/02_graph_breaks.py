@@ -405,8 +405,7 @@ assert (graphs, breaks, n_printed) == (1, 0, 3)
 #
 # `torch.where(condition, a, b)` computes both sides and picks element by element: for cheap
 # element-wise branches this is the best fix, because Inductor fuses it into one kernel (the cell
-# below counts them): a loop for the sum, then one loop for everything else, since the sum must be
-# finished before `where` can use it.
+# below counts them), inside which the sum is finished before `where` uses it.
 # `torch.cond(predicate, true_fn, false_fn, operands)` runs only the chosen branch, which can pay
 # when the branches are expensive. Both branches are traced, so they must return tensors of the same
 # shape and dtype, and the predicate is a one-element boolean tensor. (`torch.cond` is also how you
@@ -579,7 +578,8 @@ assert disabled.breaks == 1 and inlined.breaks > disabled.breaks
 # graph as one node; the backend (AOTAutograd, then Inductor) still traces through it. It is often
 # recommended for "known safe" functions. The current documentation is more careful, and
 # the cell below shows why: Dynamo runs `fn` once on fake tensors to learn its output, and
-# AOTAutograd runs it again while it traces (the cell counts them all). The graph Inductor compiles
+# AOTAutograd runs it twice more, once to learn about its outputs and once to record the graph (the
+# cell counts them all). The graph Inductor compiles
 # no longer calls `fn`, so any Python side effect inside it (here a deprecation warning) happens
 # **while compiling, not on each call**. A backend without AOTAutograd, such as `"eager"`, would
 # still call it every time. For pure tensor code
@@ -615,6 +615,17 @@ with warnings.catch_warnings(record=True) as caught:
 print(f"with allow_in_graph: {after.breaks} breaks; the warning fired {while_compiling} times while "
       f"compiling and {during_calls} times in 5 later calls")
 assert before.breaks == 1 and after.breaks == 0 and during_calls == 0 and while_compiling >= 1
+# The same function under the "eager" backend, which runs Dynamo's graph as it is (no AOTAutograd, no Inductor).
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    eager_legacy = torch.compile(with_legacy, backend="eager")
+    eager_legacy(x)
+    first_eager = len(caught)
+    for _ in range(5):
+        eager_legacy(x)
+    eager_calls = len(caught) - first_eager
+print(f"with backend='eager': the warning fired {eager_calls} times in 5 later calls (the graph still calls legacy_swish)")
+assert eager_calls == 5
 
 # %% [markdown]
 # `torch.compiler.nonstrict_trace` (newer than torch 2.11, so the course reaches it through
@@ -1123,7 +1134,8 @@ compile_fixed_s = bench.first_call(first_call_keeping_code, "fixed", compiled_fi
 hits, misses = (torch._dynamo.utils.counters["inductor"][key] - cache_before[key] for key in cache_keys)
 loops = {label: sum(len(fused_kernels(src)) for src in sources)
          for label, sources in generated.items()}
-print(f"first call (compile included): broken {compile_broken_s:.1f} s, fixed {compile_fixed_s:.1f} s")
+print(f"first call (tracing, plus compiling or loading from the cache): broken {compile_broken_s:.1f} s, "
+      f"fixed {compile_fixed_s:.1f} s")
 print(f"Inductor's on-disk graph cache in those calls: hits {hits}, misses {misses}; " + (
     "it was not consulted (switched off?), so the times include compiling every kernel"
     if hits + misses == 0 else
@@ -1132,7 +1144,7 @@ print(f"Inductor's on-disk graph cache in those calls: hits {hits}, misses {miss
     f"it held none of the {misses} graphs, so the times include compiling every kernel" if hits == 0 else
     f"it held {hits} of the {hits + misses} graphs, so the times include compiling only the other {misses}"))
 print(f"compiled graphs: broken {len(generated['broken'])}, fixed {len(generated['fixed'])}; "
-      f"fused C++ loops in them: broken {loops['broken']}, fixed {loops['fixed']}")
+      f"generated kernels in them: broken {loops['broken']}, fixed {loops['fixed']}")
 assert len(generated["fixed"]) == 1 and loops["fixed"] == 1 and loops["broken"] > loops["fixed"]
 
 for temperature in (hot, cold):
@@ -1184,7 +1196,10 @@ print(f"\nwhy, on the {SIZE}x{SIZE} tensor: copying it once takes {copy_ms:.2f} 
       f"about {extra_copies * copy_ms:.1f} ms of the broken version's {broken_ms:.1f} ms (less where a loop's "
       "arithmetic hides its memory traffic); the rest is arithmetic (five transcendental functions per element), "
       "compiled separately in each version. "
-      + {"faster": "Here the saved trips showed.",
+      + {"faster": (lambda saved: f"Here the fused version saved {saved:.1f} ms, " + (
+             "within what the trips can cost, so they can account for it." if saved <= extra_copies * copy_ms else
+             "more than the trips can cost, so its one loop also did the arithmetic faster than the four separate "
+             "loops."))(broken_ms - large.row("compiled, fixed").median_s * 1e3),
          "no clear difference": "Here the saved trips were lost in the timing spread.",
          "slower": "Here the one fused loop did that arithmetic more slowly than the four separate loops, so, "
                    "apparently, how each loop was compiled mattered more than the memory it saved."}[large_word])
@@ -1237,7 +1252,8 @@ print(f"against eager on the {SIZE}x{SIZE} tensor: the fixed block is {large.des
     "no clear difference": "the two stayed inside the timing spread, so this run cannot rank them (a busy "
                            "machine?).",
     "slower": "eager's own kernels did the transcendental arithmetic faster than Inductor's generated loop, and "
-              f"that outweighed the passes over memory it saved (about {copy_ms:.1f} ms each, measured above)."
+              f"that outweighed the memory traffic it saved, about {cheap_ms:.1f} ms ({counted.cheap_copies:g} copies' "
+              f"worth in eager's {counted.cheap} operators with no transcendental function)."
     }[eager_word])
 tiny_word = tiny.verdict("compiled, fixed", "compiled, 3 breaks")
 print("why, on 8 numbers: the fixed block makes one call into one graph where the broken one enters four graphs, "
@@ -1352,7 +1368,8 @@ exercises.check("02.recompile", my_letters)
 # - Fixes, best first: move the work out or express it in tensors (`torch.where`, `torch.cond`,
 #   0-d tensors instead of floats); `capture_scalar_outputs`; a custom operator for library code;
 #   `torch.compiler.disable` to keep Python on purpose (the break stays); `allow_in_graph` or
-#   `nonstrict_trace` with care (side effects happen at compile time). Confirm with `fullgraph=True`,
+#   `nonstrict_trace` with care (under Inductor their side effects happen only while compiling; see
+#   above). Confirm with `fullgraph=True`,
 #   which raises at the first call (`torch._dynamo.exc.Unsupported` for a break; a branch on a value
 #   read with `.item()` raises `torch._dynamo.exc.UserError`, as exercise 2 shows).
 # - `TORCH_LOGS="graph_breaks,recompiles,guards"` (or `torch._logging.set_logs(...)` in a notebook)

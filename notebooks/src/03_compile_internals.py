@@ -620,7 +620,9 @@ assert 1 <= len(post) < len(pre) <= len(lowered_ops)
 # Lowering already inlined most pointwise operations into the loops that consume them, leaving a
 # handful of loop nests: reductions that sum over each row (for the mean and for the variance) and
 # pointwise loops around them. The scheduler then fused them into the node(s) the cell printed, because
-# they all iterate over the same rows. Each node becomes one C++ function.
+# they all iterate over the same rows. On the CPU, Inductor writes consecutive nodes into one C++
+# function until a library call cuts it, so there can be fewer functions than nodes; the next cells
+# list the functions written here.
 # Find it in the output code: kernels are defined as `name = async_compile.cpp_pybinding(...)`,
 # library calls appear as `extern_kernels.<name>(...)`, and the `call` function at the end allocates
 # the buffers (reusing memory where it can) and runs the kernels in order. Its `args.clear()` is the
@@ -698,9 +700,10 @@ else:  # older Inductor lays the loops out differently; the excerpt above is the
 # %% [markdown]
 # That is the fused loop: LayerNorm's normalisation, GELU, the scale and the residual add,
 # computed element by element with nothing written to memory in between. (Before it, the kernel
-# reads x to compute each row's mean and variance, in loops of their own; the counting cell below says
-# how many loops over the rows read x. A LayerNorm needs at least one such pass, since every element
-# needs its row's statistics first.)
+# reads x to compute each row's mean and variance, in loops of their own: inner loops of the one row
+# loop on some torch versions, separate loops over all the rows on others. The counting cell below
+# says how many loops over the rows read x, the loop above included. A LayerNorm needs at least one
+# such pass, since every element needs its row's statistics first.)
 #
 # ## Counting: eager kernels against fused kernels
 #
@@ -758,11 +761,13 @@ bench.record("internals.kernels.eager", eager_count, "kernels", example="norm_ge
 bench.record("internals.kernels.fused", fused_count, "kernels", example="norm_gelu_residual", rows=ROWS, dim=DIM);
 
 # %% [markdown]
-# Every operation here does little arithmetic per byte, so memory traffic is what the fused kernel
-# saves; whether that shows as time depends on the machine's memory bandwidth, its caches and its
-# load, and on how fast the generated loop does the arithmetic next to eager's hand-written kernels.
-# Measure it (compiled code was built above, so only the steady state is timed); the cell prints the
-# verdict for this machine:
+# Most operations here do little arithmetic per byte (GELU's `erf` is the exception), so memory
+# traffic is what the fused kernel saves; whether that shows as time depends on the machine's memory
+# bandwidth, its caches and its load, and on how fast the generated loop does the arithmetic next to
+# eager's hand-written kernels. Measure it (compiled code was built above, so only the steady state
+# is timed); the cell prints the verdict for this machine, and the rate at which each version moved
+# the bytes counted above (when one runs far below the rate the other reached, memory traffic was not
+# what took its time):
 
 # %%
 table = bench.compare({"eager": norm_gelu_residual, "compiled": compiled_block}, x, weight, bias)
@@ -772,6 +777,10 @@ torch.testing.assert_close(compiled_block(x, weight, bias), expected, rtol=1e-5,
 traffic_ratio = eager_ops.bytes / fused_bytes
 print(f"\nfused: {speedup:.2f}x the speed of eager, for {traffic_ratio:.1f}x less memory traffic on paper "
       f"(the speed-up is {'below' if speedup < traffic_ratio else 'not below'} the traffic ratio)")
+eager_s, fused_s = table.row("eager").median_s, table.row("compiled").median_s
+print(f"bytes counted per second of median time: eager {eager_ops.bytes / eager_s / 1e9:.1f} GB/s; compiled "
+      f"{fused_bytes / fused_s / 1e9:.1f} GB/s at the floor"
+      + (f", {reread_bytes / fused_s / 1e9:.1f} GB/s with its re-reads of x" if x_loops > 1 else ""))
 fused_word = table.verdict("compiled", name="internals.fusion.compiled_vs_eager")
 if fused_word == "faster":
     fused_reason = (f"{fused_count} generated kernel(s) instead of eager's {eager_count}, with no full-size "
@@ -794,8 +803,9 @@ elif fused_word == "no clear difference":
     if config.is_quick():
         fused_reason += "; in quick mode the tensors are also small enough to stay in cache"
 else:
-    fused_reason = ("the generated loop's arithmetic (including its passes over each row for the statistics) cost "
-                    "more than eager's hand-written kernels for these operations, more than the traffic it saved"
+    fused_reason = (f"the fused kernel, which reads x in {x_loops} loop(s) over the rows, took longer than eager's "
+                    f"{eager_count} hand-written kernels; the cell does not split that time into memory traffic and "
+                    "arithmetic (the GB/s line above says how far each was from the rate the other reached)"
                     + scalar_note())
 print(f"verdict on this machine: compiled is {table.describe('compiled')}: {fused_reason}")
 bench.bar_chart(table, title=f"LayerNorm + GELU + residual, {ROWS}x{DIM}");
@@ -803,9 +813,11 @@ bench.bar_chart(table, title=f"LayerNorm + GELU + residual, {ROWS}x{DIM}");
 
 # %% [markdown]
 # The cell compares the speed-up with the traffic ratio, and it can land on either side. Below it:
-# eager's `native_layer_norm` is itself a hand-fused kernel, and when the fused kernel reads x in more
-# than one loop over all the rows (the counting cell printed how many here), it moves more than the
-# floor unless x stays in the CPU's last-level cache between those loops. Above it: something besides
+# both versions do the same LayerNorm and GELU arithmetic (an `erf` per element), and where that
+# arithmetic rather than memory takes most of the time (the GB/s line says whether the compiled
+# kernel ran far below the rate eager reached), fewer bytes save little; and when the fused kernel
+# reads x in more than one loop over all the rows (the counting cell printed how many here), it
+# moves more than the floor unless x stays in the CPU's last-level cache between those loops. Above it: something besides
 # the bytes moved differed, and the note under the table, when there is one, says the timings were
 # rough. On small tensors (quick mode) fixed per-call costs dominate and the ratio says little.
 #
@@ -849,7 +861,9 @@ tail = "the relu" if bias_folded else "the pointwise tail (bias add and relu)"
 print(f"\nverdict on this machine: compiled is {mm_table.describe('compiled')}: the matrix multiply runs in the "
       f"same library either way (eager's {eager_mm}, {compiled_mm}), and only {tail} became generated code, "
       + {"faster": "which was a large enough share of the time to show",
-         "no clear difference": "a small share of the time next to the matrix multiply",
+         "no clear difference": "which is expected to be a small share of the time next to the matrix multiply"
+                                + ("; the timings were too spread to tell more (see the note under the table)"
+                                   if mm_table.spread_note() else ""),
          "slower": "and the compiled call's own overhead outweighed what fusing the tail saved"}[mm_word])
 
 

@@ -265,7 +265,9 @@ print(pointless)
 fake_word = pointless.verdict("vmap(fake batch)", "net(batch)", name="func.fake_batch.vmap_vs_direct")
 print(f"...and vmap(fake batch) is {pointless.describe('vmap(fake batch)', 'net(batch)')}"
       + {"slower": ": vmap only added work",
-         "no clear difference": ": vmap added nothing here, and it still adds code",
+         "no clear difference": (": within 5%: vmap's bookkeeping cost nothing measurable here, and it still adds code"
+                                 if pointless.within_margin("vmap(fake batch)", "net(batch)") else
+                                 ": the timings were too spread to tell; vmap still adds code"),
          "faster": " (a surprise: the same work plus vmap's bookkeeping; rerun the cell on a quiet machine)"}[fake_word])
 
 bn_net = nn.Sequential(nn.Linear(10, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 5)).train()
@@ -773,14 +775,16 @@ print(f"verdict at batch {PSG_BATCH}: vmap(grad) is "
       f"{t_psg.describe('vmap(grad)', 'loop', name='func.per_sample_grad.vmap_vs_loop.batch128')}")
 smallest_word = t_smallest.verdict("vmap(grad)", "loop", name="func.per_sample_grad.vmap_vs_loop.batch1")
 small_rows = {label: t_smallest.row(label) for label in ("loop", "vmap(grad)")}
-spread_tie = ("the timings were too spread to tell (IQR " + " and ".join(f"{r.iqr_s * 1e3:.3f}" for r in small_rows.values())
-              + " ms against medians " + " and ".join(f"{r.median_s * 1e3:.3f}" for r in small_rows.values())
-              + " ms); rerun on a quiet machine")
+spread_tie = ("the timings were too spread to tell ("
+              + ", ".join(f"{label} {r.median_s * 1e3:.3f} ms, IQR {r.iqr_s * 1e3:.3f} ms" for label, r in small_rows.items())
+              + "); rerun the cell")
+small_rough = " (its timings were rough: see the note above)" if t_smallest.spread_note() else ""
 print(f"at batch {PSG_BATCHES[0]}: vmap(grad) is {t_smallest.describe('vmap(grad)', 'loop')}: " + {
     "slower": "with nothing to batch, its bookkeeping costs more than the loop it removes",
     "no clear difference": (f"with {PSG_BATCHES[0]} sample(s) there is little or no loop to remove, and its bookkeeping "
                             "cost about as much" if t_smallest.within_margin("vmap(grad)", "loop") else spread_tie),
-    "faster": "even a short loop costs more than vmap's bookkeeping on this machine"}[smallest_word])
+    "faster": "even a short loop costs more than vmap's bookkeeping on this machine"}[smallest_word]
+      + ("" if smallest_word == "no clear difference" else small_rough))
 
 fig, ax = plt.subplots(figsize=(6.5, 3.4))
 ax.plot([r[0] for r in psg_rows], [r[3] for r in psg_rows], "o-")
@@ -869,7 +873,8 @@ print("the stacked tensors are copies: changing a model afterwards does not chan
 # operations for all members (a few per layer: a batched matrix multiply over the stacked weights,
 # then the bias and the other steps, each over every member at once), so its count of operations
 # does not grow with the ensemble. The cell counts both (a `TorchDispatchMode`
-# sees every operator that runs a kernel, as in notebook 03). Fewer operations is not automatically
+# sees every operator the dispatcher runs; the count leaves out those marked as views, though a few
+# that only alias their input, such as `_unsafe_view`, still count, as in notebook 03). Fewer operations is not automatically
 # less time: a batched product over stacked weights can run slower on a CPU than the separate small
 # products it replaces, depending on the matrix library, the instruction set and what else is
 # running, and with a single member there is nothing to batch at all. The cell prints a verdict for
@@ -943,11 +948,24 @@ def ensemble_reason(r: dict) -> str:
     """Why vmap came out as it did for one ensemble size, from the counted operations."""
     lead = "one member, so nothing to batch; " if r["n"] == 1 else ""
     counts = f"{lead}{r['loop_ops']} operations in the loop, {r['vmap_ops']} under vmap"
-    if r["vmap_ops"] >= r["loop_ops"]:
-        return counts + (": vmap ran at least as many operations as the loop here, so it had no dispatch "
-                         "overhead to save; its batched kernels and the machine's load decided the time")
     table = ens_tables[r["n"]]
     rough = " (its timings were rough: see the note below)" if table.spread_note() else ""
+    # Both times grow with the members: a row whose time is above a larger ensemble's (or below a smaller one's)
+    # was set by a burst of other work, not by the counts.
+    at = {row["n"]: row for row in ens_rows}
+    bigger = min((n for n in at if n > r["n"]), default=None)
+    smaller = max((n for n in at if n < r["n"]), default=None)
+    for other, sign in ((bigger, 1), (smaller, -1)):
+        if other is None:
+            continue
+        for side in ("loop", "vmap"):
+            if sign * (r[f"{side}_ms"] - at[other][f"{side}_ms"]) > 0:
+                return counts + (f": out of line with the neighbouring sizes ({side} {r[f'{side}_ms']:.3f} ms here, "
+                                 f"{at[other][f'{side}_ms']:.3f} ms at {other} member(s)): a burst of other work "
+                                 "decided this row, not the overhead or the batched kernels")
+    if r["vmap_ops"] >= r["loop_ops"]:
+        return counts + (": vmap ran at least as many operations as the loop here, so it had no dispatch "
+                         "overhead to save; its batched kernels and the machine's load decided the time" + rough)
     tie = (": the medians are within 5%: the overhead saved and the cost of the batched kernels about cancel here"
            if table.within_margin("vmap", "loop") else ": the difference stayed inside the timing spread")
     return counts + {
@@ -1001,6 +1019,14 @@ print(wide_table)
 wide_speedup = wide_table.speedup("vmap")
 wide_said = wide_table.describe("vmap", "loop over models", name="func.ensemble.vmap_vs_loop.wide")
 narrow_word = next(r["verdict"] for r in ens_rows if r["n"] == ENS_HEADLINE)
+# Why the two ratios cannot be compared, when they cannot: each cause that holds, in words.
+width_causes = []
+for label, tbl, loop_label in (("width 128", ens_table, "loop"), (f"width {WIDE}", wide_table, "loop over models")):
+    if tbl.spread_note():
+        width_causes.append(f"the {label} table's timings were rough (its note says so)")
+    elif tbl.verdict("vmap", loop_label) == "no clear difference":
+        width_causes.append(f"at {label} vmap and the loop were " + (
+            "within 5% of each other" if tbl.within_margin("vmap", loop_label) else "inside each other's timing spread"))
 both_clear = ("no clear difference" not in (narrow_word, wide_table.verdict("vmap", "loop over models"))
               and not ens_table.spread_note() and not wide_table.spread_note())
 # Two separate tables: call it a change only when the ratios differ by more than 10%, and only when
@@ -1012,8 +1038,7 @@ width_word = bench.record_verdict("func.ensemble.width.wide_vs_narrow", band_wor
                                   narrow=narrow_word)
 print(f"\n{ENS_HEADLINE} members, width 128: vmap {ens_speedup:.2f}x the loop ({narrow_word}); width {WIDE}: "
       f"{wide_speedup:.2f}x (at width {WIDE}, vmap is {wide_said}). " + (
-          "On this machine at least one of the two ratios sits inside its timing spread or comes from rough timings "
-          "(a note says so), so this run cannot say how the width changed it."
+          "On this machine " + "; ".join(width_causes) + ", so this run cannot say how the width changed it."
           if width_word == "cannot say" else
           "On this machine the ratio fell (by more than 10%) as the models grew, as expected if the loop's overhead "
           "became a smaller share of its time; this cell does not measure that share."
@@ -1059,9 +1084,12 @@ bench.record_verdict("func.compile.payback", payback, compile_s=round(compile_s,
 if payback == "pays":
     print(f"the {compile_s:.1f} s compile pays for itself after about {math.ceil(compile_s / saved_s):,} calls"
           + (" (with the code from the cache; longer on a first run)" if from_disk else ""))
+elif payback == "cannot say" and compile_table.within_margin("compiled vmap(grad)", "eager vmap(grad)"):
+    print(f"the compiled calls' median was within 5% of eager's: at batch {PSG_BATCH} compiling saves nothing "
+          f"measurable, so its {compile_s:.1f} s does not pay back here")
 elif payback == "cannot say":
-    print("this run cannot tell whether the compile pays for this function: the two timings stayed inside their "
-          "spread (rerun the cell when the machine is quiet)")
+    print("this run cannot tell whether the compile pays for this function: the two timings overlapped inside their "
+          "spread; rerun the cell (the note under the table, if any, says why they spread)")
 else:
     print("so the compile does not pay for this function on this machine: the compiled calls' median was slower")
 

@@ -332,9 +332,9 @@ assert not beyond, (
 # `torch/nn/parallel/distributed.py` reads; this notebook's job measures the default and a 1 MiB cap).
 #
 # A single compiled graph would produce all gradients at its very end, too late to overlap. So when
-# `torch.compile` sees a DDP model, Dynamo's *DDP optimizer* cuts the graph into pieces of about
-# `bucket_cap_mb` of parameters each, counted its own way (close to DDP's buckets, not always equal),
-# and compiles each piece separately. The training jobs share a model, a data set and a training loop,
+# `torch.compile` sees a DDP model, Dynamo's *DDP optimizer* cuts the graph into pieces that close
+# once they hold `bucket_cap_mb` of parameters (the first at about 1 MiB), counted its own way (close
+# to DDP's buckets, not always equal), and compiles each piece separately. The training jobs share a model, a data set and a training loop,
 # written once into `common.py` (each job script imports it: torchrun puts the script's folder on
 # the import path). The DDP job, `ddp.py`, measures three things:
 #
@@ -1626,8 +1626,9 @@ step_word = cmp_ac.verdict("checkpointed", "plain", name="dist.ac.checkpointed_s
 why = {"slower": "during the backward pass each checkpointed block ran its forward again, work the plain step does "
                  "once, and that recomputation outweighed anything saved by keeping fewer activations",
        "no clear difference": "the time checkpointing added (its forwards run again during the backward pass), "
-                              "net of anything saved by keeping fewer activations, stayed inside this run's timing "
-                              "spread (the IQR column)",
+                              "net of anything saved by keeping fewer activations, " + (
+                                  "came to less than 5% of the step" if cmp_ac.within_margin("checkpointed", "plain")
+                                  else "stayed inside this run's timing spread (the IQR column)"),
        "faster": f"keeping {(ac['plain']['saved']['activations'] - ac['checkpointed']['saved']['activations']) / 2**20:.0f} "
                  "MiB fewer activations (memory written in the forward and read back in the backward) saved more "
                  "time than the recomputed forwards cost"}[step_word]
@@ -1645,8 +1646,9 @@ assert ac["checkpointed"]["saved"]["parameters"] > ac["plain"]["saved"]["paramet
 # Checkpointing cut the activations the compiled graph saves for the backward pass (asserted; it is a
 # count of bytes, the same on every machine; the parameters it saves are references to the weights,
 # which cost nothing extra). Checkpointing keeps more parameters by reference (printed above, and
-# asserted): each block's forward runs again during the backward pass and needs all its parameters
-# then, while the plain backward never needs the first layer's weight, since its input needs no
+# asserted): each block's forward runs again during the backward pass and needs all its weights
+# then, and its first Linear's bias to rebuild GELU's input (the second Linear's bias is never
+# needed), while the plain backward never needs the first layer's weight, since its input needs no
 # gradient. The step's overall peak
 # also holds parameters, gradients and temporaries, so its saving need not match the activations'
 # saving; the verdict above says whether the peak moved beyond a 10% band on this machine. The
@@ -1715,7 +1717,7 @@ dcp.load(state, checkpoint_id=str(folder))                         # every rank 
 set_model_state_dict(fresh, state)
 worst = torch.tensor(max_abs_diff(full_state(fresh), reference))
 dist.all_reduce(worst, op=dist.ReduceOp.MAX)
-runtime.log(f"wrote {files}; a fresh model differed by {before:.3f}, after loading by {float(worst):.1e}")
+runtime.log(f"the folder holds {files}; a fresh model differed by {before:.3f}, after loading by {float(worst):.1e}")
 runtime.emit({"world": world, "files": files, "diff_before_load": before,
               "reload_max_abs_diff_two_ranks": float(worst)})
 runtime.finish()
@@ -1947,16 +1949,18 @@ setting = (f"2 ranks × {rank_threads} thread{'s' * (rank_threads > 1)} against 
 turns = (f"the ranks' {needed} threads had about {free:.1f} free cores, so part of the time they waited for one"
          if crowded else "")
 exchange = (f"two all-reduces between the two processes through loopback (the gradients' {grad_kib:.0f} KiB in "
-            "the backward, and the 4-byte loss the job prints), with each rank waiting for the other at both "
+            "the backward, and the 4-byte loss each step records), with each rank waiting for the other at both "
             "(their cost is not measured separately here)")
 why = {"slower": (f"{turns}, which alone can cost more than the half of the batch each rank saves; on top of that, "
                   f"every step has {exchange}" if crowded else
                   f"each rank computes only half of the batch of {batch}, but every step has {exchange}, "
                   "and together that came to more than the half saved"),
-       "faster": f"each rank computed half of the batch of {batch}, and that saved more than the step's {exchange} "
-                 "cost" + (f", even though {turns}" if crowded else ""),
-       "no clear difference": f"the half of the batch of {batch} each rank no longer computes and the step's "
-                              f"{exchange} roughly cancel, inside this run's timing spread"
+       "faster": f"each rank computed half of the batch of {batch}, and that saved more time than the step's exchange "
+                 "cost" + (f", even though {turns}" if crowded else "") + f": {exchange}",
+       "no clear difference": f"the half of the batch of {batch} each rank no longer computes and the step's exchange "
+                              "roughly cancel, " + ("the medians within 5% of each other"
+                                                    if speed.within_margin("2 processes", "1 process")
+                                                    else "inside this run's timing spread") + f": {exchange}"
                               + (f" ({turns})" if crowded else "")}[word]
 print(f"verdict on this machine: a step on 2 processes is {speed.describe('2 processes', '1 process')}.\n"
       f"Setting: {setting}.\nWhy: {why}.")
