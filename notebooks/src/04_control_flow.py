@@ -990,9 +990,10 @@ for n in SIZES:
     print(f"\n{n:,} elements (first compiled calls, s, and what the graph cache did: "
           + ", ".join(f"{k} {v:.1f} [{cache_words(cache_events[n][k])}]" for k, v in first_calls[n].items()) + ")")
     print(tables[n])
-    print(memory_tables[n])
+    if n == max(SIZES):  # on a short vector both memory timings are call overhead, not memory
+        print(memory_tables[n])
 
-print("\nwhat a second run of the notebook can expect, by these graph-cache events:")
+print("\nwhat a second run of the notebook can expect, by the graph-cache events of these first calls (both sizes):")
 for name in first_calls[SIZES[0]]:
     events = {e: sum(cache_events[n][name][e] for n in SIZES) for e in CACHE_EVENTS}
     kept, bypassed = events["hit"] + events["miss"], events["bypass"]
@@ -1001,7 +1002,8 @@ for name in first_calls[SIZES[0]]:
         "its graphs were found in the cache or stored there, so a second run skips their code generation "
         "and C++ build" if not bypassed else
         "Inductor would not store its graphs (bypass), so every run generates its code again" if not kept else
-        f"{kept} of its graphs were found or stored and {bypassed} bypassed: a second run generates those again"))
+        f"{kept} of its graphs were found or stored and {bypassed} bypassed: a second run generates the bypassed "
+        "ones again"))
 fig, axes = plt.subplots(1, len(SIZES), figsize=(12, 3.2))
 for ax, n in zip(axes, SIZES):
     bench.bar_chart(tables[n], title=f"{n:,} elements", ax=ax)
@@ -1081,7 +1083,7 @@ for n in SIZES:
           f"  compiled cond is {cond_said}\n"
           f"  compiled where is {where_said}")
     if role == "small":
-        print(f"  why: at this size the time is per-call overhead (a copy of the vector into fresh memory takes "
+        print(f"  why: at this size the time is per-call overhead (a copy of the vector takes "
               f"{copy_ms[n] * 1e3:.1f} µs): the Python-if version enters two graphs with "
               "Python and guards between them, cond enters one graph that runs more kernels (counted above); "
               "both read the predicate back to pick a branch")
@@ -1111,11 +1113,12 @@ for n in SIZES:
         why_where = (f"{adds}, but this run's timings are too spread to show what those cost (cond's IQR is "
                      f"{cond_row.iqr_s * 1e3 / fresh_ms:.1f} fresh copies' time)")
     elif where_word == "no clear difference":
-        why_where = (f"{adds}, and here those cost less than 5% of its time" + scalar_note()
+        why_where = (f"{adds}, yet the medians are within 5%: the extra buffer cost less than the fresh copy timed "
+                     "above would predict" + (f"; {scalar_note().strip(' ;()')}" if scalar_note() else "")
                      + rough(t, "compiled where", "compiled cond"))
     else:
         why_where = (f"{adds}, yet where was slower: it computes both branches in its one kernel, and here that "
-                     "outweighed cond's extra passes" + scalar_note() + rough(t, "compiled where", "compiled cond"))
+                     "outweighed cond's extra buffer and kernels" + scalar_note() + rough(t, "compiled where", "compiled cond"))
     print(f"  why where against cond: {why_where}")
     # cond against the Python if: the same fresh buffers, more kernels (asserted above)
     more = runs["compiled cond"] - runs["compiled, Python if"]
@@ -1129,9 +1132,12 @@ for n in SIZES:
                                        if t.within_margin("compiled cond", "compiled, Python if") else
                                        "; the two medians are inside the timing spread"),
         "slower": (f"{same}; its extra {d_ms:.2f} ms is {d_ms / pass_ms:.1f} in-place passes' time"
+                   + (f", more than the pass of its {plural(more, 'extra kernel')} explains, so the rest is outside these "
+                      "counts (other programs' load, or how each loop was compiled)" if d_ms / pass_ms > 2 * more else "")
                    + rough(t, "compiled cond", "compiled, Python if")),
-        "faster": (f"{same}, yet cond was faster: the counts favour the Python if, so what decided is outside them "
-                   "(cond enters one graph where the Python if enters two with Python between them)"
+        "faster": (f"{same}, yet cond was faster by {-d_ms:.2f} ms, far more than the microseconds one graph instead "
+                   "of two saves (the short vector's table): what decided is outside these counts (other programs' "
+                   "load, or how each loop was compiled); rerun when quiet"
                    + rough(t, "compiled cond", "compiled, Python if")),
     }[cond_word]
     print(f"  why cond against the Python if: {why_cond}")
@@ -1159,22 +1165,24 @@ for n in SIZES:
 #   an in-place pass; the lines under the long vector set each version's time beside its counts and
 #   say which cost showed on your machine.
 # - So `cond` is not a speed feature. It is what makes the function capturable (for export, for
-#   `fullgraph=True`, for code that must not return to Python); where it comes out ahead, one graph
-#   beat two, and where it comes out behind on the long vector, the "why" lines set its extra time
-#   beside the buffers and kernels its boundary adds.
+#   `fullgraph=True`, for code that must not return to Python); where it comes out ahead on the
+#   short vector, one graph beat two, and where it comes out behind on the long vector, the "why"
+#   lines set its extra time beside the buffers and kernels its boundary adds.
 # - **When `where` does not pay.** `where` evaluates both branches on every call. With two cheap
 #   branches that costs little; with an expensive branch that is rarely taken (the router's deep
 #   block), computing it every time costs far more than a branch, and `cond` is the right tool.
 #
-# The first-call times show where the compile cost goes: `cond`'s first call compiles both
-# branches up front, while the Python-if version compiles only the branch it took and pays for one
-# more graph the first time the other branch runs (section 1; here, inside the correctness checks).
+# Read the first-call times together with the cache events beside them. A *hit* skips code
+# generation and the C++ build, so that version's first call is mostly tracing; only between
+# versions that both missed do the times show that `cond`'s first call compiles both branches up
+# front, while the Python-if version compiles only the branch it took and pays for one more graph
+# the first time the other branch runs (section 1; here, inside the correctness checks).
 # The cell warmed Inductor up on a throwaway function first, so no variant pays its one-time
 # start-up; which first call is longer still depends on how code generation and C++ builds add up on
 # your machine. The events beside each first call say what Inductor's on-disk graph cache did: *hit*
 # (found from an earlier run, so no code generation or C++ build), *miss* (compiled now and stored,
-# so the next run of the notebook finds it) or *bypass* (not stored: Inductor declines graphs that
-# hold a higher-order operator it does not know how to cache). The lines under the tables say, for
+# so the next run of the notebook finds it) or *bypass* (not stored; for `cond`'s graph because
+# Inductor declines graphs that hold a higher-order operator it cannot cache). The lines under the tables say, for
 # each version, what a second run can expect from it.
 #
 # ### Where `cond` does not help
