@@ -111,10 +111,11 @@ def build_tag() -> str:
     return f"torch-{version}-py{sys.version_info.major}.{sys.version_info.minor}"
 
 
-#: Settings that change the C++ Inductor writes, or how it builds it, which torch's own cache keys
-#: miss, with the short name each gets in the folder's name. Torch 2.14.1 with one folder for two
-#: values of ``ATEN_CPU_CAPABILITY`` handed the ``default`` profile a graph compiled for AVX2, and
-#: its C++ (``at::vec::Vectorized``) then failed to build.
+#: Settings that change the C++ Inductor writes, or how it builds it, with the short name each gets
+#: in the folder's name. Torch's own cache keys miss ``ATEN_CPU_CAPABILITY``: torch 2.14.1 with one
+#: folder for two of its values handed the ``default`` profile a graph compiled for AVX2, and its C++
+#: (``at::vec::Vectorized``) then failed to build. ``TORCHINDUCTOR_CPP_MARCH`` is in the key
+#: (``cpp.march``) but kept apart as well, so a profile's folder never mixes with the real CPU's.
 ISA_VARIABLES: tuple[tuple[str, str], ...] = (("ATEN_CPU_CAPABILITY", "aten"), ("TORCHINDUCTOR_CPP_MARCH", "march"))
 
 

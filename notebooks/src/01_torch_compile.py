@@ -140,8 +140,8 @@ print(session.start(seed=0))
 # through `course_utils.inductor_code.generated_code`, whose other helpers read the source it returns
 # (which kernels it defines and calls, how often a pattern appears). `fresh_cache()` points
 # Inductor at an empty, temporary cache directory, so a compile is measured from scratch instead of
-# being read back from an earlier run; `empty_cache()` below uses it in full mode only, since
-# compiling everything from scratch would make quick mode much slower.
+# being read back from an earlier run; `empty_cache()` below uses it in full mode only: quick mode
+# keeps whatever the on-disk cache holds, so a second quick run can reuse code compiled before.
 
 # %%
 def empty_cache():
@@ -552,7 +552,9 @@ for mode in MODES:
     print(f"- {mode}: {mode_table.describe(mode)}")
 print(f"Why: {library} of the default mode's calls are library routines (the matrix multiplies), the same ones eager "
       "calls; compiling fused only the glue between them, " + (
-          "and that showed as time in some mode here" if "faster" in mode_words.values() else
+          "and in some mode that saved time beyond the spread (the lines above say which)"
+          + ("; others took longer, which this cell does not time apart" if "slower" in mode_words.values() else "")
+          if "faster" in mode_words.values() else
           "which did not save time that shows here" if "slower" not in mode_words.values() else
           "and where a mode took longer, the extra time is in the glue or the calls around the library routines, "
           "which this cell does not time apart"))
@@ -901,7 +903,7 @@ def reason(name: str, r: dict) -> str:
                           "traffic was not enough on this CPU" + inductor_code.scalar_note()}[word]
         return fused + tail + where
     tail = {"faster": "the fused glue was a large enough share of the time to show",
-            "no clear difference": "so most of the time is spent in the same routines either way",
+            "no clear difference": "so fusing the glue did not change the total beyond the timing spread here",
             "slower": "and yet it took longer: the extra time is in the fused glue or in the calls around the library "
                       "routines, which this cell does not time apart (notebook 09's profiler does)"
                       + inductor_code.scalar_note()}[word]
@@ -1199,7 +1201,8 @@ print(f"The cold run compiled {len(sources)} C++ files: {len(kernels)} generated
 warm_word = bench.band_verdict(warm["first_s"], cold["first_s"], band=0.1, name="compile.cache.warm_vs_cold")
 print(f"The warm run found the graph in the cache ({warm['graph_hits']} hit, 0 misses) and built no new library "
       f"({libraries['cold']} built by the cold run; its C++ compiler time {warm['cpp_build_s']:.2f} s against "
-      f"{cold['cpp_build_s']:.2f} s cold): first call {warm['first_s']:.2f} s against {cold['first_s']:.2f} s "
+      f"{cold['cpp_build_s']:.2f} s cold, the compiler checking Inductor's shared header, which every process does; "
+      "no kernel was compiled): first call {warm['first_s']:.2f} s against {cold['first_s']:.2f} s "
       f"cold, {warm_word} (10% band; cold/warm {warm_speedup:.1f}x): " + {
           "lower": "it skipped the lowering, code generation and the kernels' C++ build",
           "no clear difference": "what it skipped was small next to the rest of the first call on this machine",
@@ -1569,6 +1572,9 @@ if PRECOMPILE and not config.is_quick():
         elif word == "higher":
             did += (f"; it built {a['libraries_built']} C++ libraries against {against}'s {b['libraries_built']}, and "
                     f"single runs in separate processes also vary ({varied})")
+        elif word == "lower" and same_build and a["libraries_built"]:
+            did += (f", but both built the same {a['libraries_built']} C++ libraries; single runs in separate processes "
+                    f"vary ({varied}), so one run each cannot say how much of the gap the skipped work explains")
         elif word != "lower" and same_build and a["libraries_built"]:
             did += (f", but both built the same {a['libraries_built']} C++ libraries; what it skipped did not show beyond "
                     f"the band in one run each (the import step alone varied {import_spread:.1f}x between processes)")
@@ -1593,7 +1599,7 @@ if PRECOMPILE and not config.is_quick():
           f"{pre_routes['cold']['kernels_built']}, and {empty['probes_built']} "
           f"CPU probe{'s' if empty['probes_built'] != 1 else ''}: "
           + ("on a CPU the bundle does not carry built libraries, so there it can save at most the tracing and code "
-             "generation; the verdict above says whether that showed in this run"
+             "generation; one run each cannot separate that saving from run-to-run variation"
              if empty["kernels_built"] else "its kernels needed no build"))
 
     fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.45 * len(pre_routes)))
@@ -1709,7 +1715,10 @@ if PRECOMPILE and not config.is_quick() and capability == "AVX512":
         hits = "" if name == "precompiled" else f"; graph-cache hits {r['graph_cache_hits']}"
         print(f"captured with {capability}, loaded under the avx2 profile: {name} {word} (max difference {err:.2g}; "
               f"kernel libraries built for AVX2: {r['kernels_built']}{hits}){extra}")
-    if other_isa["warm torch.compile"]["graph_cache_hits"] == 0:
+    if other_isa["warm torch.compile"]["graph_cache_hits"]:
+        print("the warm route's graph came from the AVX-512 cache entry; the profile cannot show what a real AVX2 "
+              "machine does with it: keep one cache folder per CPU class")
+    else:
         print("the warm route did not use its cache: the profile sets TORCHINDUCTOR_CPP_MARCH, one of the settings in "
               "Inductor's cache key, so it compiled afresh for AVX2. On a real AVX2 machine no such setting changes, so "
               "this does not show that one cache folder can be shared between CPU classes: keep one folder per "
@@ -1745,12 +1754,12 @@ elif PRECOMPILE:
 # | a recompile in the middle of the first epoch | the last batch is smaller | `drop_last=True`, or pad the last batch (section 6; demonstrated below) |
 # | compiled results differ from eager | random numbers, or floating-point order | bisect with the backends; `fallback_random` for random ops; compare with a tolerance (section 4) |
 # | `reduce-overhead` or `max-autotune` brings nothing on a CPU | CUDA graphs are GPU-only; CPU autotuning needs freezing | use the default mode on a CPU; for inference, `max-autotune` with freezing on may pick Inductor's own matrix-multiply code: measure it (section 3) |
-# | "compiling made it slower" | timed the first call, the model is matmul- or overhead-bound, or the generated loops ran slower than eager's kernels on this CPU | time the steady state separately; check where the time goes (section 5) |
+# | "compiling made it slower" | timed the first call; or little to gain (matmul-bound or tiny calls) and some extra time around the library calls | time the steady state separately; notebook 09's profiler shows where the time goes (section 5) |
 # | `RuntimeError: Either mode or options...` | both given | put the mode's settings into `options` (section 2) |
 # | every run starts slowly | cold compile cache | keep `TORCHINDUCTOR_CACHE_DIR` between runs (section 7) |
 # | `PrecompileError` when calling a precompiled artifact | another batch size, dtype, layout or model structure than at capture | capture once per shape you run; pass inputs like the example's (section 7) |
 # | a precompiled artifact ignores a changed setting | values read during capture are baked in; there are no guards | pass the value as a tensor argument, or capture again (section 7) |
-# | a precompiled artifact loaded on another machine gives wrong results without an error, or builds C++ for a long time | its kernels are C++ source written for the capture CPU's vector width; the libraries are not in the bundle | capture on the CPU class that loads it, and ship or keep the cache directory beside it (section 7) |
+# | a precompiled artifact loaded on another machine can give wrong results without an error (section 7's check shows this on an AVX-512 machine), or builds C++ for a long time | its kernels are C++ source written for the capture CPU's vector width; the libraries are not in the bundle | capture on the CPU class that loads it, and ship or keep the cache directory beside it (section 7) |
 #
 # The ragged-last-batch recompile, shown with the cheap `eager` backend:
 
