@@ -1,8 +1,8 @@
 # %% [markdown]
 # # 08 · Quantization: from a hand-written int8 Linear to torchao and ONNX Runtime
 #
-# A trained network stores every weight as a 32-bit float, and at inference time most of the work
-# is moving those weights from memory to the arithmetic units. Store them in 8 bits instead and the
+# A trained network stores every weight as a 32-bit float, and at inference time much of the work
+# can be moving those weights from memory to the arithmetic units. Store them in 8 bits instead and the
 # weights take a quarter of the bytes: the model downloads faster, fits in a phone's memory, and,
 # with the right kernels, runs faster too. The catch is in two words of that sentence: *right
 # kernels*.
@@ -123,7 +123,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from course_utils import bench, config, cpu, exercises, inductor_code, session, size, threads
+from course_utils import bench, compat, config, cpu, exercises, inductor_code, session, size, threads
 from course_utils.data import digits_loaders, load_retrieval_set, ranking_agreement, similarity
 from course_utils.device import requires_cuda
 from course_utils.kit.cpu_profiles import PROFILES
@@ -157,8 +157,9 @@ BUILD.mkdir(parents=True, exist_ok=True)
 #
 # A float32 weight takes 4 bytes, a bfloat16 or float16 weight 2, an int8 weight 1. Fewer bytes
 # help in three places: on disk and over the network (the file you ship), in memory (how many
-# models fit), and in time, because a layer whose weights are bigger than the CPU caches is
-# limited by how fast memory delivers them, not by arithmetic.
+# models fit), and in time, because a layer whose weights are bigger than the CPU caches can be
+# limited by how fast memory delivers them rather than by arithmetic (the "dequantize alone" row
+# further down shows whether this notebook's layer is, here).
 #
 # The measure of storage in this course is `course_utils.size.serialized_bytes`: the number of
 # bytes `torch.save` writes for a module's `state_dict`, which is what you would ship. Our first
@@ -606,9 +607,11 @@ if fp32_compile_word == "slower":
 elif not same_calls:
     how = "; this notebook does not profile what each part costs"
 elif fp32_compile_word == "faster":
-    how = ", so the gain came from what those loops replace and the code around the library calls"
+    how = (f", so the gain came from what {'that loop replaces' if len(fp32_loops) == 1 else 'those loops replace'} "
+           "(eager's element-wise operators) and the code around the library calls")
 else:
-    how = ", so compiling changed only what those loops replace and the code around the library calls"
+    how = (f", so compiling changed only what {'that loop replaces' if len(fp32_loops) == 1 else 'those loops replace'} "
+           "(eager's element-wise operators) and the code around the library calls")
 print(f"{'fp32 compiled':<36} {said} ({contents}{how}{busy_note})")
 if "torchao int8 weight-only, compiled" in mlp_variants:
     said = mlp_table.describe("torchao int8 weight-only, compiled", "fp32 compiled",
@@ -654,12 +657,30 @@ print(f"{PROFILED_CALLS} warm compiled torchao dyn-act calls, profiled: {profile
 if not profile_fits:
     print("the profiled calls and the timed ones differ by more than a factor of 1.3, so this split does not explain "
           "the table here" + (busy_note + ": rerun when the machine is quiet" if busy_note else ": rerun the cell"))
+else:
+    print("the profiled calls fit the timed median (within a factor of 1.3): the split can be read")
+# torchao's CPU int8 product picks its route from the real CPU (not from a CPU profile): with VNNI and no AMX on
+# torch 2.12 or newer, it shifts the activations to unsigned and subtracts a correction that sums every column
+# of the int8 weight on every call (torchao.kernel.intmm._int_scaled_matmul_cpu).
+import torchao.utils as tao_utils
+
+u8s8 = (hasattr(tao_utils, "_cpu_is_vnni_supported") and tao_utils._cpu_is_vnni_supported()
+        and not tao_utils._cpu_is_amx_tile_supported() and compat.torch_version() >= (2, 12))
+print("torchao's int8 product route here: " + (
+    "u8s8 (this CPU has VNNI and no AMX): besides quantizing each activation row and rescaling, every call sums "
+    "each int8 weight's columns, a full pass over the weights, inside the generated code"
+    if u8s8 else "s8s8: the product alone, with the quantize and rescale steps around it"))
 
 tao_word = mlp_table.verdict("torchao int8 dyn-act, compiled", "fp32 eager")  # recorded above, as ...vs_fp32_eager
 compile_word = mlp_table.verdict("torchao int8 dyn-act, compiled", "torchao int8 dyn-act, eager",
                                  name="quant.mlp.torchao_dyn_act_compiled.vs_eager")
 print(f"compiling the torchao dyn-act MLP: "
-      f"{mlp_table.describe('torchao int8 dyn-act, compiled', 'torchao int8 dyn-act, eager')}")
+      f"{mlp_table.describe('torchao int8 dyn-act, compiled', 'torchao int8 dyn-act, eager')}"
+      + ("" if compile_word != "slower" else
+         f" (the generated code took {generated_ms:.2f} ms per profiled call and the products {int_mm_ms:.2f} ms, "
+         f"against the eager call's {mlp_table.row('torchao int8 dyn-act, eager').median_s * 1e3:.2f} ms median; this "
+         "notebook does not profile the eager call's parts)" if profile_fits else
+         " (the profile does not fit the timing, so this cell cannot say why)"))
 gemm_words = {"faster": "faster than", "slower": "slower than", "no clear difference": "not clearly different from"}
 rank = {"slower": 0, "no clear difference": 1, "faster": 2}  # to tell which of two verdicts is the better one
 eager_dyn_ms = mlp_table.row("torchao int8 dyn-act, eager").median_s * 1e3
@@ -690,10 +711,11 @@ print(f"\ntorchao's int8 layer rides on that product: the bare int8 GEMM measure
 # FBGEMM's `quantized::linear_dynamic`, one fused call that quantizes the activation and runs
 # FBGEMM's own int8 kernels, which exist for AVX2 and for AVX-512 (with VNNI where present).
 # torchao's dynamic layers quantize each activation row and then call `torch._int_mm`: their speed
-# rests on the bare int8 product measured before, plus the quantize and rescale steps around it,
-# which `torch.compile` can fuse (uncompiled, they run one small operator at a time). The profiled
-# split above says where a compiled call's time went, and the line under it says whether that split
-# fits the timed median at all. Whether compiling paid for these layers on this machine, the
+# rests on the bare int8 product measured before, plus the steps around it: quantizing each
+# activation row, rescaling, and on some CPUs (the route line above says) a per-call sum over each
+# int8 weight. `torch.compile` can fuse those steps (uncompiled, they run one small operator at a
+# time). The profiled split above says where a compiled call's time went, and the line under it
+# says whether that split fits the timed median at all. Whether compiling paid for these layers on this machine, the
 # compiled-against-eager line above says.
 #
 # Weight-only quantization keeps the arithmetic in float. In torchao 0.18 (the version the course
@@ -1350,7 +1372,7 @@ torchao_frozen = "torchao int8 dyn-act, compiled (freezing)"
 if torchao_frozen in pt2e_mlp_variants:
     print("why, against torchao's dynamic MLP: the census above counts the int8 calls each runs; PT2E's activation "
           "scales were fixed at calibration, while torchao's dynamic ones are computed from each batch on every call, "
-          + {"faster": "work PT2E does not do",
+          + {"faster": "work PT2E does not do (this notebook does not profile how much of the gap it accounts for)",
              "no clear difference": "and that per-call work did not show as a clear difference here",
              "slower": "so the difference lies elsewhere (compare the census lines)"}[
               pt2e_mlp_table.verdict(pt2e_label, torchao_frozen)])
@@ -1692,7 +1714,7 @@ why_not_int8 = {
     "bf16": ("this CPU has bf16 dot-product instructions (AVX512-BF16, AMX or Arm's BF16)" if bf16_dot else
              "this CPU has no bf16 dot-product instructions, so its bf16 matmuls widen to float32 and back")
             + (f"; read from the real CPU: oneDNN's bf16 matmuls use its instructions whatever CPU profile "
-               f"{cpu_facts.profile} caps" if cpu_facts.profile else ""),
+               f"{cpu_facts.profile} caps" if cpu_facts.profile and bf16_dot else ""),
     "compiled": ("compiling fuses the small element-wise work around the matmuls, which stay the same library calls"
                  + inductor_code.scalar_note()),
     "ORT": "ONNX Runtime runs the exported graph with its own float kernels and graph fusions"
@@ -1710,6 +1732,8 @@ for name in rows:
                     "; here it ran slower all the same (this notebook does not profile why)")
         elif key == "bf16" and not bf16_dot and word == "faster":  # the reason says what could cost; say it did not
             why += "; here it ran faster all the same (this notebook does not profile why)"
+        elif key == "bf16" and not bf16_dot and word == "no clear difference":
+            why += "; here that cost nothing measurable"
         print(f"{name} on this CPU: {said}" + (f" ({why})" if why else ""))
 
 
@@ -1726,8 +1750,8 @@ for name in rows:
 # - **Speed.** Storing int8 is not enough. A variant can only win with integer matmul kernels
 #   that are fast on *this* CPU *and* little work around them. ONNX Runtime's `MatMulInteger`
 #   kernels (MLAS) have their own AVX2, AVX-512, VNNI and ARM versions. torchao's dynamic layers
-#   ride on `torch._int_mm` (measured near the top) and need `torch.compile` to fuse the quantize
-#   and rescale steps around it. The hand-written layer and weight-only quantization dequantize
+#   ride on `torch._int_mm` (measured near the top) and were meant to rely on `torch.compile` to
+#   fuse the steps around it; the MLP and MiniLM verdicts say whether compiling paid here. The hand-written layer and weight-only quantization dequantize
 #   on every call; uncompiled torchao subclasses add per-call Python dispatch around each of this
 #   model's many small matmuls. The verdict lines above sort the int8 variants into faster, no
 #   clear difference and slower on your machine, judged against the timing spread.
