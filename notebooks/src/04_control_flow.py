@@ -908,7 +908,6 @@ with torch.no_grad():
         torch.testing.assert_close(torch.from_numpy(out), router(x), rtol=1e-4, atol=1e-5)
 print("ONNX Runtime matches eager on both branches (rtol=1e-4)")
 
-
 # %% [markdown]
 # ## 5 · Speed: compiled `cond` against a Python `if` with its graph break
 #
@@ -1009,6 +1008,7 @@ for ax, n in zip(axes, SIZES):
     bench.bar_chart(tables[n], title=f"{n:,} elements", ax=ax)
 fig.tight_layout();
 
+
 # %% [markdown]
 # To explain these numbers, look at what Inductor generated for each version: how many compiled
 # graphs, and how many kernels (fused loops) in each. `run_and_get_code` (from `torch._inductor.utils`)
@@ -1065,6 +1065,7 @@ start = next((i for i, line in enumerate(wrapper) if ".item()" in line), None)
 if start is not None:
     print("\nthe cond's branch, inside the generated wrapper code:")
     print("\n".join(line for line in wrapper[start:start + 14] if line.strip()))
+
 
 # %%
 def rough(t: bench.Comparison, *labels: str) -> str:

@@ -445,6 +445,7 @@ for x_try in (torch.ones(3), -torch.ones(3)):
 assert any(n.target is torch.ops.higher_order.cond for n in ep_cond.graph.nodes)
 print("\nthe exported program takes the right branch for positive and negative inputs")
 
+
 # %% [markdown]
 # When the branch is cheap, `torch.where(pred, a, b)` (compute both, select) is the other fix.
 #
