@@ -903,7 +903,9 @@ def reason(name: str, r: dict) -> str:
                           "traffic was not enough on this CPU" + inductor_code.scalar_note()}[word]
         return fused + tail + where
     tail = {"faster": "the fused glue was a large enough share of the time to show",
-            "no clear difference": "so fusing the glue did not change the total beyond the timing spread here",
+            "no clear difference": ("so fusing the glue did not change the total by more than 5% here"
+                                    if r["table"].within_margin("compiled") else
+                                    "so fusing the glue did not change the total beyond the timing spread here"),
             "slower": "and yet it took longer: the extra time is in the fused glue or in the calls around the library "
                       "routines, which this cell does not time apart (notebook 09's profiler does)"
                       + inductor_code.scalar_note()}[word]
@@ -1202,7 +1204,7 @@ warm_word = bench.band_verdict(warm["first_s"], cold["first_s"], band=0.1, name=
 print(f"The warm run found the graph in the cache ({warm['graph_hits']} hit, 0 misses) and built no new library "
       f"({libraries['cold']} built by the cold run; its C++ compiler time {warm['cpp_build_s']:.2f} s against "
       f"{cold['cpp_build_s']:.2f} s cold, the compiler checking Inductor's shared header, which every process does; "
-      "no kernel was compiled): first call {warm['first_s']:.2f} s against {cold['first_s']:.2f} s "
+      f"no kernel was compiled): first call {warm['first_s']:.2f} s against {cold['first_s']:.2f} s "
       f"cold, {warm_word} (10% band; cold/warm {warm_speedup:.1f}x): " + {
           "lower": "it skipped the lowering, code generation and the kernels' C++ build",
           "no clear difference": "what it skipped was small next to the rest of the first call on this machine",
@@ -1536,9 +1538,9 @@ def skipped_work(a: dict, b: dict) -> list[str]:
     skipped = []
     if a["dynamo_graphs"] < b["dynamo_graphs"]:
         skipped.append("Dynamo's tracing")
-        skipped.append("the graph-cache lookup" if b["graph_cache_hits"] else "AOTAutograd and Inductor's lowering")
+        skipped.append("the graph-cache lookup" if b["graph_cache_hits"] else "AOTAutograd with Inductor's lowering")
     elif a["graph_cache_hits"] > b["graph_cache_hits"]:
-        skipped.append("AOTAutograd and Inductor's lowering (a graph-cache hit)")
+        skipped.append("AOTAutograd with Inductor's lowering (a graph-cache hit)")
     if a["libraries_built"] < b["libraries_built"]:
         skipped.append(f"{b['libraries_built'] - a['libraries_built']} C++ builds")
     return skipped
@@ -1754,7 +1756,7 @@ elif PRECOMPILE:
 # | a recompile in the middle of the first epoch | the last batch is smaller | `drop_last=True`, or pad the last batch (section 6; demonstrated below) |
 # | compiled results differ from eager | random numbers, or floating-point order | bisect with the backends; `fallback_random` for random ops; compare with a tolerance (section 4) |
 # | `reduce-overhead` or `max-autotune` brings nothing on a CPU | CUDA graphs are GPU-only; CPU autotuning needs freezing | use the default mode on a CPU; for inference, `max-autotune` with freezing on may pick Inductor's own matrix-multiply code: measure it (section 3) |
-# | "compiling made it slower" | timed the first call; or little to gain (matmul-bound or tiny calls) and some extra time around the library calls | time the steady state separately; notebook 09's profiler shows where the time goes (section 5) |
+# | "compiling made it slower" | timed the first call; or little to gain: matmul-bound (extra time in the glue or around the library calls) or tiny calls (guard checks and entering the wrapper cost as much as the work) | time the steady state separately; notebook 09's profiler shows where the time goes (section 5) |
 # | `RuntimeError: Either mode or options...` | both given | put the mode's settings into `options` (section 2) |
 # | every run starts slowly | cold compile cache | keep `TORCHINDUCTOR_CACHE_DIR` between runs (section 7) |
 # | `PrecompileError` when calling a precompiled artifact | another batch size, dtype, layout or model structure than at capture | capture once per shape you run; pass inputs like the example's (section 7) |

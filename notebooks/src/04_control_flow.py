@@ -1114,8 +1114,11 @@ for n in SIZES:
         why_where = (f"{adds}, but this run's timings are too spread to show what those cost (cond's IQR is "
                      f"{cond_row.iqr_s * 1e3 / fresh_ms:.1f} fresh copies' time)")
     elif where_word == "no clear difference":
-        why_where = (f"{adds}, yet the medians are within 5%: the extra buffer cost less than the fresh copy timed "
-                     "above would predict" + (f"; {scalar_note().strip(' ;()')}" if scalar_note() else "")
+        extra_buffers = buffers["compiled cond"] - buffers["compiled where"]
+        why_where = (f"{adds}, yet the medians are within 5% ({gap_ms:.2f} ms apart, against {fresh_ms:.2f} ms for one "
+                     "fresh copy)" + (f": the extra {plural(extra_buffers, 'buffer')} cost less than the fresh copy "
+                                      "timed above would predict" if gap_ms < extra_buffers * fresh_ms else "")
+                     + (f"; {scalar_note().strip(' ;()')}" if scalar_note() else "")
                      + rough(t, "compiled where", "compiled cond"))
     else:
         why_where = (f"{adds}, yet where was slower: it computes both branches in its one kernel, and here that "
@@ -1127,6 +1130,8 @@ for n in SIZES:
             f"{plural(more, 'more kernel')} that allocate{'s' if more == 1 else ''} nothing, passing over memory it "
             f"already has (an in-place pass took {pass_ms:.2f} ms here)")
     cond_word = t.verdict("compiled cond", "compiled, Python if")
+    short = tables[min(SIZES)]  # what one graph instead of two saved per call on the short vector
+    short_gap_ms = (short.row("compiled, Python if").median_s - short.row("compiled cond").median_s) * 1e3
     d_ms = (cond_row.median_s - t.row("compiled, Python if").median_s) * 1e3
     why_cond = {
         "no clear difference": same + ("; the two medians are within 5%" + rough(t, "compiled cond", "compiled, Python if")
@@ -1136,9 +1141,11 @@ for n in SIZES:
                    + (f", more than the pass of its {plural(more, 'extra kernel')} explains, so the rest is outside these "
                       "counts (other programs' load, or how each loop was compiled)" if d_ms / pass_ms > 2 * more else "")
                    + rough(t, "compiled cond", "compiled, Python if")),
-        "faster": (f"{same}, yet cond was faster by {-d_ms:.2f} ms, far more than the microseconds one graph instead "
-                   "of two saves (the short vector's table): what decided is outside these counts (other programs' "
-                   "load, or how each loop was compiled); rerun when quiet"
+        "faster": (f"{same}, yet cond was faster by {-d_ms:.2f} ms"
+                   + (f", far more than one graph instead of two saved on the short vector ({short_gap_ms * 1e3:.1f} µs)"
+                      if 0 < short_gap_ms and -d_ms > 10 * short_gap_ms else "")
+                   + ": what decided is outside these counts (other programs' load, or how each loop was compiled); "
+                   "rerun when quiet"
                    + rough(t, "compiled cond", "compiled, Python if")),
     }[cond_word]
     print(f"  why cond against the Python if: {why_cond}")
@@ -1175,8 +1182,8 @@ for n in SIZES:
 #
 # Read the first-call times together with the cache events beside them. A *hit* skips code
 # generation and the C++ build, so that version's first call is mostly tracing; only between
-# versions that both missed do the times show that `cond`'s first call compiles both branches up
-# front, while the Python-if version compiles only the branch it took and pays for one more graph
+# versions that both compiled their graphs in this run (a miss or a bypass) do the times show that
+# `cond`'s first call compiles both branches up front, while the Python-if version compiles only the branch it took and pays for one more graph
 # the first time the other branch runs (section 1; here, inside the correctness checks).
 # The cell warmed Inductor up on a throwaway function first, so no variant pays its one-time
 # start-up; which first call is longer still depends on how code generation and C++ builds add up on

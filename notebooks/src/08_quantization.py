@@ -158,8 +158,8 @@ BUILD.mkdir(parents=True, exist_ok=True)
 # A float32 weight takes 4 bytes, a bfloat16 or float16 weight 2, an int8 weight 1. Fewer bytes
 # help in three places: on disk and over the network (the file you ship), in memory (how many
 # models fit), and in time, because a layer whose weights are bigger than the CPU caches can be
-# limited by how fast memory delivers them rather than by arithmetic (the "dequantize alone" row
-# further down shows whether this notebook's layer is, here).
+# limited by how fast memory delivers them rather than by arithmetic (the timing of one layer
+# further down says whether this notebook's layer is, here).
 #
 # The measure of storage in this course is `course_utils.size.serialized_bytes`: the number of
 # bytes `torch.save` writes for a module's `state_dict`, which is what you would ship. Our first
@@ -382,6 +382,16 @@ layer_word = t_layer.verdict("Int8Linear (dequantize + float matmul)", "fp32 nn.
 print(f"\nthe hand-written int8 layer is {t_layer.describe('Int8Linear (dequantize + float matmul)', 'fp32 nn.Linear')}: "
       + {"slower": "it saves storage, not time", "no clear difference": "it saves storage, and no time",
          "faster": "it saves storage and, on this machine, even time"}[layer_word])
+# Is this layer limited by memory here? Set the rate the fp32 layer read its weights beside the rate the
+# dequantize step moved its ~13 bytes per weight (a lower bound on what memory delivers on this machine).
+n_w = layer.weight.numel()
+deq_gbs = 13 * n_w / t_layer.row("dequantize alone").median_s / 1e9
+lin_gbs = 4 * n_w / t_layer.row("fp32 nn.Linear").median_s / 1e9
+mem_word = bench.band_verdict(lin_gbs, deq_gbs, band=0.3)
+print(f"dequantize alone moved about {deq_gbs:.0f} GB/s; fp32 nn.Linear read its weights at {lin_gbs:.0f} GB/s: "
+      + ("well below what memory delivered to the dequantize step, so this layer is not limited by memory here"
+         if mem_word == "lower" else "about as fast as memory delivered to the dequantize step (30% band), so memory "
+         "may limit this layer here"))
 
 # %% [markdown]
 # A real int8 kernel never builds that float32 copy. It reads the int8 weights directly (a
@@ -660,15 +670,17 @@ if not profile_fits:
 else:
     print("the profiled calls fit the timed median (within a factor of 1.3): the split can be read")
 # torchao's CPU int8 product picks its route from the real CPU (not from a CPU profile): with VNNI and no AMX on
-# torch 2.12 or newer, it shifts the activations to unsigned and subtracts a correction that sums every column
-# of the int8 weight on every call (torchao.kernel.intmm._int_scaled_matmul_cpu).
+# torch 2.12 or newer, it shifts the activations to unsigned and subtracts a correction that sums each output
+# channel's int8 weights on every call (torchao.kernel.intmm._int_scaled_matmul_cpu).
 import torchao.utils as tao_utils
 
 u8s8 = (hasattr(tao_utils, "_cpu_is_vnni_supported") and tao_utils._cpu_is_vnni_supported()
         and not tao_utils._cpu_is_amx_tile_supported() and compat.torch_version() >= (2, 12))
 print("torchao's int8 product route here: " + (
-    "u8s8 (this CPU has VNNI and no AMX): besides quantizing each activation row and rescaling, every call sums "
-    "each int8 weight's columns, a full pass over the weights, inside the generated code"
+    "u8s8 (this CPU has AVX-512 VNNI and no AMX"
+    + (f"; read from the real CPU, whatever CPU profile {cpu_facts.profile} caps" if cpu_facts.profile else "")
+    + "): besides quantizing each activation row and rescaling, every call sums each output channel's int8 weights "
+    "(one sum per row of the (out, in) weight), a full pass over the weights, inside the generated code"
     if u8s8 else "s8s8: the product alone, with the quantize and rescale steps around it"))
 
 tao_word = mlp_table.verdict("torchao int8 dyn-act, compiled", "fp32 eager")  # recorded above, as ...vs_fp32_eager
@@ -692,7 +704,8 @@ elif not profile_fits:
     why_not = " (the profile above does not fit the timing, so this cell cannot say why)"
 elif compile_word == "slower" and generated_ms > eager_dyn_ms:
     why_not = (" (compiling made these layers slower than running them eagerly here: in the profiled calls above the "
-               f"code Inductor generated in place of the eager quantize and rescale operators took {generated_ms:.2f} ms "
+               f"code Inductor generated in place of the eager operators around the products (quantize, rescale and, on the "
+               f"u8s8 route, the weight sums) took {generated_ms:.2f} ms "
                f"per call alone, more than the whole eager call's {eager_dyn_ms:.2f} ms median, while the products took "
                f"{int_mm_ms:.2f} ms" + busy_note + ")")
 elif rank[tao_word] < rank[int8_gemm]:
@@ -1715,8 +1728,8 @@ why_not_int8 = {
              "this CPU has no bf16 dot-product instructions, so its bf16 matmuls widen to float32 and back")
             + (f"; read from the real CPU: oneDNN's bf16 matmuls use its instructions whatever CPU profile "
                f"{cpu_facts.profile} caps" if cpu_facts.profile and bf16_dot else ""),
-    "compiled": ("compiling fuses the small element-wise work around the matmuls, which stay the same library calls"
-                 + inductor_code.scalar_note()),
+    "compiled": ("on the MLP, the generated code kept eager's library matmul calls and fused the element-wise work "
+                 "around them (the MLP section); MiniLM's generated code is not inspected here" + inductor_code.scalar_note()),
     "ORT": "ONNX Runtime runs the exported graph with its own float kernels and graph fusions"
            + (f"; ONNX Runtime reads the real CPU, not CPU profile {cpu_facts.profile}" if cpu_facts.profile else ""),
 }
@@ -1735,6 +1748,10 @@ for name in rows:
         elif key == "bf16" and not bf16_dot and word == "no clear difference":
             why += "; here that cost nothing measurable"
         print(f"{name} on this CPU: {said}" + (f" ({why})" if why else ""))
+if {"torchao int8 dyn-act", "torchao int8 dyn-act, compiled"} <= set(rows):
+    print("compiling torchao's dyn-act MiniLM: it is " + minilm_table.describe(
+        "torchao int8 dyn-act, compiled", "torchao int8 dyn-act", name="quant.minilm.torchao_dyn_act_compiled.vs_eager")
+          + " the uncompiled one")
 
 
 # %% [markdown]
@@ -1752,8 +1769,8 @@ for name in rows:
 #   kernels (MLAS) have their own AVX2, AVX-512, VNNI and ARM versions. torchao's dynamic layers
 #   ride on `torch._int_mm` (measured near the top) and were meant to rely on `torch.compile` to
 #   fuse the steps around it; the MLP and MiniLM verdicts say whether compiling paid here. The hand-written layer and weight-only quantization dequantize
-#   on every call; uncompiled torchao subclasses add per-call Python dispatch around each of this
-#   model's many small matmuls. The verdict lines above sort the int8 variants into faster, no
+#   on every call; uncompiled torchao subclasses run their quantize and rescale steps as separate
+#   small operators around each of this model's many matmuls. The verdict lines above sort the int8 variants into faster, no
 #   clear difference and slower on your machine, judged against the timing spread.
 #
 # | CPU class (`cpu.info()`) | torch.ao dynamic (FBGEMM; 7-bit activations on every x86 CPU) | torchao dyn-act, compiled without freezing (`torch._int_mm`) | PT2E static (oneDNN, frozen) | ONNX Runtime int8 (MLAS) |
