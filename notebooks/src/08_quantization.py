@@ -1749,9 +1749,9 @@ for name in rows:
             why += "; here that cost nothing measurable"
         print(f"{name} on this CPU: {said}" + (f" ({why})" if why else ""))
 if {"torchao int8 dyn-act", "torchao int8 dyn-act, compiled"} <= set(rows):
-    print("compiling torchao's dyn-act MiniLM: it is " + minilm_table.describe(
+    print("compiling torchao's dyn-act MiniLM: the compiled model is " + minilm_table.describe(
         "torchao int8 dyn-act, compiled", "torchao int8 dyn-act", name="quant.minilm.torchao_dyn_act_compiled.vs_eager")
-          + " the uncompiled one")
+          + " (uncompiled)")
 
 
 # %% [markdown]
