@@ -121,6 +121,21 @@ def first_call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> float:
     return time.perf_counter() - start
 
 
+#: What Inductor's on-disk FX graph cache can do with one compiled graph: find it from an earlier run (hit),
+#: compile and store it (miss), or decline to store it (bypass, e.g. a graph holding ``torch.cond``).
+CACHE_EVENTS = ("hit", "miss", "bypass")
+
+
+def first_call_and_cache(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[float, dict[str, int]]:
+    """Return ``first_call(fn, ...)`` and what Inductor's graph cache did meanwhile, as counts of each of
+    ``CACHE_EVENTS`` (all zero when nothing was compiled or the cache is off)."""
+    from torch._dynamo.utils import counters
+
+    before = {e: counters["inductor"][f"fxgraph_cache_{e}"] for e in CACHE_EVENTS}
+    seconds = first_call(fn, *args, **kwargs)
+    return seconds, {e: counters["inductor"][f"fxgraph_cache_{e}"] - before[e] for e in CACHE_EVENTS}
+
+
 @dataclass(frozen=True)
 class Row:
     """One variant in a comparison: its timing and its speed-up over the baseline."""

@@ -250,3 +250,18 @@ def test_a_caller_that_knows_why_the_spread_is_large_says_so():
     assert table.endswith(cause) and "something else was using the CPU" not in table
     assert str(noisy) == noisy.format()
     assert _two(1.0, 0.1, 2.0, 0.2).format(cause=cause) == str(_two(1.0, 0.1, 2.0, 0.2))  # quiet: no note
+
+
+def test_first_call_and_cache_counts_what_inductors_graph_cache_did():
+    from torch._inductor.utils import fresh_cache
+
+    seconds, events = bench.first_call_and_cache(lambda t: t + 1, torch.ones(4))  # nothing compiled
+    assert seconds >= 0 and events == dict.fromkeys(bench.CACHE_EVENTS, 0)
+    with fresh_cache():  # an empty cache directory: the first compile misses, the same graph again hits
+        torch._dynamo.reset()
+        _, cold = bench.first_call_and_cache(torch.compile(lambda t: t * 3 + 1), torch.ones(8))
+        torch._dynamo.reset()
+        _, warm = bench.first_call_and_cache(torch.compile(lambda t: t * 3 + 1), torch.ones(8))
+    torch._dynamo.reset()
+    assert cold["miss"] >= 1 and cold["hit"] == 0, cold
+    assert warm["hit"] >= 1 and warm["miss"] == 0, warm

@@ -929,8 +929,6 @@ print("ONNX Runtime matches eager on both branches (rtol=1e-4)")
 # on-disk graph cache did with the graphs it compiled.
 
 # %%
-from collections.abc import Callable
-
 from torch._dynamo.utils import counters
 
 
@@ -943,15 +941,7 @@ def clip_then_score_where(x: torch.Tensor) -> torch.Tensor:
 
 SIZES = config.pick(quick=(256, 65_536), full=(256, 16_777_216))  # 16M floats: 64 MB, more than a CPU cache
 FRESH, IN_PLACE = "copy into fresh memory", "in-place pass over existing memory"
-CACHE_EVENTS = ("hit", "miss", "bypass")  # what Inductor's on-disk FX graph cache did with one compiled graph
-
-
-def first_call_and_cache(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> tuple[float, dict[str, int]]:
-    """Return the seconds of fn's first call, and how many of the graphs it compiled Inductor's graph
-    cache found (hit), compiled and stored (miss) or would not store (bypass)."""
-    before = {e: counters["inductor"][f"fxgraph_cache_{e}"] for e in CACHE_EVENTS}
-    seconds = bench.first_call(fn, x)
-    return seconds, {e: counters["inductor"][f"fxgraph_cache_{e}"] - before[e] for e in CACHE_EVENTS}
+CACHE_EVENTS = bench.CACHE_EVENTS  # what Inductor's on-disk FX graph cache did: hit, miss, bypass
 
 
 tables, memory_tables, first_calls, cache_events, copy_ms = {}, {}, {}, {}, {}
@@ -967,7 +957,8 @@ for n in tqdm(SIZES, desc="sizes"):
         "compiled cond": torch.compile(clip_then_score_cond),
         "compiled where": torch.compile(clip_then_score_where),
     }
-    first = {name: first_call_and_cache(fn, x_big) for name, fn in variants.items() if name != "eager, Python if"}
+    # each first call's time, and what Inductor's graph cache did with the graphs it compiled
+    first = {name: bench.first_call_and_cache(fn, x_big) for name, fn in variants.items() if name != "eager, Python if"}
     first_calls[n] = {name: seconds for name, (seconds, _) in first.items()}
     cache_events[n] = {name: events for name, (_, events) in first.items()}
     for fn in variants.values():
