@@ -608,7 +608,8 @@ else:
                                     f"; the part that grows with the tokens (eager {growth['eager']:+.2f} ms, ONNX "
                                     f"Runtime {growth['ORT']:+.2f} ms from 2 tokens to {n_query}) is too small here "
                                     "to favour either runtime")
-                      + "; the profiles below split it (a rough share: see the spread above)",
+                      + "; the profiles below split it"
+                      + (" (a rough share: see the spread note above)" if split.spread_note() else ""),
               "part": "part of ONNX Runtime's edge at batch 1 is in that cost (Python and dispatch, and how fast "
                       "each runtime's matrix-multiply kernels get through the weights with few tokens); the rest "
                       "grows with the tokens, in the arithmetic",
@@ -710,7 +711,9 @@ else:
     busy = others is not None and others >= 0.5
     margin_tie = not spin_table.spread_note() and spin_table.within_margin("ORT, idle threads spin",
                                                                            "ORT, idle threads sleep")
-    why = {"faster": "the cores were free enough here that skipping the wake-ups paid",
+    why = {"faster": "the cores were free enough here that skipping the wake-ups paid" if not busy else
+                     "skipping the wake-ups paid even with other programs busy (ONNX Runtime's threads won the cores "
+                     "they spun on); on a machine shared more heavily it can go the other way",
            "no clear difference": "the wake-ups saved and the cores taken roughly cancel on this machine"
                                   if margin_tie and not busy else
                                   "the two are within 5% of each other, but other programs were busy, so this need not "
