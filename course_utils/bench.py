@@ -334,6 +334,15 @@ def band_verdict(value: float, other: float, band: float = 0.1, *, name: str | N
     return word
 
 
+def band_text(band: float = 0.1) -> str:
+    """Say which ratios ``band_verdict`` calls "no clear difference", as the ratio interval it uses:
+    "a ratio between 0.87x and 1.15x" for ``band=0.15``. The interval is not symmetric in percent (a
+    15% rise, a 13% drop), so print this rather than "differences under 15%"."""
+    if band < 0:
+        raise ValueError(f"band must be >= 0, got {band!r}")
+    return f"a ratio between {1 / (1 + band):.2f}x and {1 + band:.2f}x"
+
+
 def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, baseline: str | None = None,
             rounds: int = 3, warmup: int = 3, min_run_time: float | None = None,
             num_threads: int | None = None, device: torch.device | str | None = None,

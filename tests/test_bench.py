@@ -197,6 +197,16 @@ def test_from_samples_gives_timings_measured_elsewhere_the_same_verdict():
         bench.Comparison.from_samples({"a": [1.0]}, baseline="c")
 
 
+def test_band_text_gives_the_interval_band_verdict_uses():
+    assert bench.band_text(0.15) == "a ratio between 0.87x and 1.15x"
+    lo, hi = 1 / 1.15, 1.15
+    assert bench.band_verdict(lo * 1.001, 1.0, band=0.15) == "no clear difference"
+    assert bench.band_verdict(lo * 0.999, 1.0, band=0.15) == "lower"
+    assert bench.band_verdict(hi * 1.001, 1.0, band=0.15) == "higher"
+    with pytest.raises(ValueError, match="band"):
+        bench.band_text(-0.1)
+
+
 def test_band_verdict_needs_a_gap_beyond_the_band():
     assert bench.band_verdict(1.2, 1.0) == "higher"
     assert bench.band_verdict(1.0, 1.2) == "lower"

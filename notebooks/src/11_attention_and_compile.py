@@ -495,8 +495,16 @@ xa = torch.randn(config.pick(4, 8), config.pick(64, 128), 256)
 compiled_block = torch.compile(block)
 
 
+caps = cpu.capabilities()
+# torch's CPU attention packs bf16 data for AMX whenever oneDNN sees AMX, then calls a packing kernel built
+# for ATen's vector level, which refuses below AVX-512. No real CPU has AMX without AVX-512; only a run
+# capped below it (a CPU profile, or ATEN_CPU_CAPABILITY) meets this, and it takes the math attention instead.
+amx_below_avx512 = bool(caps.get("amx_bf16")) and not torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+
+
 def bf16_block(x):
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    attention = sdpa_kernel(SDPBackend.MATH) if amx_below_avx512 else contextlib.nullcontext()
+    with attention, torch.autocast("cpu", dtype=torch.bfloat16):
         return compiled_block(x)
 
 
@@ -509,7 +517,9 @@ with torch.no_grad():
 print(f"relative error against fp32: {rel:.2e} (the output is {bf16.dtype}: the residual additions mix a "
       "float32 input with bf16 products, and autocast leaves additions to type promotion)")
 print(amp)
-caps = cpu.capabilities()
+if amx_below_avx512:
+    print(f"(torch's vector code is capped at {torch.backends.cpu.get_cpu_capability()} on a CPU with AMX, a mix no "
+          "real CPU has: the bf16 row's attention ran on the math backend, which this mix needs)")
 native = [name for name in ("amx_bf16", "avx512_bf16") if caps.get(name)]
 no_native = "none (bf16 products are computed through float32 conversions)"
 print(f"native bf16 instructions on this CPU: {', '.join(native) if native else no_native}"

@@ -32,7 +32,7 @@
 #
 # **Time on a laptop CPU:** <!-- stamp:time -->2.5 min the first time (every cache empty), 2.1 min after that (compile cache warm), 1.1 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-avx512-vnni; 2.5 min: torch 2.14.1, 2026-12-06; 2.1 min: torch 2.14.1, 2026-12-06; 1.1 min: torch 2.14.1, 2026-12-02). A slower or busy laptop takes longer.<!-- /stamp:time --> Quick mode runs fewer and shorter requests.
 # **GPU:** not needed. Everything here is scheduling and memory bookkeeping; a guarded cell at the
-# end times the batched decoding step on a GPU if there is one.
+# end of section 7 times the batched decoding step on a GPU if there is one.
 
 # %% tags=["colab-setup"]
 # Google Colab only: the next lines set the course up when this notebook runs in Colab (they clone the
@@ -130,7 +130,7 @@ cfg = model.config
 HEAD_DIM = cfg.n_embd // cfg.n_head
 CORPUS = load_corpus()
 print(f"TinyGPT: {cfg.n_layer} layers, {cfg.n_head} heads of {HEAD_DIM}, context {cfg.block_size} "
-      f"characters, vocabulary {tok.vocab_size}; {THREADS} torch thread(s)")
+      f"characters, vocabulary {tok.vocab_size}; " + ("1 torch thread" if THREADS == 1 else f"{THREADS} torch threads"))
 
 
 def text_prompt(start: int, length: int) -> list[int]:
@@ -586,14 +586,23 @@ bench.record("engine.paged.capacity_ratio", capacity_ratio, "x", rows=ROWS, bloc
 N_RUN = config.pick(24, N_MIX)
 RUN_ROWS = config.pick(4, ROWS)
 run_specs = [(text_prompt(500 + 700 * i, mix_prompt[i]), mix_new[i], 0) for i in range(N_RUN)]
+run_blocks = RUN_ROWS * cfg.block_size // BLOCK
+# the count above for this run: how many of its requests, in order, fit these blocks by their whole length
+run_need = [-(-(len(p) + n) // BLOCK) for p, n, _ in run_specs]
+fit_whole = next((i for i in range(N_RUN) if sum(run_need[:i + 1]) > run_blocks), N_RUN)
 runs = {}
-for name, kv in (("rows", RowKV(RUN_ROWS)), ("paged", PagedKV(RUN_ROWS * cfg.block_size // BLOCK))):
+for name, kv in (("rows", RowKV(RUN_ROWS)), ("paged", PagedKV(run_blocks))):
     reqs = make_requests(run_specs)
     start = time.perf_counter()
     st = serve(reqs, kv, max_batch=N_RUN)
     runs[name] = (st, [r.out for r in reqs], time.perf_counter() - start)
+    beyond = ""
+    if name == "paged" and max(st["batch"]) > fit_whole:
+        preempts = ", and when answers outgrow the free blocks a sequence is preempted" if st["preempted"] else ""
+        beyond = (f" (more than the {fit_whole} whose whole length fits in its {run_blocks} blocks, counted as "
+                  f"above: admission counts only the prompt{preempts})")
     print(f"{name:5s}: peak {max(st['batch']):2d} sequences per step, {st['steps']} steps, "
-          f"{st['preempted']} preemptions, {runs[name][2]:.2f} s")
+          f"{st['preempted']} preemptions, {runs[name][2]:.2f} s{beyond}")
 assert runs["rows"][1] == runs["paged"][1], "paging changed the outputs"
 assert max(runs["paged"][0]["batch"]) > max(runs["rows"][0]["batch"])
 assert runs["paged"][0]["steps"] < runs["rows"][0]["steps"], "fuller steps must mean fewer of them"
@@ -605,7 +614,7 @@ print(f"tokens computed: {computed_rows:,} with rows, {computed_paged:,} paged "
       f"({computed_paged - computed_rows:,} recomputed after its {runs['paged'][0]['preempted']} preemptions)")
 time_word = bench.band_verdict(runs["paged"][2], runs["rows"][2], band=0.15, name="engine.paged.wall_time_vs_rows")
 print(f"wall time, paged against rows: {runs['paged'][2] / runs['rows'][2]:.2f}x -> {time_word} on this machine "
-      "(one run each: differences under 15% are within run-to-run variation)")
+      f"(one run each, so {bench.band_text(0.15)} is called no clear difference)")
 
 # %% [markdown]
 # Fewer, fuller steps (asserted) save the fixed cost of each step, but the paged run also does
@@ -668,15 +677,16 @@ for every in (2, 1):
     work_ratio = prefill["no prefix cache"] / prefill["prefix cache"]
     ttft_cmps[every] = cmp_every = bench.Comparison.from_samples(ttft, baseline="no prefix cache")
     ttft_said = cmp_every.describe("prefix cache", name=f"engine.prefix.ttft.every{every}")
-    print(f"one request every {every} step(s): prompt tokens computed {prefill['no prefix cache']} without, "
+    print(("one request every step" if every == 1 else f"one request every {every} steps")
+          + f": prompt tokens computed {prefill['no prefix cache']} without, "
           f"{prefill['prefix cache']} with ({work_ratio:.1f}x less prefill work); median TTFT over "
           f"{len(ttft['prefix cache'])} runs {cmp_every.row('no prefix cache').median_s * 1e3:.1f} ms without, "
           f"{cmp_every.row('prefix cache').median_s * 1e3:.1f} ms with: {ttft_said}")
 ttft_ratio = ttft_cmps[2].speedup("prefix cache")
-load_word = bench.band_verdict(ttft_cmps[1].speedup("prefix cache"), ttft_ratio, band=0.15,
-                               name="engine.prefix.ttft_gain.double_load")
-print(f"TTFT gain at twice the load: {ttft_cmps[1].speedup('prefix cache'):.2f}x against {ttft_ratio:.2f}x -> "
-      f"{load_word} on this machine (15% band)")
+double_ratio = ttft_cmps[1].speedup("prefix cache")
+load_word = bench.band_verdict(double_ratio, ttft_ratio, band=0.15, name="engine.prefix.ttft_gain.double_load")
+print(f"TTFT gain at twice the load: {double_ratio:.2f}x against {ttft_ratio:.2f}x ({double_ratio / ttft_ratio:.2f}x "
+      f"of it) -> {load_word} on this machine ({bench.band_text(0.15)} is called no clear difference)")
 bench.record("engine.prefix.ttft_ratio", ttft_ratio, "x", shared_tokens=SHARED, requests=N_PREFIX, every_steps=2);
 
 # %% [markdown]
@@ -807,7 +817,8 @@ for load, runs in served.items():
         cost = bench.band_verdict(ttft_on, ttft_off, band=0.15, name="engine.prefix.served.cost_unshared")
         gap_ms = ttft_on - ttft_off
         explained = cache_ms >= gap_ms / 2       # the cache's own work covers at least half the TTFT gap
-        print(f"  what the cache costs when nothing is shared: TTFT {ttft_on / ttft_off:.2f}x (15% band): " + {
+        print(f"  what the cache costs when nothing is shared: TTFT {ttft_on / ttft_off:.2f}x "
+              f"({bench.band_text(0.15)} is called no clear difference): " + {
             "higher": (f"higher by {gap_ms:.2f} ms, " + (
                 f"and the cache's own work ({cache_ms:.2f} ms per request) accounts for at least half of it: "
                 "a measurable cost on this machine" if explained else
@@ -866,7 +877,7 @@ print(f"ITL p99 of the running streams (median of {len(p99['chunked'])} runs): {
       f"{p99_with:.2f} ms chunked: {itl_ratio:.2f}x; chunked p99 is " + {
           "lower": "lower than", "higher": "higher than", "no clear difference": "not clearly different from"}[
           bench.band_verdict(p99_with, p99_without, band=0.25, name="engine.chunked.itl_p99.chunked_vs_whole")]
-      + " whole prompts' (25% band)")
+      + f" whole prompts' ({bench.band_text(0.25)} is called no clear difference)")
 print(f"the long prompts' own TTFT in steps (median): {ttft_steps['whole prompts']:g} whole, "
       f"{ttft_steps['chunked']:g} chunked")
 bench.record("engine.chunked.itl_p99_ratio", itl_ratio, "x", budget=TOKEN_BUDGET, long_prompt=LONG);
@@ -1120,13 +1131,16 @@ if requires_accelerator("the batched decoding step on a GPU"):
 # shares. At start it warns that token authentication is on: processes that join it need the token
 # it wrote to `~/.ray/auth_token`.
 #
-# What two cores can and cannot show. Each replica reserves one of Ray's CPUs, so two replicas take
-# both cores, and the proxy, the controller and the load generator run on the same two cores
-# beside them. Two replicas therefore cannot add compute here: whatever the cell below prints
-# compares one process against two that share the same cores, plus the extra hop through the proxy.
-# Replicas add throughput when each one has cores (or a machine) of its own. What two cores *can*
-# show is the mechanism: requests spread over both replicas, a dead replica is replaced, and no
-# request is lost.
+# What one machine can show depends on its cores. Ray is given as many CPUs as the machine has
+# cores, each replica reserves one of them, and each runs the course server's default number of
+# torch threads (`default_threads()`: 1 on a small machine, up to 4 on a larger one), as does the
+# single course-server process it is compared with. On a 2-core machine like the reference one, the
+# two replicas' threads, the proxy, the controller and the load generator all share the two cores,
+# so the second replica brings no cores of its own: the comparison is then one process against two
+# that share the same cores, plus the extra hop through the proxy. With more cores, each replica's
+# threads can run on cores of their own, and two replicas can add compute. The cell below checks
+# which case this machine is and prints it beside its verdict. On any machine the cells show the
+# mechanism: requests spread over both replicas, a dead replica is replaced, and no request is lost.
 
 # %%
 # %%writefile {APPS}/ray_app.py
@@ -1583,16 +1597,26 @@ for name, reports in runs.items():
 print("answers per replica:", dict(served))
 bench.record("serve.ray.replicas_used", replicas_used, "replicas", clients=RAY_CLIENTS,
              requests=RAY_REQUESTS * RAY_ROUNDS)
-# One load run per round, no spread of their own: a gap under 15% is called no clear difference.
+# One load run per round, no spread of their own: a ratio between 1/1.15 and 1.15 is called no clear difference.
 word = {"higher": "more", "lower": "fewer", "no clear difference": "no clearly different number of"}[
     bench.band_verdict(tps[RAY_NAME], tps[COURSE_NAME], band=0.15, name="engine.ray.two_replicas_vs_one_server")]
-print(f"verdict on this machine ({os.cpu_count()} cores): two Ray replicas served {word} tokens/s than "
-      f"one course server process ({tps[RAY_NAME] / tps[COURSE_NAME]:.2f}x; the replicas, Ray's proxy and controller "
-      "and the load generator all share these cores)")
+cores, replica_threads = os.cpu_count() or 2, replica_cfg.torch_threads
+# each replica's threads on cores of their own, and at least one core left for the proxy, controller and load generator
+own_cores = cores >= 2 * replica_threads + 1
+print(f"verdict on this machine: two Ray replicas served {word} tokens/s than one course server process "
+      f"({tps[RAY_NAME] / tps[COURSE_NAME]:.2f}x; {bench.band_text(0.15)} is called no clear difference)")
+print(f"cores: each replica (and the single process) runs {replica_threads} torch "
+      f"thread{'s' if replica_threads > 1 else ''}, so the two replicas' threads alone need {2 * replica_threads} "
+      f"of this machine's {cores} cores, " + (
+          "with at least one left for the proxy, the controller and the load generator: each replica can "
+          "compute on cores of its own here" if own_cores else
+          "leaving none for the proxy, the controller and the load generator: the second replica has no core "
+          "of its own here, so two replicas cannot add compute on this machine, only share it"))
 
 # %% [markdown]
 # **A replica dies mid-run.** The next cell starts a load and, half a second in, kills one replica
-# actor the way a crash would (`ray.kill`). A stream that the dead replica was writing cannot
+# actor the way a crash would (`ray.kill`); the load is meant to outlast that half second, and the
+# cell prints whether it was still running at the kill. A stream that the dead replica was writing cannot
 # move: its KV cache died with the process. Either the proxy cuts the stream off, or the stream just
 # stops and the client's read timeout ends it (15 s without a byte, here); if no stream was in flight
 # on that replica at the moment of the kill, nothing is cut at all. A request routed to the dead
@@ -1608,7 +1632,7 @@ print(f"verdict on this machine ({os.cpu_count()} cores): two Ray replicas serve
 # controller trying to stop the replica this cell killed, and it is expected.
 
 # %%
-KILL_REQUESTS, KILL_NEW = config.pick(32, 96), config.pick(32, 48)
+KILL_REQUESTS, KILL_NEW, KILL_AFTER_S = config.pick(64, 96), 48, 0.5
 KILL_TIMEOUT_S = 15  # seconds without a byte before an attempt fails (healthy answers: the p99 printed above)
 before = replica_actor_names()
 result = {}
@@ -1616,24 +1640,36 @@ loader = threading.Thread(target=lambda: result.update(report=run_load(
     ray_srv.url, concurrency=RAY_CLIENTS, n_requests=KILL_REQUESTS, max_new_tokens=KILL_NEW,
     prompts=RAY_PROMPTS, retries=3, count_header=SERVED_BY, timeout_s=KILL_TIMEOUT_S)))
 loader.start()
-time.sleep(0.5)
+time.sleep(KILL_AFTER_S)
+in_flight = loader.is_alive()          # was the load still running when the replica died?
 killed = ray_srv.kill_replica()
 killed_at = time.perf_counter()
 loader.join()
 killed_run = result["report"]
+deadline = time.monotonic() + 60
+while killed in replica_actor_names():  # let Ray finish the kill before counting replicas
+    assert time.monotonic() < deadline, f"{killed} is still listed 60 s after ray.kill"
+    time.sleep(0.1)
 ray_srv.wait_for_replicas(2)
 after = replica_actor_names()
 failures = Counter(error.split(":")[0] for error in killed_run.errors)
-print(f"killed replica {killed.rsplit('#', 1)[-1]} 0.5 s into {KILL_REQUESTS} requests of {KILL_NEW} tokens")
+print(f"killed replica {killed.rsplit('#', 1)[-1]} {KILL_AFTER_S} s into {KILL_REQUESTS} requests of {KILL_NEW} tokens"
+      if in_flight else f"killed replica {killed.rsplit('#', 1)[-1]} {KILL_AFTER_S} s after starting {KILL_REQUESTS} "
+      f"requests of {KILL_NEW} tokens: the load had already ended when the replica was killed")
 refused = sum(n for kind, n in failures.items() if kind.startswith("HTTP"))
 cut = len(killed_run.errors) - refused
 print(f"failed attempts: {len(killed_run.errors)} {dict(failures)}; HTTP statuses {killed_run.statuses} (one per "
       "attempt" + ("; a cut stream had already answered 200 before its replica died, and its retry answered "
                    "again" if cut else "") + f"); retries sent: {killed_run.retries}; lost: {killed_run.n_lost}")
 print("answers per replica:", {name: n for name, n in killed_run.served_by.items()})
-print("no stream was in flight on the killed replica, so nothing needed sending again" if not killed_run.errors else
-      f"{cut} stream(s) cut by the death and {refused} request(s) refused with an HTTP "
-      f"error, all sent again by the client ({killed_run.retries} retries)")
+if not killed_run.errors:
+    print("no stream was in flight on the killed replica, so nothing needed sending again" if in_flight else
+          "no request was in flight at the kill, so nothing was cut and nothing needed sending again")
+else:
+    print(("no stream" if not cut else "1 stream" if cut == 1 else f"{cut} streams") + " cut by the death and "
+          + ("no request" if not refused else "1 request" if refused == 1 else f"{refused} requests")
+          + " refused with an HTTP error, all sent again by the client "
+          f"({killed_run.retries} {'retry' if killed_run.retries == 1 else 'retries'})")
 print(f"Serve runs {ray_srv.running_replicas()} replicas again, by {time.perf_counter() - killed_at:.1f} s after "
       f"the kill (checked once the load had ended): {[name.rsplit('#', 1)[-1] for name in after]}")
 assert killed_run.n_lost == 0, killed_run.errors[:5]
