@@ -334,13 +334,15 @@ def band_verdict(value: float, other: float, band: float = 0.1, *, name: str | N
     return word
 
 
-def band_text(band: float = 0.1) -> str:
-    """Say which ratios ``band_verdict`` calls "no clear difference", as the ratio interval it uses:
-    "a ratio between 0.87x and 1.15x" for ``band=0.15``. The interval is not symmetric in percent (a
-    15% rise, a 13% drop), so print this rather than "differences under 15%"."""
+def band_text(band: float = 0.1, *, inside: bool = False) -> str:
+    """Say the rule of a ``band_verdict`` as the ratio interval it uses: "a ratio between 0.87x and
+    1.15x is called no clear difference" for ``band=0.15``; with ``inside``, the words for a ratio
+    that fell in it ("the ratio was between 0.87x and 1.15x"). The interval is not symmetric in
+    percent (a 15% rise, a 13% drop), so print this rather than "differences under 15%"."""
     if band < 0:
         raise ValueError(f"band must be >= 0, got {band!r}")
-    return f"a ratio between {1 / (1 + band):.2f}x and {1 + band:.2f}x"
+    ratios = f"between {1 / (1 + band):.2f}x and {1 + band:.2f}x"
+    return f"the ratio was {ratios}" if inside else f"a ratio {ratios} is called no clear difference"
 
 
 def compare(variants: Mapping[str, Callable[..., Any]], *args: Any, baseline: str | None = None,

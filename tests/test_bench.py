@@ -198,7 +198,8 @@ def test_from_samples_gives_timings_measured_elsewhere_the_same_verdict():
 
 
 def test_band_text_gives_the_interval_band_verdict_uses():
-    assert bench.band_text(0.15) == "a ratio between 0.87x and 1.15x"
+    assert bench.band_text(0.15) == "a ratio between 0.87x and 1.15x is called no clear difference"
+    assert bench.band_text(0.15, inside=True) == "the ratio was between 0.87x and 1.15x"
     lo, hi = 1 / 1.15, 1.15
     assert bench.band_verdict(lo * 1.001, 1.0, band=0.15) == "no clear difference"
     assert bench.band_verdict(lo * 0.999, 1.0, band=0.15) == "lower"

@@ -614,7 +614,7 @@ print(f"tokens computed: {computed_rows:,} with rows, {computed_paged:,} paged "
       f"({computed_paged - computed_rows:,} recomputed after its {runs['paged'][0]['preempted']} preemptions)")
 time_word = bench.band_verdict(runs["paged"][2], runs["rows"][2], band=0.15, name="engine.paged.wall_time_vs_rows")
 print(f"wall time, paged against rows: {runs['paged'][2] / runs['rows'][2]:.2f}x -> {time_word} on this machine "
-      f"(one run each, so {bench.band_text(0.15)} is called no clear difference)")
+      f"(one run each, so {bench.band_text(0.15)})")
 
 # %% [markdown]
 # Fewer, fuller steps (asserted) save the fixed cost of each step, but the paged run also does
@@ -686,7 +686,7 @@ ttft_ratio = ttft_cmps[2].speedup("prefix cache")
 double_ratio = ttft_cmps[1].speedup("prefix cache")
 load_word = bench.band_verdict(double_ratio, ttft_ratio, band=0.15, name="engine.prefix.ttft_gain.double_load")
 print(f"TTFT gain at twice the load: {double_ratio:.2f}x against {ttft_ratio:.2f}x ({double_ratio / ttft_ratio:.2f}x "
-      f"of it) -> {load_word} on this machine ({bench.band_text(0.15)} is called no clear difference)")
+      f"of it) -> {load_word} on this machine ({bench.band_text(0.15)})")
 bench.record("engine.prefix.ttft_ratio", ttft_ratio, "x", shared_tokens=SHARED, requests=N_PREFIX, every_steps=2);
 
 # %% [markdown]
@@ -818,7 +818,7 @@ for load, runs in served.items():
         gap_ms = ttft_on - ttft_off
         explained = cache_ms >= gap_ms / 2       # the cache's own work covers at least half the TTFT gap
         print(f"  what the cache costs when nothing is shared: TTFT {ttft_on / ttft_off:.2f}x "
-              f"({bench.band_text(0.15)} is called no clear difference): " + {
+              f"({bench.band_text(0.15)}): " + {
             "higher": (f"higher by {gap_ms:.2f} ms, " + (
                 f"and the cache's own work ({cache_ms:.2f} ms per request) accounts for at least half of it: "
                 "a measurable cost on this machine" if explained else
@@ -877,7 +877,7 @@ print(f"ITL p99 of the running streams (median of {len(p99['chunked'])} runs): {
       f"{p99_with:.2f} ms chunked: {itl_ratio:.2f}x; chunked p99 is " + {
           "lower": "lower than", "higher": "higher than", "no clear difference": "not clearly different from"}[
           bench.band_verdict(p99_with, p99_without, band=0.25, name="engine.chunked.itl_p99.chunked_vs_whole")]
-      + f" whole prompts' ({bench.band_text(0.25)} is called no clear difference)")
+      + f" whole prompts' ({bench.band_text(0.25)})")
 print(f"the long prompts' own TTFT in steps (median): {ttft_steps['whole prompts']:g} whole, "
       f"{ttft_steps['chunked']:g} chunked")
 bench.record("engine.chunked.itl_p99_ratio", itl_ratio, "x", budget=TOKEN_BUDGET, long_prompt=LONG);
@@ -1604,7 +1604,7 @@ cores, replica_threads = os.cpu_count() or 2, replica_cfg.torch_threads
 # each replica's threads on cores of their own, and at least one core left for the proxy, controller and load generator
 own_cores = cores >= 2 * replica_threads + 1
 print(f"verdict on this machine: two Ray replicas served {word} tokens/s than one course server process "
-      f"({tps[RAY_NAME] / tps[COURSE_NAME]:.2f}x; {bench.band_text(0.15)} is called no clear difference)")
+      f"({tps[RAY_NAME] / tps[COURSE_NAME]:.2f}x; {bench.band_text(0.15)})")
 print(f"cores: each replica (and the single process) runs {replica_threads} torch "
       f"thread{'s' if replica_threads > 1 else ''}, so the two replicas' threads alone need {2 * replica_threads} "
       f"of this machine's {cores} cores, " + (
