@@ -317,7 +317,6 @@ def show_steps() -> None:
 
 show_steps()
 
-
 # %% [markdown]
 # ## Step 3 · `async def`, and the trap in it
 #
