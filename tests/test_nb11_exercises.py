@@ -57,3 +57,15 @@ def test_a_mask_mod_that_returns_a_float_gets_a_hint():
     assert not fb.correct and "boolean tensor" in fb.message
     fb = exercises.check("11.sliding_window", lambda window: 3, strict=True)
     assert not fb.correct and "inner function" in fb.message
+
+
+def test_sliding_window_feedback_shows_the_call_the_learner_wrote():
+    """make_sliding_window takes one argument: feedback shows that call and names the grid its mask_mod ran on."""
+    stub = exercises.check("11.sliding_window", lambda window: (lambda b, h, q, kv: q >= kv), strict=True)
+    assert not stub.correct
+    assert stub.message.startswith("make_sliding_window(1) returned a mask_mod that, on a 6x6 grid of indices, "
+                                   "lets q_idx=1 attend to kv_idx=0 instead of a window of 1"), stub.message
+    too_narrow = exercises.check("11.sliding_window", lambda window: (lambda b, h, q, kv: q == kv), strict=True)
+    assert "make_sliding_window(3) returned" in too_narrow.message and "keeps q_idx=1 from kv_idx=0" in too_narrow.message
+    one_dim = exercises.check("11.sliding_window", lambda window: (lambda b, h, q, kv: (q >= kv).any(-1)), strict=True)
+    assert not one_dim.correct and "gives a mask of shape (6,)" in one_dim.message, one_dim.message

@@ -103,7 +103,47 @@ def _as_mask(result: Any) -> Any:
     return result
 
 
-def _window_mask(make: Callable[[int], Any], window: int, size: int) -> Any:
+class _Window(int):
+    """A case of 11.sliding_window: the window the learner's function is called with (feedback shows the call
+    as ``make_sliding_window(3)``), carrying the size of the grid of indices its mask_mod is evaluated on."""
+
+    size: int
+
+    def __new__(cls, window: int, size: int) -> _Window:
+        case = super().__new__(cls, window)
+        case.size = size
+        return case
+
+
+class _OnGrid:
+    """A mask_mod's dense mask on a case's grid, compared as a whole; in feedback it names the first
+    (q_idx, kv_idx) pair where it differs from the sliding window."""
+
+    def __init__(self, mask: torch.Tensor, window: int, size: int) -> None:
+        self.mask, self.window, self.size = mask, window, size
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, _OnGrid) and self.mask.shape == other.mask.shape
+                and bool(torch.equal(self.mask, other.mask)))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        band = _band(self.window, self.size)
+        where = f"a mask_mod that, on a {self.size}x{self.size} grid of indices,"
+        if self.mask.shape != band.shape:
+            return f"{where} gives a mask of shape {tuple(self.mask.shape)}"
+        wrong = (self.mask != band).nonzero()
+        if not len(wrong):
+            keys = "kv_idx == q_idx" if self.window == 1 else f"q_idx - {self.window - 1} <= kv_idx <= q_idx"
+            return f"a window of {self.window} ({keys})"
+        i, j = wrong[0].tolist()
+        allowed = bool(self.mask[i, j])
+        return f"{where} {'lets' if allowed else 'keeps'} q_idx={i} {'attend to' if allowed else 'from'} kv_idx={j}"
+
+
+def _window_mask(make: Callable[[int], Any], case: _Window) -> _OnGrid:
+    window, size = int(case), case.size
     mask_mod = run(make, window, call=f"make_sliding_window({window})")
     if not callable(mask_mod):
         raise Wrong(f"make_sliding_window({window}) returned {short(mask_mod)}; return the inner function "
@@ -113,7 +153,7 @@ def _window_mask(make: Callable[[int], Any], window: int, size: int) -> Any:
                                                    "not `and`.")])
     if not isinstance(got, torch.Tensor) or got.dtype != torch.bool:
         raise Wrong(f"the mask_mod returned {short(got)}; it must return a boolean tensor, such as q_idx >= kv_idx.")
-    return _as_mask(got)
+    return _OnGrid(_as_mask(got), window, size)
 
 
 def _band(window: int, size: int) -> torch.Tensor:
@@ -146,9 +186,9 @@ def _window_mistakes() -> list[Mistake]:
 function_exercise(
     "11.sliding_window",
     solution=make_sliding_window,
-    reference=lambda window, size: _band(window, size),
-    cases=lambda: [(1, 6), (3, 10), (4, 16), (20, 12)],
-    prepare=lambda make: (lambda window, size: _window_mask(make, window, size)),
+    reference=lambda case: _OnGrid(_band(int(case), case.size), int(case), case.size),
+    cases=lambda: [(_Window(1, 6),), (_Window(3, 10),), (_Window(4, 16),), (_Window(20, 12),)],
+    prepare=lambda make: (lambda case: _window_mask(make, case)),
     mistakes=_window_mistakes,
     otherwise="Allow kv_idx when q_idx >= kv_idx and q_idx - kv_idx < window; print the dense mask with "
               "exercises.nb11.dense_mask(make_sliding_window(3), 8) to see yours.",

@@ -101,6 +101,7 @@ else:
 import contextlib
 import io
 import json
+import logging
 import math
 import os
 import shutil
@@ -243,7 +244,8 @@ else:
 #
 # The score matrix has S² entries per head, so the hand-written version's memory grows with the
 # square of the sequence. The profiler's memory accounting (`profile_memory=True`) adds up what each
-# call allocates; the cell compares that with the size of one score matrix.
+# call allocates; the cell compares that with the size of one score matrix and prints how much each
+# doubling of the sequence multiplies it by.
 
 # %%
 def allocated_mb(fn, *args):
@@ -269,7 +271,23 @@ for n in lengths:
           f"SDPA {cmp.describe('SDPA', name=f'attn.sdpa.vs_by_hand.s{n}')}")
 
 score_mb = H * lengths[-1] ** 2 * 4 / 2**20   # one float32 score matrix for every head
-assert growth["by hand"]["mb"][-1] >= score_mb > growth["SDPA"]["mb"][-1]
+per_doubling = {name: [b / a for a, b in zip(g["mb"], g["mb"][1:])] for name, g in growth.items()}
+for name, steps in per_doubling.items():
+    print(f"{name:<7} memory per doubling of S: " + ", ".join(f"{x:.1f}x" for x in steps))
+n_threads = torch.get_num_threads()
+torch.set_num_threads(1)                   # the same call at the longest length, on one thread
+one_thread_mb = allocated_mb(sdpa_causal, qs, ks, vs)
+torch.set_num_threads(n_threads)
+output_mb = qs.numel() * 4 / 2**20         # SDPA's float32 output, the shape of q
+print(f"SDPA at S={lengths[-1]}: {one_thread_mb:.1f} MB on one thread"
+      + (f", {growth['SDPA']['mb'][-1]:.1f} MB on this machine's {n_threads} threads" if n_threads > 1 else "")
+      + f"; {output_mb:.1f} MB of {'either' if n_threads > 1 else 'it'} is its output, the rest the kernel's scratch"
+      + (", which grows with the thread count" if n_threads > 1 else ""))
+assert growth["by hand"]["mb"][-1] >= score_mb, "the hand-written version builds at least one score matrix"
+# The last doubling: S² makes the hand-written version's memory about 4x; SDPA's output doubles and its
+# scratch (one buffer per thread, sized by the kernel's blocks) grows less, whatever the thread count.
+assert per_doubling["by hand"][-1] > 3.5 and per_doubling["SDPA"][-1] < 2.5
+assert one_thread_mb > output_mb and (n_threads == 1 or growth["SDPA"]["mb"][-1] > one_thread_mb)
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
 for name, g in growth.items():
     axes[0].plot(lengths, g["ms"], "o-", label=name)
@@ -283,9 +301,12 @@ fig.tight_layout();
 
 # %% [markdown]
 # The memory panel is the structural result: the hand-written version allocates at least one full
-# score matrix (several, in fact: the scores, their scaled copy, the masked copy and the softmax), while the fused
-# kernel allocates less than one, growing only linearly. The time panel is this machine's verdict,
-# printed per length above.
+# score matrix (several, in fact: the scores, their scaled copy, the masked copy and the softmax), so its
+# memory grows with S². The fused kernel never builds that matrix: it allocates its output, which grows
+# linearly with S, plus a scratch buffer for each thread, sized by the blocks of queries and keys it
+# works on, so its memory grows far more slowly (the cell asserts both at the last doubling). Because
+# the scratch is per thread, SDPA's figure also depends on how many threads torch uses, which is why the
+# cell measured it on one thread as well. The time panel is this machine's verdict, printed per length above.
 #
 # ## 2 · FlexAttention: masks and biases as Python functions
 #
@@ -411,12 +432,15 @@ sliding = bench.compare({
     "flex, block mask": lambda: flex(qf, kf, vf, block_mask=sw_mask),
 }, min_run_time=config.pick(0.3, 1.0))
 print(sliding)
-print(f"verdict on this machine: FlexAttention is "
-      f"{sliding.describe('flex, block mask', name='attn.flex.sliding_window.vs_sdpa_dense')} " + (
-          f"(it skips {skipped:.0%} of the tiles; SDPA reads the whole {S_FLEX}x{S_FLEX} mask)"
-          if flex is compiled_flex else
-          f"(it ran unfused here: the reference computes every score and masks afterwards, so it skips none of "
-          f"the {skipped:.0%} of tiles the block mask marks empty; only the compiled kernel would)"))
+said = sliding.describe("flex, block mask", name="attn.flex.sliding_window.vs_sdpa_dense")
+if flex is not compiled_flex:
+    why = (f"; it ran unfused here: the reference computes every score and masks afterwards, so it skips none of "
+           f"the {skipped:.0%} of tiles the block mask marks empty; only the compiled kernel would")
+elif sliding.verdict("flex, block mask") == "faster":
+    why = f" (it skips {skipped:.0%} of the tiles; SDPA reads the whole {S_FLEX}x{S_FLEX} mask)"
+else:
+    why = f"; skipping {skipped:.0%} of the tiles gave no clear gain here over SDPA's dense kernel"
+print(f"verdict on this machine: FlexAttention is {said}{why}")
 
 # %% [markdown]
 # ### What the CPU backend does not do
@@ -654,8 +678,10 @@ for n in DEPTHS:
               f"graphs {r['graphs']}, operations traced {r['ops_traced']}")
 
 # %% [markdown]
-# The counts explain the times: whole-model compile traces every block's operations; regional
-# compile traces one block and reuses it, so it traces about 1/N as many. What does not shrink is the
+# The counts differ by construction: whole-model compile traces every block's operations; regional
+# compile traces one block and reuses it, so it traces about 1/N as many. Whether tracing is where the
+# time goes is for the measurements to say: for each depth the next cell splits the gap between the two
+# cold starts into C++ compiler time and the rest. What does not shrink is the
 # floor measured first: any cold start loads the compiler and builds a few small C++ programs that
 # probe the CPU, whatever it compiles. The ratio of the two cold starts is therefore the ratio of
 # (floor + the whole model's work) to (floor + one block's work). Each work term also holds a fixed
@@ -680,14 +706,19 @@ for n, ratio in ratios.items():
     # One cold start each, no spread: shorter or longer only beyond a 10% band.
     word = {"lower": "shorter", "higher": "longer", "no clear difference": "no clear difference"}[
         bench.band_verdict(r, w, band=0.1)]
+    said = "not clearly different from whole-model compile's" if word == "no clear difference" else word
     bench.record_verdict(f"compile.regional.cold_start.n{n}", word, whole_s=w, regional_s=r, band=0.1)
     target = bench.record_verdict(f"compile.regional.cold_start_target.n{n}", "meets" if ratio >= 2 else "misses",
                                   ratio=ratio, target=2.0)
     traced = (cold[("whole model", n)]["ops_traced"], cold[("regional", n)]["ops_traced"])
-    print(f"{n:2} blocks: whole model {w:.1f} s, regional {r:.1f} s: regional's cold start is {word} (10% band; "
+    print(f"{n:2} blocks: whole model {w:.1f} s, regional {r:.1f} s: regional's cold start is {said} (10% band; "
           f"whole/regional {ratio:.2f}x, {target} the 2x target), for "
           f"{traced[0]} against {traced[1]} operations traced; above the floor: {w - floor_s:.1f} s against "
           f"{r - floor_s:.1f} s")
+    cpp_w, cpp_r = cold[("whole model", n)]["cpp_build_s"], cold[("regional", n)]["cpp_build_s"]
+    print(f"    whole model - regional = {w - r:.1f} s: " + (
+        f"C++ compiler time {cpp_w - cpp_r:+.1f} s, the rest {(w - cpp_w) - (r - cpp_r):+.1f} s" if w > cpp_w and r > cpp_r
+        else "no split, since the overlapping builds' summed time exceeds a cold start"))
 if len(DEPTHS) > 1:
     deeper = bench.band_verdict(ratios[DEPTHS[-1]], ratios[DEPTHS[0]], band=0.1,
                                 name="compile.regional.cold_ratio.deeper_vs_shallower")
@@ -765,8 +796,8 @@ print(f"regional takes {steady_ratio:.2f}x the whole model's time per call: {ban
 # Regional compilation has the most to save on deep models, where whole-model compile has the
 # most to trace (full mode compares two depths above, 6 and 48 blocks); whole-model compile keeps the chance of
 # fusing across blocks, which the steady-state verdict above weighs on this machine. The compile cache
-# (notebook 01) shortens the compile time of either approach on the second run (Dynamo still traces), but not a difference in
-# the steady state.
+# (notebook 01) shortens the compile time of either approach on the second run (Dynamo still traces), but it
+# does not change the steady-state comparison above.
 
 # %% [markdown]
 # ## 5 · Real models: what does `torch.compile` give them on this CPU?
@@ -1005,7 +1036,22 @@ for row in rows:
     low, high = eager_spread.get(row["model"], (math.inf, 0.0))
     eager_spread[row["model"]] = (min(low, row["eager_ms"]), max(high, row["eager_ms"]))
 moved = max(eager_spread.items(), key=lambda item: item[1][1] / item[1][0])
-noisy = [(name, setting, group["table"].spread_note()) for name, r in real.items()
+
+
+def spread_cause(table):
+    """Why a group's timings spread, by the other programs' load sampled just after them; the timings are retaken
+    by the cell above, which compiles every model again, not by this one."""
+    load, rerun = table.other_load, f"rerun the cell above, which compiles and times every model ({table_s:.0f} s here)"
+    if load is None:
+        return f"the timings varied from call to call, so treat them as rough and {rerun}"
+    if load >= bench.BUSY_LOAD:
+        return (f"other programs were using about {load:.1f} cores just after the timings, so treat them as rough "
+                f"and, when the machine is quiet, {rerun}")
+    return (f"other programs were nearly idle just after the timings (about {load:.1f} cores), so the calls "
+            f"themselves varied; treat them as rough and {rerun}")
+
+
+noisy = [(name, setting, group["table"].spread_note(cause=spread_cause(group["table"]))) for name, r in real.items()
          for setting, group in r["groups"].items() if group["table"].spread_note()]
 for name, setting, note in noisy:  # groups with a row whose IQR exceeds 20% of its median
     print(f"{name}, {setting} group: {note}")
@@ -1090,7 +1136,8 @@ for kind, suites in SUITES.items():
     if not geo[kind]:
         continue
     best = "freezing" if "freezing" in geo[kind] else "default"
-    print(f"\n{kind}, {len(speedups['default'])} model(s), geometric mean over eager: "
+    n_models = len(speedups["default"])
+    print(f"\n{kind}, {n_models} model{'s' if n_models != 1 else ''}, geometric mean over eager: "
           + ", ".join(f"{s} {g:.2f}x" for s, g in geo[kind].items()))
     for suite in suites:
         socket, one_thread = PUBLISHED[suite]
@@ -1099,7 +1146,8 @@ for kind, suites in SUITES.items():
         print(f"    published for {suite}: {socket:.2f}x on a socket, {one_thread:.2f}x on one thread; "
               f"ours ({best}) against the one-thread figure: {word} (10% band)")
 print(f"\nhere: {torch.get_num_threads()} torch threads on {os.cpu_count()} cores, {cpu.cpu_model()} ({cpu.cpu_class()}), "
-      f"batch {REAL_BATCH}, {len(real)} model(s), torch {torch.__version__.split('+')[0]}, Inductor's settings of today; "
+      f"batch {REAL_BATCH}, {len(real)} model{'s' if len(real) != 1 else ''}, torch {torch.__version__.split('+')[0]}, "
+      "Inductor's settings of today; "
       "published: a server socket or one of its cores, each suite's own inputs and batch sizes, 46 to 61 models a suite")
 
 largest = max(rows, key=lambda row: row["first_s"])
@@ -1201,6 +1249,8 @@ def compiled_step():
     schedulers[1].step()
 
 
+# step() wraps itself in a profiler label, which the compiled step drops; Dynamo's warning that it does is noise here.
+logging.getLogger("torch._dynamo.variables.ctx_manager").addFilter(lambda r: "Profiler record function" not in str(r.msg))
 torch._dynamo.reset()
 counters.clear()
 start = time.perf_counter()
@@ -1318,7 +1368,9 @@ compile_ids = [cid for cid in directory if cid != "[-/-]"]     # [-/-]: entries 
 print("compile IDs:", ", ".join(compile_ids))
 for cid in compile_ids:
     names = [a["name"] for a in directory[cid]["artifacts"]]
-    print(f"  {cid:<8} {len(names):2} artifacts, e.g. {', '.join(sorted({n.rsplit('_', 1)[0] for n in names})[:4])}")
+    kinds = sorted({n.rsplit("_", 1)[0] for n in names})
+    print(f"  {cid:<8} {len(names):2} artifact{'s' if len(names) != 1 else ''}"
+          f"{', e.g. ' if len(kinds) > 4 else ': '}{', '.join(kinds[:4])}")
 
 def artifact_text(kind):
     """Texts of every artifact whose name starts with `kind`, with its compile ID."""
@@ -1378,14 +1430,14 @@ if compat.has("error_on_graph_break"):
 else:   # an older torch: fullgraph=True is the way to forbid breaks
     strict = torch.compile(with_break, fullgraph=True)
 err = expect_error(strict, torch.randn(4), match="print")
-print("error_on_graph_break:", type(err).__name__, "-", str(err).splitlines()[0][:110])
+print("error_on_graph_break:", type(err).__name__, "-", str(err).splitlines()[0].split(". ")[0])
 
 served = torch.compile(lambda x: torch.tanh(x) * 2)
 served(torch.randn(8, 4))                        # warm-up: compiles for this shape
 with torch.compiler.set_stance("fail_on_recompile"):
     served(torch.randn(8, 4))                    # same shape: fine
     err = expect_error(served, torch.randn(4, 2, 3), match="recompil")
-print("fail_on_recompile:", type(err).__name__, "-", str(err).splitlines()[0][:110])
+print("fail_on_recompile:", type(err).__name__, "-", str(err).splitlines()[0].split(". ")[0])   # its first sentence
 
 
 # %% [markdown]
