@@ -399,7 +399,8 @@ print(f"allocations minus frees over the whole step: {held / 1024:.0f} KiB still
       f"gradients take {grad_bytes / 1024:.0f} KiB, "
       + ("so what the step keeps is its gradients: the backward pass freed the activations"
          if abs(held - grad_bytes) <= 0.02 * grad_bytes else
-         "so the step keeps more than its gradients (or frees some outside the profiled window) in this run"))
+         "so the step keeps more than its gradients in this run" if held > grad_bytes else
+         "so the step also freed memory allocated before the profiled window in this run"))
 
 # %% [markdown]
 # On a GPU you can go further with a **memory snapshot**: `torch.cuda.memory._record_memory_history()`
@@ -591,14 +592,14 @@ print(slow_table.table(sort_by="cpu_time_total", row_limit=8, max_name_column_wi
 # and compare it with the `forward` and `backward` labels: the cell below prints each stage's time
 # per step and which one was largest in this run. The DataLoader labels its own work too (the
 # `enumerate(DataLoader)#...__next__` row).
-# The reason sits further down the same table, below the eight rows printed: the *# of Calls* of
-# the normalisation's `aten::sub` and `aten::div`. The cell below reads them out: they run once
+# The reason is in the same table's *# of Calls* column, for the normalisation's `aten::sub` and
+# `aten::div` (the eight rows printed may not reach them; the cell below reads them out): they run once
 # per **sample**, not once per batch, and `aten::stack` glues the results back together (twice per
 # step: once for the images, once for the labels). Each of those calls does very little arithmetic,
-# so what we pay is mostly the fixed cost of a call (the Python around it, which the DataLoader's
+# so much of what we pay may be the fixed cost of a call (the Python around it, which the DataLoader's
 # row shows as its self time, and inside the operator the dispatcher and a new output tensor), over
 # and over: after the fix, the cell further down compares 128 small divisions with one division of
-# the whole batch.
+# the whole batch and prints how much of the division time that fixed cost is.
 
 # %%
 slow_by_key = {e.key: e for e in slow_table}
@@ -708,21 +709,21 @@ fast_x = fast_step_ms / (step_table.row("batched data").median_s * 1e3)
 MODEL_STAGES = ("forward", "backward", "optimizer")
 model_ms = {name: sum(by_key[k].cpu_time_total for k in MODEL_STAGES) / 1e3 / PROFILED_STEPS
             for name, by_key in (("per-sample", slow_by_key), ("batched", fast_by_key))}
-model_same = bench.band_verdict(model_ms["per-sample"], model_ms["batched"], band=0.1) == "no clear difference"
+model_word = bench.band_verdict(model_ms["per-sample"], model_ms["batched"], band=0.1)
+model_text = f"({model_ms['per-sample']:.2f} against {model_ms['batched']:.2f} ms per step, per-sample profile first)"
 if profiled_word != "higher":
     why = "the profiler's cost per event did not show here"
-elif slow_x > 1.1 * fast_x and model_same:
-    why = ("the model stages, which record the same events in both paths, took about the same time in both profiles "
-           f"({model_ms['per-sample']:.2f} and {model_ms['batched']:.2f} ms per step), so the extra is where the "
-           "per-sample path records more: the profiler adds a cost to every event it records")
+elif slow_x > 1.1 * fast_x and model_word == "higher":
+    why = ("yet the model stages, which record the same events in both paths, also took longer in the per-sample "
+           f"profile {model_text}, so part of the difference lies in stages the number of events does not explain")
 elif slow_x > 1.1 * fast_x:
-    why = ("yet the model stages, which record the same events in both paths, took "
-           f"{model_ms['per-sample']:.2f} ms per step in one profile and {model_ms['batched']:.2f} ms in the other, "
-           "so part of the difference is the two profiled windows running at different speeds, not the number of "
-           "events")
+    why = ("the model stages, which record the same events in both paths, "
+           + ("took about the same time in both profiles" if model_word == "no clear difference" else
+              "were even faster in the per-sample profile") + f" {model_text}, so the extra lies where the "
+           "per-sample path records more: the profiler adds a cost to every event it records")
 else:
     why = ("the batched path, with few events, slowed "
-           + ("about as much" if fast_x >= slow_x / 1.1 else "more")
+           + ("about as much" if fast_x <= 1.1 * slow_x else "more")
            + ", so the number of events does not explain it: something else slowed the short profiled window "
            "(other programs' load, for example)")
 print(f"the per-sample step took {step_ms:.2f} ms under the profiler and {unprofiled_ms:.2f} ms without it "
