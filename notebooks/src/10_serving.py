@@ -100,6 +100,7 @@ import importlib
 import json
 import os
 import queue
+import statistics
 import sys
 import threading
 import time
@@ -298,7 +299,7 @@ def hammer(url: str, clients: int, per_client: int, new_tokens: int = 48) -> dic
     wall = time.perf_counter() - start
     done.set()
     checker.join()
-    return {"req_per_s": clients * per_client / wall, "health_ms": sorted(health_ms)[len(health_ms) // 2],
+    return {"req_per_s": clients * per_client / wall, "health_ms": statistics.median(health_ms),
             "health_checks": len(health_ms), "wall_s": wall}
 
 
@@ -766,7 +767,9 @@ bare32 = bare_decode_tokens_per_s(model, batch_size=32, prompt_len=8, new_tokens
 efficiency = eff_run.tokens_per_s / bare32
 print(f"bare model, batch 32: {bare32:,.0f} tokens/s; served at 32 clients: {eff_run.tokens_per_s:,.0f} tokens/s "
       f"-> efficiency {efficiency:.2f} (both with {EFF_THREADS} torch thread{'s' if EFF_THREADS > 1 else ''})")
-print("server pinned to one core, load generator to the other(s) (other programs on a busy machine still share them)"
+print("server pinned to one core, load generator to "
+      + ("the other core" if len(plan[1]) == 1 else f"the other {len(plan[1])} cores")
+      + "; other programs on a busy machine still share them"
       if is_pinned else
       "server and load generator share every core (this OS or machine cannot give each its own)")
 print("\n".join(breakdown.lines()))
@@ -806,7 +809,8 @@ if len(breakdown.thread_cpu_s) >= 2 and EFF_THREADS == 1:
     print(f"the second-busiest server thread, the event loop (HTTP, JSON, SSE; the worker runs one torch thread "
           f"here, so no thread of its own comes second), ran {breakdown.share(breakdown.thread_cpu_s[1]):.0%} of the "
           "wall time: at most that much of the worker's wait was for the GIL; the rest was a wait for a core, "
-          "which on a busy machine other programs take (the notebook's first line says whether this one was busy)")
+          "which on a busy machine other programs take (the notebook's first line shows BUSY when other programs "
+          "were using the CPUs as it started)")
 elif len(breakdown.thread_cpu_s) >= 2:
     print(f"the second-busiest server thread ran {breakdown.share(breakdown.thread_cpu_s[1]):.0%} of the wall time; "
           f"with {EFF_THREADS} torch threads it can be one of the worker's own rather than the event loop, so this "
@@ -846,8 +850,6 @@ assert sum(parts.values()) <= 1.05 * breakdown.wall_s + 0.05, parts
 # side: both servers run for the whole cell and take turns, nobody pinned (the engine process needs a
 # core of its own to pay, and pinning the whole server to one core would take that away), with the
 # torch threads of the bare model above (EFF_THREADS).
-import statistics
-
 ep_rates: dict[str, list[float]] = {}
 with serve_in_subprocess({"batching": "iteration", "embed": False, "threads": EFF_THREADS}) as srv_thread, \
         serve_in_subprocess({"batching": "iteration", "embed": False, "engine_process": True,
@@ -880,7 +882,8 @@ def overlap_text(a: list[float], b: list[float], word: str = "no clear differenc
     if len(a) == 1 and len(b) == 1:
         return ""
     if not (min(a) <= max(b) and min(b) <= max(a)):
-        return "; the two ranges do not overlap"
+        return "; the two ranges do not overlap" + (
+            ": one server was ahead in every run, by less than the band" if word == "no clear difference" else "")
     if word == "no clear difference":
         return "; the two ranges overlap"
     return f"; but the two ranges overlap, so {min(len(a), len(b))} runs each do not settle it: rerun the cell"
@@ -910,7 +913,7 @@ print(f"(the table further up served iteration mode at 32 clients at {reports['i
 # Whether a separate engine process pays depends on the cores: it removes the wait for the GIL, but
 # the engine process then wants a core to itself, while the event loop and, in this notebook, the
 # load generator still need theirs. The verdict above is this machine's. The cell below gives the
-# engine that core, puts the HTTP side and the load generator together on the other core(s), and
+# engine that core, puts the HTTP side and the load generator together on the remaining cores, and
 # sets the run beside the first breakdown (the server with its engine thread, alone on one core).
 # It prints, before and after:
 #
@@ -966,14 +969,17 @@ else:
           f"largest loss: {loss_before} -> {loss_after}")
 
     print("\nbefore -> after (engine thread, server on one core -> engine process alone on one core)")
-    # One run each, cells apart: the band is the widest spread of one server's runs measured above.
-    one_run_band = max(PAIR_BAND, max(max(r) / min(r) - 1 for r in ep_rates.values()))
+    # One run each, cells apart: the band is the wider of the pairs' band and the widest spread of one
+    # server's runs measured above.
+    widest = max(max(r) / min(r) - 1 for r in ep_rates.values())  # 0 with one run each (quick mode)
+    one_run_band = max(PAIR_BAND, widest)
     tps_word = bench.band_verdict(own_run.tokens_per_s, eff_run.tokens_per_s, band=one_run_band,
                                   name="serve.engine_process.own_core_vs_thread")
     print(f"tokens/s at 32 clients: {eff_run.tokens_per_s:,.0f} -> {own_run.tokens_per_s:,.0f} "
           f"({own_run.tokens_per_s / eff_run.tokens_per_s:.2f}x: {tps_word}; one run each, so the band is the "
-          f"widest spread of one server's runs above, {one_run_band:.0%} (at least {PAIR_BAND:.0%}): "
-          f"{bench.band_text(one_run_band)})")
+          f"wider of the pairs' {PAIR_BAND:.0%} and the widest spread of one server's runs above, "
+          + (f"{widest:.1%}" if widest > 0 else "none with one run each")
+          + f": {bench.band_text(one_run_band)})")
     print(f"forward passes: {breakdown.steps:,} in {breakdown.wall_s:.2f} s -> {own.steps:,} in {own.wall_s:.2f} s")
     rows_word = bench.band_verdict(own.mean_rows, breakdown.mean_rows, band=0.15, name="serve.engine_process.rows_own_core")
     rows_rule = bench.band_text(0.15, inside=rows_word == "no clear difference")
@@ -1007,7 +1013,9 @@ else:
         print("what it points to: the batch held about as many rows as before or more (within the band), "
               + ("so the requests outside it do not explain the change in tokens/s; the shares of the wall time "
                  "above show which part changed" if tps_word != "no clear difference" else
-                 "and tokens/s did not clearly change: a core of its own made no clear difference on this machine"))
+                 "and tokens/s did not clearly change: the engine process alone on a core made no clear difference "
+                 "on this machine against the engine thread with the whole server on one core (this comparison "
+                 "changes both at once)"))
 
 # %% [markdown]
 # ## Compiling the model inside the server
