@@ -1632,7 +1632,9 @@ print(f"cores: each replica (and the single process) runs {replica_threads} torc
 # controller trying to stop the replica this cell killed, and it is expected.
 
 # %%
-KILL_REQUESTS, KILL_NEW, KILL_AFTER_S = config.pick(64, 96), 48, 0.5
+KILL_NEW, KILL_AFTER_S = 48, 0.5
+# enough requests that, at the rate the two replicas just served, the load lasts at least 4x the half second
+KILL_REQUESTS = max(config.pick(64, 96), math.ceil(4 * KILL_AFTER_S * tps[RAY_NAME] / KILL_NEW))
 KILL_TIMEOUT_S = 15  # seconds without a byte before an attempt fails (healthy answers: the p99 printed above)
 before = replica_actor_names()
 result = {}
@@ -1652,15 +1654,21 @@ while killed in replica_actor_names():  # let Ray finish the kill before countin
     time.sleep(0.1)
 ray_srv.wait_for_replicas(2)
 after = replica_actor_names()
-failures = Counter(error.split(":")[0] for error in killed_run.errors)
+failures = Counter("stream ended early" if error.startswith("stream ended") else error.split(":")[0]
+                   for error in killed_run.errors)
 print(f"killed replica {killed.rsplit('#', 1)[-1]} {KILL_AFTER_S} s into {KILL_REQUESTS} requests of {KILL_NEW} tokens"
       if in_flight else f"killed replica {killed.rsplit('#', 1)[-1]} {KILL_AFTER_S} s after starting {KILL_REQUESTS} "
       f"requests of {KILL_NEW} tokens: the load had already ended when the replica was killed")
 refused = sum(n for kind, n in failures.items() if kind.startswith("HTTP"))
 cut = len(killed_run.errors) - refused
-print(f"failed attempts: {len(killed_run.errors)} {dict(failures)}; HTTP statuses {killed_run.statuses} (one per "
-      "attempt" + ("; a cut stream had already answered 200 before its replica died, and its retry answered "
-                   "again" if cut else "") + f"); retries sent: {killed_run.retries}; lost: {killed_run.n_lost}")
+# A status is recorded once an attempt's response headers arrive: one that failed before them has none.
+no_status = KILL_REQUESTS + killed_run.retries - sum(killed_run.statuses.values())
+print(f"failed attempts: {len(killed_run.errors)} {dict(failures)}; HTTP statuses {killed_run.statuses} ("
+      + ("one per attempt" + ("; a cut stream had already answered 200 before its replica died, and its retry "
+                              "answered again" if cut else "") if no_status == 0 else
+         f"{no_status} attempt{'s' if no_status > 1 else ''} failed before any response, so "
+         f"{'they have' if no_status > 1 else 'it has'} no status")
+      + f"); retries sent: {killed_run.retries}; lost: {killed_run.n_lost}")
 print("answers per replica:", {name: n for name, n in killed_run.served_by.items()})
 if not killed_run.errors:
     print("no stream was in flight on the killed replica, so nothing needed sending again" if in_flight else
