@@ -57,7 +57,7 @@ def _attention_mistakes() -> list[Mistake]:
 
     return [(no_scale, "Divide the scores by sqrt(d) before the softmax: unscaled scores grow with the head "
                        "dimension and make the softmax too sharp."),
-            (scale_by_d, "Scale by sqrt(d), not by d (q.shape[-1] ** 0.5)."),
+            (scale_by_d, "Divide the scores by sqrt(d), not by d (q.shape[-1] ** 0.5)."),
             (wrong_dim, "Take the softmax over the last dimension (the keys): each query's weights sum to 1."),
             (inverted, "True means 'may attend': fill the scores where the mask is False (use ~mask)."),
             (zero_fill, "Fill masked scores with float('-inf'), not 0: a score of 0 still gets weight after the "
@@ -74,7 +74,7 @@ function_exercise(
     mistakes=_attention_mistakes,
     errors=[("must match the size", "q @ k.transpose(-2, -1) multiplies each query with each key: transpose the "
                                     "last two dimensions of k.")],
-    otherwise="Compare with F.scaled_dot_product_attention(q, k, v, attn_mask=mask): scale by sqrt(d), fill "
+    otherwise="Compare with F.scaled_dot_product_attention(q, k, v, attn_mask=mask): divide the scores by sqrt(d), fill "
               "the masked scores with -inf, softmax over the keys, then multiply by v.",
     success="equal to F.scaled_dot_product_attention with the same mask, on every case.",
     tol=(1e-4, 1e-5),
