@@ -27,7 +27,7 @@
 #
 # **Prerequisites:** notebook 00 (a first `torch.compile`, and how the course times code).
 #
-# **Time on a laptop CPU:** <!-- stamp:time -->4.3 min the first time (every cache empty), 3.8 min after that (compile cache warm), 1.1 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-avx512-vnni; 4.3 min: torch 2.14.1, 2026-12-06; 3.8 min: torch 2.14.1, 2026-12-06; 1.1 min: torch 2.14.1, 2026-12-02). A slower or busy laptop takes longer.<!-- /stamp:time -->
+# **Time on a laptop CPU:** <!-- stamp:time -->3.4 min the first time (every cache empty), 3.4 min after that (compile cache warm), 1.3 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06). A slower or busy laptop takes longer.<!-- /stamp:time -->
 # **GPU:** not needed. One cell shows CUDA graphs (`reduce-overhead`) when a GPU is present and
 # prints "skipped: needs CUDA" otherwise.
 
