@@ -103,16 +103,9 @@ def _as_mask(result: Any) -> Any:
     return result
 
 
-class _Window(int):
-    """A case of 11.sliding_window: the window the learner's function is called with (feedback shows the call
-    as ``make_sliding_window(3)``), carrying the size of the grid of indices its mask_mod is evaluated on."""
-
-    size: int
-
-    def __new__(cls, window: int, size: int) -> _Window:
-        case = super().__new__(cls, window)
-        case.size = size
-        return case
+#: The cases of 11.sliding_window: each window, and the size of the grid of indices its mask_mod is
+#: evaluated on (the learner's function takes the window alone, so the size is looked up, not passed).
+GRID = {1: 6, 3: 10, 4: 16, 20: 12}
 
 
 class _OnGrid:
@@ -142,8 +135,8 @@ class _OnGrid:
         return f"{where} {'lets' if allowed else 'keeps'} q_idx={i} {'attend to' if allowed else 'from'} kv_idx={j}"
 
 
-def _window_mask(make: Callable[[int], Any], case: _Window) -> _OnGrid:
-    window, size = int(case), case.size
+def _window_mask(make: Callable[[int], Any], window: int) -> _OnGrid:
+    size = GRID[window]
     mask_mod = run(make, window, call=f"make_sliding_window({window})")
     if not callable(mask_mod):
         raise Wrong(f"make_sliding_window({window}) returned {short(mask_mod)}; return the inner function "
@@ -186,9 +179,9 @@ def _window_mistakes() -> list[Mistake]:
 function_exercise(
     "11.sliding_window",
     solution=make_sliding_window,
-    reference=lambda case: _OnGrid(_band(int(case), case.size), int(case), case.size),
-    cases=lambda: [(_Window(1, 6),), (_Window(3, 10),), (_Window(4, 16),), (_Window(20, 12),)],
-    prepare=lambda make: (lambda case: _window_mask(make, case)),
+    reference=lambda window: _OnGrid(_band(window, GRID[window]), window, GRID[window]),
+    cases=lambda: [(window,) for window in GRID],
+    prepare=lambda make: (lambda window: _window_mask(make, window)),
     mistakes=_window_mistakes,
     otherwise="Allow kv_idx when q_idx >= kv_idx and q_idx - kv_idx < window; print the dense mask with "
               "exercises.nb11.dense_mask(make_sliding_window(3), 8) to see yours.",
