@@ -9,6 +9,7 @@ The top level holds what the notebooks teach with; each module or sub-package an
 - ``bench``: how long does this take, and how do variants compare?
 - ``results``: which headline results did this run record (the ledger ``make report`` reads)?
 - ``size``: how big is this model?
+- ``text``: how do I write a count in a sentence ("1 loop", "3 loops")?
 - ``toolchain``: which C++ compiler do Inductor and the course's C++ programs use, and does it build?
 - ``compat``: what differs across the torch versions we support, and the private APIs a feature needs?
 - ``inductor_code``: what did Inductor generate for this function (kernels, library calls)?
@@ -57,6 +58,7 @@ _SUBMODULES = {
     "results",
     "session",
     "size",
+    "text",
     "threads",
     "toolchain",
     "trace_report",
@@ -64,7 +66,7 @@ _SUBMODULES = {
 
 __all__ = ["__version__", "bench", "breaks", "compat", "config", "cpu", "data", "deploy", "device",
            "distributed", "exercises", "expect", "fresh", "inductor_code", "kit", "models", "results", "serving", "session",
-           "size", "threads", "toolchain", "trace_report"]
+           "size", "text", "threads", "toolchain", "trace_report"]
 
 
 class _NoCudaRuntimeFilter(logging.Filter):

@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 import torch
+from .text import counted
 
 #: Device types ``COURSE_DEVICE`` may name, besides the type ``torch.accelerator`` reports.
 KNOWN_TYPES = ("cpu", "cuda", "mps", "xpu")
@@ -251,7 +252,7 @@ def get_device() -> torch.device:
     count = _device_count(device.type)
     if device.index is not None and count is not None and device.index >= count:
         raise RuntimeError(f"COURSE_DEVICE={raw!r} asks for {label} device {device.index}, but torch sees "
-                           f"{count} {label} device(s) (indices 0 to {count - 1}).")
+                           f"{counted(count, label + ' device')} (indices 0 to {count - 1}).")
     return device
 
 

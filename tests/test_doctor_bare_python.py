@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -48,7 +49,7 @@ def assert_report_not_traceback(out: subprocess.CompletedProcess[str]) -> list[s
     text = out.stdout + out.stderr
     assert out.returncode == 1, text
     assert "Traceback" not in text, text
-    assert "problem(s) found; fix the FAIL lines above" in out.stdout, text
+    assert re.search(r"\b\d+ problems? found; fix the FAIL lines above", out.stdout), text
     return [line for line in out.stdout.splitlines() if line.startswith("FAIL")]
 
 

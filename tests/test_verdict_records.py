@@ -67,7 +67,7 @@ def test_the_report_lists_each_verdict_that_differs_with_its_likely_cause():
     assert "reference faster, yours no clear difference" in flip and "x86-avx512-vnni against x86-avx2" in flip
     busy = next(i for i in section.items if i.startswith("a.busy"))
     assert "busy machine (yours)" in busy
-    assert "1 verdict(s) only your run recorded, 1 only the reference" in section.outro
+    assert "1 verdict only your run recorded, 1 only the reference" in section.outro
     assert "Why they flip" in section.outro
     # no verdict records: None, so the report falls back to the executed notebooks
     assert report.record_verdict_section([{"name": "r", "value": 1.0}], reference) is None

@@ -269,7 +269,7 @@ def test_report_section_lists_a_flip_with_its_causes(tmp_path, flipped):
 def test_report_section_on_the_real_pair_and_without_copies(tmp_path):
     stored, executed = folders(tmp_path, AVX2_NB)
     same = report.verdict_section(executed, stored)
-    assert same.items == () and same.intro.startswith("No verdict in 1 notebook(s)")
+    assert same.items == () and same.intro.startswith("No verdict in 1 notebook from")
     none = report.verdict_section(tmp_path / "nowhere", stored)
     assert none.items == () and "make report" in none.intro and "--executed FOLDER" in none.intro
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .framework import Mistake, Raises, Wrong, case, function_exercise, short
+from ..text import counted
 
 # --- 13.blocks_needed: how many blocks of `block` positions hold `n_tokens` tokens.
 
@@ -46,7 +47,7 @@ def locate(table: Sequence[int], block: int, pos: int) -> tuple[int, int]:
     """Return (physical block, offset) of position ``pos`` for a sequence with block table ``table``."""
     logical = pos // block
     if not 0 <= logical < len(table):
-        raise IndexError(f"position {pos} is beyond the {len(table)} block(s) of this table")
+        raise IndexError(f"position {pos} is beyond the {counted(len(table), 'block')} of this table")
     return table[logical], pos % block
 
 

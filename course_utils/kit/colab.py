@@ -30,6 +30,7 @@ from pathlib import Path
 
 from .. import config
 from . import sources
+from ..text import counted
 
 #: The one source of the cell.
 CELL_FILE = config.REPO_ROOT / "course_utils" / "kit" / "colab_cell.py"
@@ -179,10 +180,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.command == "check":
         found = check(paths)
-        print("\n".join(found) if found else f"{len(paths)} notebook(s) carry the Colab cell")
+        print("\n".join(found) if found else f"{counted(len(paths), 'notebook')} carry the Colab cell")
         return 1 if found else 0
     changed = sync(paths)
-    print(f"wrote the Colab cell into {len(changed)} notebook(s)" +
+    print(f"wrote the Colab cell into {counted(len(changed), 'notebook')}" +
           (f": {', '.join(p.name for p in changed)}" if changed else " (all were up to date)"))
     return 0
 

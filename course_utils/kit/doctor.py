@@ -26,6 +26,7 @@ from .. import config
 from ..toolchain import check_toolchain
 from . import host_checks
 from .check import Check
+from ..text import counted
 
 if TYPE_CHECKING:  # packaging is one of the course's packages: imported where it is used
     from packaging.requirements import Requirement
@@ -426,9 +427,9 @@ def verdict(checks: Sequence[Check]) -> str:
     """Return the doctor's closing line: how many problems to fix, or that the machine is ready."""
     failed = [c for c in checks if not c.ok]
     warned = sum(c.ok and c.warning for c in checks)
-    also = f" {warned} warning(s): the WARN lines say what they cost and how to fix them." if warned else ""
+    also = f" {counted(warned, 'warning')}: the WARN lines say what they cost and how to fix them." if warned else ""
     if failed:
-        return (f"{len(failed)} problem(s) found; fix the FAIL lines above, the first one ({failed[0].name}) "
+        return (f"{counted(len(failed), 'problem')} found; fix the FAIL lines above, the first one ({failed[0].name}) "
                 f"first: later ones often follow from it.{also}")
     try:
         mode = config.mode_name()

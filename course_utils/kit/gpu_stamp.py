@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from course_utils import config
+from ..text import counted
 
 GPU_HEADER = "last passed on a GPU (torch, GPU, date)"
 CPU_HEADER = "last passed (torch, date)"
@@ -94,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {args.summary}: {err}", file=sys.stderr)
         return 1
     args.readme.write_text(stamp_readme(args.readme.read_text(encoding="utf-8"), stamped), encoding="utf-8")
-    print(f"{len(stamped)} notebook(s) stamped as passed on a GPU in {args.readme}")
+    print(f"{counted(len(stamped), 'notebook')} stamped as passed on a GPU in {args.readme}")
     return 0
 
 

@@ -16,6 +16,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from ..text import counted
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -62,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif loaded:
         learners = [(progress.learner_of(attempts, path.stem), path.name, progress.summarise(attempts))
                     for path, attempts in loaded]
-        print(f"Exercises passed per notebook, {len(learners)} learner(s):\n")
+        print(f"Exercises passed per notebook, {counted(len(learners), 'learner')}:\n")
         print(progress.class_table(learners, registered))
     return status
 

@@ -39,6 +39,7 @@ from typing import Any
 
 from .. import config
 from ..results import is_verdict
+from ..text import counted
 
 REFERENCE_FILE = "reference_results.json"
 #: The folder under the report's output folder where ``--run`` leaves the executed notebooks.
@@ -366,7 +367,7 @@ def record_verdict_section(records: Sequence[Any], reference: dict[str, Any]) ->
         return None
     ref = reference.get("verdicts") or {}
     if not ref:
-        return VerdictSection(f"Your run recorded {len(mine)} verdict(s), but the reference file has no "
+        return VerdictSection(f"Your run recorded {counted(len(mine), 'verdict')}, but the reference file has no "
                               "verdicts to compare them with (`tools/make_reference.py` writes them from a "
                               "reference run).")
     items, kinds, same = [], [], 0
@@ -390,7 +391,7 @@ def record_verdict_section(records: Sequence[Any], reference: dict[str, Any]) ->
         outro += " Why they flip: " + "; ".join(verdicts.CAUSE_WHY[k] for k in kinds) + "."
     only_mine, only_ref = len(set(mine) - set(ref)), len(set(ref) - set(mine))
     if only_mine or only_ref:
-        outro += (f" Not compared: {only_mine} verdict(s) only your run recorded, {only_ref} only the reference "
+        outro += (f" Not compared: {counted(only_mine, 'verdict')} only your run recorded, {only_ref} only the reference "
                   "recorded (a notebook not run, or run in another version of the course).")
     outro += (" To see the Markdown after each differing verdict, compare two executed copies: "
               "`python -m course_utils.kit.verdicts notebooks/ build/report/executed/`.")
@@ -432,15 +433,15 @@ def verdict_section(executed: Path, stored: Path | None = None) -> VerdictSectio
             items.append(f"{path.stem}, cell {d.cell + 1}: reference {' / '.join(d.a.direction)}, "  # type: ignore[union-attr]
                          f"yours {' / '.join(d.b.direction)}: \"{verdicts.clip(d.b.line, 140)}\" "  # type: ignore[union-attr]
                          f"(likely: {'; '.join(label for _, label in found)})")
-    intro = (f"{len(items)} verdict(s) in {compared} notebook(s) from `{executed}` differ from the reference "
+    intro = (f"{counted(len(items), 'verdict')} in {counted(compared, 'notebook')} from `{executed}` differ from the reference "
              "machine's run (the stored notebooks)." if items else
-             f"No verdict in {compared} notebook(s) from `{executed}` differs from the reference machine's run.")
+             f"No verdict in {counted(compared, 'notebook')} from `{executed}` differs from the reference machine's run.")
     outro = ("The notebooks print these as verdicts, not asserts, because they depend on the machine: "
              "read the prose after each with your verdict in mind." if items else "")
     if kinds:
         outro += " Why they flip: " + "; ".join(verdicts.CAUSE_WHY[k] for k in kinds) + "."
     if others:
-        outro += (f" {others} more line(s) differ in wording only, or were printed by one run only (a cell whose "
+        outro += (f" {counted(others, 'more line')} differ in wording only, or were printed by one run only (a cell whose "
                   "output changed shape): "
                   f"`python -m course_utils.kit.verdicts {stored} {executed}` lists them, with the prose after each.")
     if skipped:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import config
+from ..text import counted
 
 NOTEBOOKS = config.REPO_ROOT / "notebooks"
 #: The text format, and what it leaves out: every notebook-level field and every cell field but tags.
@@ -107,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.command == "check":
         problems = out_of_sync(paths)
-        print("\n".join(problems) if problems else f"{len(paths)} notebook(s) in sync with their sources")
+        print("\n".join(problems) if problems else f"{counted(len(paths), 'notebook')} in sync with their sources")
         return 1 if problems else 0
     (write if args.command == "write" else update)(paths)
     return 0

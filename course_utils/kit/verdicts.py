@@ -45,6 +45,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from ..text import counted
 
 #: Direction phrases and their normal form, longest first (the first that matches at a place
 #: wins). Built from every verdict the 14 notebooks print: ``bench.Comparison.verdict`` and
@@ -418,7 +419,7 @@ def summary_lines(results: Sequence[tuple[str, list[Difference]]]) -> list[str]:
 
 def _pairs_from(paths: Sequence[Path]) -> tuple[list[tuple[Path, Path]], list[str]]:
     if not paths or len(paths) % 2:
-        raise VerdictInputError(f"give pairs of executed notebooks (A B), or two folders; got {len(paths)} path(s)")
+        raise VerdictInputError(f"give pairs of executed notebooks (A B), or two folders; got {counted(len(paths), 'path')}")
     pairs: list[tuple[Path, Path]] = []
     notes: list[str] = []
     for a, b in zip(paths[::2], paths[1::2]):

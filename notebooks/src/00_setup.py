@@ -88,6 +88,7 @@ import torch
 from course_utils import bench, config, exercises, inductor_code, session
 from course_utils.device import accelerator, accelerator_description, accelerator_memory, requires_accelerator
 from course_utils.kit import doctor, env
+from course_utils.text import counted
 
 print(session.start(seed=0))
 
@@ -150,7 +151,7 @@ for check in checks:
 problems = [c for c in checks if not c.ok]
 assert not problems, "fix the FAIL lines above before going on"
 warned = [c for c in checks if c.warning]
-print(f"{len(checks)} checks, none failed" + (f"; {len(warned)} warning(s): read the WARN lines" if warned else ""))
+print(f"{len(checks)} checks, none failed" + (f"; {counted(len(warned), 'warning')}: read the WARN lines" if warned else ""))
 
 # %% [markdown]
 # Do you need a GPU? No. Every lesson measures on the CPU, on every machine, a GPU machine
@@ -318,7 +319,7 @@ w = torch.randn(SIZE, SIZE)
 _, (mm_source, *_) = inductor_code.generated_code(torch.compile(project), x, w)
 mm_library, mm_loops = inductor_code.library_calls(mm_source), inductor_code.fused_kernels(mm_source)
 print(f"the compiled matmul calls {mm_library} through extern_kernels (the ATen operator eager's x @ w runs, backed "
-      f"by the same BLAS library) and defines {len(mm_loops)} loop(s) of its own")
+      f"by the same BLAS library) and defines {counted(len(mm_loops), 'loop')} of its own")
 compiled_project = torch.compile(project)
 mm_table = bench.compare({"eager": project, "compiled": compiled_project}, x, w)
 print(mm_table)

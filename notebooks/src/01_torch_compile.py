@@ -127,6 +127,7 @@ from course_utils.data import load_digits_split
 from course_utils.device import requires_cuda
 from course_utils.kit import cpu_profiles
 from course_utils.models import MLP, SmallResNet, TransformerBlock
+from course_utils.text import counted
 
 print(session.start(seed=0))
 
@@ -317,7 +318,7 @@ for dynamic in (False, None, True):
         v = torch.randn(n)
         torch.testing.assert_close(fn(v), shifted_softplus(v))
     graph_counts[dynamic] = counters["stats"]["unique_graphs"]
-    print(f"dynamic={str(dynamic):<5}: {graph_counts[dynamic]} graph(s) for {len(lengths)} lengths")
+    print(f"dynamic={str(dynamic):<5}: {counted(graph_counts[dynamic], 'graph')} for {len(lengths)} lengths")
 assert graph_counts == {False: 4, None: 2, True: 1}
 
 # %% [markdown]
@@ -535,7 +536,7 @@ print("reduce-overhead on a CPU: the CUDA-graph step was skipped "
       f"({ro['cudagraph_skips']} skip counted) and the generated kernels are identical to default's, "
       "so it behaves like default.")
 ma = mode_runs["max-autotune"]
-print(f"max-autotune on a CPU: {ma['autotuned']} matmul(s) autotuned; "
+print(f"max-autotune on a CPU: {counted(ma['autotuned'], 'matmul')} autotuned; "
       + ("the kernels are the same as default's." if ma["kernels"] == mode_runs["default"]["kernels"]
          else "the kernels differ from default's."))
 
@@ -609,7 +610,7 @@ frozen_default = frozen_runs["default + freezing"]
 compile_word = bench.band_verdict(tuned["first_s"], frozen_default["first_s"], band=0.1,
                                   name="compile.modes.autotune_first_call.tuned_vs_default")
 print(f"first call, max-autotune + freezing against default + freezing: {compile_word} (10% band): " + {
-    "higher": f"it built and timed candidates for {tuned['autotuned']} matmul(s) before running",
+    "higher": f"it built and timed candidates for {counted(tuned['autotuned'], 'matmul')} before running",
     "no clear difference": "the candidates' build and timing were small here (or came from the on-disk "
                            "autotuning cache of an earlier run)",
     "lower": "the candidates' results came from the on-disk cache, and the rest of the compile varied"}[compile_word])
@@ -895,7 +896,7 @@ def reason(name: str, r: dict) -> str:
         traffic = r["ops"] * elements * 4
         where = (f"; the {r['ops']} intermediate tensors (about {traffic / 1e6:.1f} MB) fit in this CPU's "
                  f"{L2_BYTES / 1e6:.1f} MB L2 cache, so eager's round trips were cheap" if 0 < traffic <= L2_BYTES else "")
-        fused = (f"its {r['ops']} operations became {r['loops']} generated loop(s), so intermediate results stay in "
+        fused = (f"its {r['ops']} operations became {counted(r['loops'], 'generated loop')}, so intermediate results stay in "
                  "registers and cache instead of going to memory and back")
         tail = {"faster": "; the saved traffic showed as time",
                 "no clear difference": ", but the saved traffic did not show as time here",
@@ -910,7 +911,7 @@ def reason(name: str, r: dict) -> str:
                       "routines, which this cell does not time apart (notebook 09's profiler does)"
                       + inductor_code.scalar_note()}[word]
     return (f"{r['library']} of its operations are matrix multiplies, convolutions or attention, which run in the same "
-            f"library routines as in eager; Inductor only fused the glue between them into {r['loops']} loop(s), {tail}")
+            f"library routines as in eager; Inductor only fused the glue between them into {counted(r['loops'], 'loop')}, {tail}")
 
 
 # The stable name each model's verdict is recorded under (the plot, reason() and the "recorded:" line reuse it).
@@ -1196,8 +1197,8 @@ assert libraries["cold"] >= 1 and libraries["warm"] == 0, libraries  # the warm 
 warm_speedup = cold["first_s"] / warm["first_s"]
 sources = list(cold_dir.rglob("*.cpp"))
 kernels = [p for p in sources if "cpp_prefix.h" in p.read_text(errors="ignore")]
-print(f"The cold run compiled {len(sources)} C++ files: {len(kernels)} generated kernel(s) and "
-      f"{len(sources) - len(kernels)} CPU-feature probe(s); building them took {cold['cpp_build_s']:.1f} s "
+print(f"The cold run compiled {len(sources)} C++ files: {counted(len(kernels), 'generated kernel')} and "
+      f"{counted(len(sources) - len(kernels), 'CPU-feature probe')}; building them took {cold['cpp_build_s']:.1f} s "
       f"of its {cold['first_s']:.1f} s first call.")
 # One run each, no spread: the warm start counts as shorter only beyond a 10% band.
 warm_word = bench.band_verdict(warm["first_s"], cold["first_s"], band=0.1, name="compile.cache.warm_vs_cold")

@@ -115,6 +115,7 @@ from course_utils import bench, compat, config, exercises, session
 from course_utils.breaks import break_report
 from course_utils.inductor_code import fused_kernels, generated_code
 from course_utils.device import accelerator, requires_accelerator
+from course_utils.text import counted
 
 print(session.start(seed=0))
 
@@ -477,7 +478,7 @@ with torch._dynamo.config.patch(capture_scalar_outputs=True):
     compiled_item = torch.compile(with_item, fullgraph=True)  # one graph, or it raises
     torch.testing.assert_close(compiled_item(positive), with_item(positive), rtol=1e-5, atol=1e-6)
 for name, report in captured.items():
-    print(f"capture_scalar_outputs=True, {name:<12}: {report.breaks} break(s) {report.first_reason[:55]}")
+    print(f"capture_scalar_outputs=True, {name:<12}: {counted(report.breaks, 'break')} {report.first_reason[:55]}")
 assert [report.breaks for report in captured.values()] == [0, 1, 1]
 
 
@@ -1069,7 +1070,7 @@ with torch.compiler.set_stance("eager_on_recompile"):
 with torch.compiler.set_stance("force_eager"):
     torch.testing.assert_close(served(x32, 2.0), scaled_sin(x32, 2.0))
 print(f"eager_on_recompile and force_eager: {counter.compiles} compile in total; "
-      f"compiled code ran {counter.calls - calls_before} time(s) in those 3 calls")
+      f"compiled code ran {counted(counter.calls - calls_before, 'time')} in those 3 calls")
 assert counter.compiles == 1 and counter.calls - calls_before == 1
 
 
@@ -1224,16 +1225,16 @@ class CountPasses(TorchDispatchMode):
         return out
 
 
-with CountPasses(big.numel()) as counted:
+with CountPasses(big.numel()) as passes_seen:
     broken_block(big, hot)  # the eager row runs this function as it is
 gap_ms = (large.row("eager").median_s - large.row("compiled, fixed").median_s) * 1e3
 eager_iqr_ms = large.row("eager").iqr_s * 1e3
-cheap_ms = counted.cheap_copies * copy_ms  # what eager's memory-bound operators cost, about
+cheap_ms = passes_seen.cheap_copies * copy_ms  # what eager's memory-bound operators cost, about
 left_ms = gap_ms - cheap_ms
-n_trans = counted.passes - counted.cheap
-passes_said = (f"its one loop reads the tensor once and writes it once, where eager makes {counted.passes} passes over "
-               f"memory, one per operator. The {counted.cheap} with no transcendental function do almost no arithmetic, "
-               f"so their time is about their memory traffic: {counted.cheap_copies:g} copies' worth (one that reads "
+n_trans = passes_seen.passes - passes_seen.cheap
+passes_said = (f"its one loop reads the tensor once and writes it once, where eager makes {passes_seen.passes} passes over "
+               f"memory, one per operator. The {passes_seen.cheap} with no transcendental function do almost no arithmetic, "
+               f"so their time is about their memory traffic: {passes_seen.cheap_copies:g} copies' worth (one that reads "
                f"two tensors moves one and a half), about {cheap_ms:.1f} ms at a copy's {copy_ms:.2f} ms, time the fused "
                f"loop does not spend (the other {n_trans} may hide their traffic behind their arithmetic, so they are "
                "not counted). ")
@@ -1251,8 +1252,8 @@ print(f"against eager on the {SIZE}x{SIZE} tensor: the fixed block is {large.des
     "no clear difference": "the two stayed inside the timing spread, so this run cannot rank them (a busy "
                            "machine?).",
     "slower": "eager's own kernels did the transcendental arithmetic faster than Inductor's generated loop, and "
-              f"that outweighed the memory traffic it saved, about {cheap_ms:.1f} ms ({counted.cheap_copies:g} copies' "
-              f"worth in eager's {counted.cheap} operators with no transcendental function)."
+              f"that outweighed the memory traffic it saved, about {cheap_ms:.1f} ms ({passes_seen.cheap_copies:g} copies' "
+              f"worth in eager's {passes_seen.cheap} operators with no transcendental function)."
     }[eager_word])
 tiny_word = tiny.verdict("compiled, fixed", "compiled, 3 breaks")
 print("why, on 8 numbers: the fixed block makes one call into one graph where the broken one enters four graphs, "

@@ -114,6 +114,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from course_utils import bench, config, exercises, session, threads
 from course_utils.device import accelerator, requires_accelerator
 from course_utils.inductor_code import fused_kernels, generated_code, kernel_source, library_calls, scalar_note, wrapper_call
+from course_utils.text import counted
 
 print(session.start(seed=0))
 
@@ -202,7 +203,7 @@ print("\nresult identical to eager (rtol=0, atol=0)")
 # %%
 for _ in range(3):
     shown(x, weight, bias)
-print(f"after 3 more calls with the same shapes: backend called {len(dynamo_graphs)} time(s) in all")
+print(f"after 3 more calls with the same shapes: backend called {counted(len(dynamo_graphs), 'time')} in all")
 assert len(dynamo_graphs) == 1
 
 print()
@@ -659,7 +660,7 @@ depth = len(lines[store]) - len(lines[store].lstrip())
 loop = next(i for i in range(store, sig_end, -1)
             if lines[i].lstrip().startswith("for(") and len(lines[i]) - len(lines[i].lstrip()) < depth)
 n_loops = sum("#pragma omp for" in ln for ln in lines)
-print(f"... {len(lines)} lines; {n_loops} loop(s) over the rows split between threads by #pragma omp for"
+print(f"... {len(lines)} lines; {counted(n_loops, 'loop')} over the rows split between threads by #pragma omp for"
       if n_loops else f"... {len(lines)} lines and no OpenMP loops (torch uses {torch.get_num_threads()} thread)")
 print(f"the innermost loop that writes the result ({result_ptr}); x0 is the row, from the enclosing loop over rows, "
       "x1 the column:\n")
@@ -678,7 +679,7 @@ stores = loop_text.count(".store(") + len(re.findall(r"ptr\d+\[[^]]*\] =", loop_
 temporaries = len(re.findall(r"auto tmp\d+ =", loop_text))
 functions = [fn for fn in ("erf", "sqrt", "exp", "tanh") if fn in loop_text]
 vector = re.search(r"Vectorized<float>::loadu\([^;]*?(\d+)\)\);", loop_text)
-print(f"x arrives as {x_ptr}. The loop loads it {len(x_loads)} time(s), as {x_loads[0]}, and uses that value "
+print(f"x arrives as {x_ptr}. The loop loads it {counted(len(x_loads), 'time')}, as {x_loads[0]}, and uses that value "
       f"{x_uses} times (normalisation, then the residual add).")
 print(f"It stores {stores} result. The {temporaries} temporaries in between (calling {', '.join(functions)}) "
       "live in local variables (registers): no intermediate tensor is written to memory.")
@@ -783,7 +784,7 @@ print(f"bytes counted per second of median time: eager {eager_ops.bytes / eager_
       + (f", {reread_bytes / fused_s / 1e9:.1f} GB/s with its re-reads of x" if x_loops > 1 else ""))
 fused_word = table.verdict("compiled", name="internals.fusion.compiled_vs_eager")
 if fused_word == "faster":
-    fused_reason = (f"{fused_count} generated kernel(s) instead of eager's {eager_count}, with no full-size "
+    fused_reason = (f"{counted(fused_count, 'generated kernel')} instead of eager's {eager_count}, with no full-size "
                     "intermediate tensor written and read back, showed in the time")
     if speedup >= traffic_ratio:
         fused_reason += "; that is at or above the traffic ratio, so fewer bytes alone do not account for it"
@@ -803,7 +804,7 @@ elif fused_word == "no clear difference":
     if config.is_quick():
         fused_reason += "; in quick mode the tensors are also small enough to stay in cache"
 else:
-    fused_reason = (f"the fused kernel, which reads x in {x_loops} loop(s) over the rows, took longer than eager's "
+    fused_reason = (f"the fused kernel, which reads x in {counted(x_loops, 'loop')} over the rows, took longer than eager's "
                     f"{eager_count} hand-written kernels; the cell does not split that time into memory traffic and "
                     "arithmetic (the GB/s line above says how far each was from the rate the other reached)"
                     + scalar_note())
@@ -935,7 +936,7 @@ if requires_accelerator("the Triton kernel Inductor writes for the same function
     gpu_table = bench.compare({"eager": norm_gelu_residual, "compiled": compiled_gpu}, xg, wg, bg)
     print(gpu_table)
     gpu_said = gpu_table.describe("compiled", "eager", name="internals.gpu.compiled_vs_eager")
-    print(f"on the {dev.type.upper()}, {len(triton_kernels)} Triton kernel(s) against {eager_count} eager ones: "
+    print(f"on the {dev.type.upper()}, {counted(len(triton_kernels), 'Triton kernel')} against {eager_count} eager ones: "
           f"compiled is {gpu_said}")
 
 # %% [markdown]
@@ -962,7 +963,7 @@ with torch._inductor.config.patch({"debug": True, "fx_graph_cache": False, "trac
     torch.testing.assert_close(torch.compile(tanh_ladder)(small), tanh_ladder(small), rtol=1e-5, atol=1e-5)
 folders = [stale_dir] + ([] if had_default_dir else [Path.cwd() / "torch_compile_debug"])  # the default folder
 written = [p for d in folders if d.exists() for p in d.rglob("*") if p.is_file()]
-print(f"torch {torch.__version__}: with config.debug=True, {len(written)} file(s) of generated code written;")
+print(f"torch {torch.__version__}: with config.debug=True, {counted(len(written), 'file')} of generated code written;")
 print("the switch that writes the generated code is config.trace.enabled (TORCH_COMPILE_DEBUG=1)")
 
 

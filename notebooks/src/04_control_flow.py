@@ -106,6 +106,7 @@ from course_utils import bench, compat, config, exercises, session
 from course_utils.breaks import break_report
 from course_utils.expect import expect_error
 from course_utils.inductor_code import fused_kernels, generated_code, scalar_note
+from course_utils.text import counted
 
 print(session.start(seed=0))
 
@@ -1025,11 +1026,6 @@ def per_call(sources: list[str], numel: int) -> tuple[int, int]:
     return buffers, kernels
 
 
-def plural(count: int, word: str) -> str:
-    """Return "1 kernel", "2 kernels" and so on."""
-    return f"{count} {word}{'' if count == 1 else 's'}"
-
-
 torch._dynamo.reset()
 generated, per_size = {}, {}
 for name, fn in [("compiled, Python if", clip_then_score), ("compiled cond", clip_then_score_cond),
@@ -1043,8 +1039,8 @@ runs = {name: per_size[name, max(SIZES)][1] for name in generated}
 assert all(per_size[name, n] == (buffers[name], runs[name]) for name, n in per_size), "the same counts at every size"
 for name, sources in generated.items():
     kernels = [len(fused_kernels(src)) for src in sources]
-    print(f"{name:20s} {len(kernels)} graph(s), kernels per graph: {kernels}; one call runs "
-          f"{plural(runs[name], 'kernel')} and allocates {plural(buffers[name], 'fresh vector-sized buffer')}")
+    print(f"{name:20s} {counted(len(kernels), 'graph')}, kernels per graph: {kernels}; one call runs "
+          f"{counted(runs[name], 'kernel')} and allocates {counted(buffers[name], 'fresh vector-sized buffer')}")
 kernel_counts = {k: [len(fused_kernels(src)) for src in v] for k, v in generated.items()}
 assert len(kernel_counts["compiled, Python if"]) == 2 and len(kernel_counts["compiled cond"]) == 1
 assert kernel_counts["compiled cond"][0] > kernel_counts["compiled where"][0]
@@ -1091,12 +1087,12 @@ for n in SIZES:
     for name in ("compiled where", "compiled, Python if", "compiled cond"):
         ms = t.row(name).median_s * 1e3
         print(f"  {name:20s} {ms:8.2f} ms = {ms / fresh_ms:4.1f} fresh copies' time; it allocates "
-              f"{plural(buffers[name], 'fresh buffer')} and runs {plural(runs[name], 'kernel')} (counted above)")
+              f"{counted(buffers[name], 'fresh buffer')} and runs {counted(runs[name], 'kernel')} (counted above)")
     # where against cond: cond allocates more fresh buffers and runs more kernels (asserted above)
     cond_row, where_row = t.row("compiled cond"), t.row("compiled where")
     gap_ms = (cond_row.median_s - where_row.median_s) * 1e3
-    adds = (f"cond allocates {plural(buffers['compiled cond'] - buffers['compiled where'], 'more fresh buffer')} "
-            f"than where and runs {plural(runs['compiled cond'] - runs['compiled where'], 'more kernel')}")
+    adds = (f"cond allocates {counted(buffers['compiled cond'] - buffers['compiled where'], 'more fresh buffer')} "
+            f"than where and runs {counted(runs['compiled cond'] - runs['compiled where'], 'more kernel')}")
     where_word = t.verdict("compiled where", "compiled cond")
     if where_word == "faster":
         why_where = (f"{adds}; its extra {gap_ms:.2f} ms is {gap_ms / fresh_ms:.1f} fresh copies' time"
@@ -1107,7 +1103,7 @@ for n in SIZES:
     elif where_word == "no clear difference":
         extra_buffers = buffers["compiled cond"] - buffers["compiled where"]
         why_where = (f"{adds}, yet the medians are within 5% ({gap_ms:.2f} ms apart, against {fresh_ms:.2f} ms for one "
-                     "fresh copy)" + (f": the extra {plural(extra_buffers, 'buffer')} cost less than the fresh copy "
+                     "fresh copy)" + (f": the extra {counted(extra_buffers, 'buffer')} cost less than the fresh copy "
                                       "timed above would predict" if gap_ms < extra_buffers * fresh_ms else "")
                      + (f"; {scalar_note().strip(' ;()')}" if scalar_note() else "")
                      + rough(t, "compiled where", "compiled cond"))
@@ -1117,8 +1113,8 @@ for n in SIZES:
     print(f"  why where against cond: {why_where}")
     # cond against the Python if: the same fresh buffers, more kernels (asserted above)
     more = runs["compiled cond"] - runs["compiled, Python if"]
-    same = (f"both allocate {plural(buffers['compiled cond'], 'fresh buffer')}, and cond runs "
-            f"{plural(more, 'more kernel')} that allocate{'s' if more == 1 else ''} nothing, passing over memory it "
+    same = (f"both allocate {counted(buffers['compiled cond'], 'fresh buffer')}, and cond runs "
+            f"{counted(more, 'more kernel')} that allocate{'s' if more == 1 else ''} nothing, passing over memory it "
             f"already has (an in-place pass took {pass_ms:.2f} ms here)")
     cond_word = t.verdict("compiled cond", "compiled, Python if")
     short = tables[min(SIZES)]  # what one graph instead of two saved per call on the short vector
@@ -1129,7 +1125,7 @@ for n in SIZES:
                                        if t.within_margin("compiled cond", "compiled, Python if") else
                                        "; the two medians are inside the timing spread"),
         "slower": (f"{same}; its extra {d_ms:.2f} ms is {d_ms / pass_ms:.1f} in-place passes' time"
-                   + (f", more than the pass of its {plural(more, 'extra kernel')} explains, so the rest is outside these "
+                   + (f", more than the pass of its {counted(more, 'extra kernel')} explains, so the rest is outside these "
                       "counts (other programs' load, or how each loop was compiled)" if d_ms / pass_ms > 2 * more else "")
                    + rough(t, "compiled cond", "compiled, Python if")),
         "faster": (f"{same}, yet cond was faster by {-d_ms:.2f} ms"

@@ -112,6 +112,7 @@ from course_utils import bench, config, exercises, session
 from course_utils.data import load_digits_split
 from course_utils.device import accelerator, requires_accelerator
 from course_utils.models import MLP
+from course_utils.text import counted
 
 # The first forward-mode call (jacfwd, jvp, hessian) makes torch load a few internal rules through
 # TorchScript, which warns about its own deprecation. The warning concerns torch's internals, not
@@ -781,7 +782,7 @@ spread_tie = ("the timings were too spread to tell ("
 small_rough = " (its timings were rough: see the note above)" if t_smallest.spread_note() else ""
 print(f"at batch {PSG_BATCHES[0]}: vmap(grad) is {t_smallest.describe('vmap(grad)', 'loop')}: " + {
     "slower": "with nothing to batch, its bookkeeping costs more than the loop it removes",
-    "no clear difference": (f"with {PSG_BATCHES[0]} sample(s) there is little or no loop to remove, and its bookkeeping "
+    "no clear difference": (f"with {counted(PSG_BATCHES[0], 'sample')} there is little or no loop to remove, and its bookkeeping "
                             "cost about as much" if t_smallest.within_margin("vmap(grad)", "loop") else spread_tie),
     "faster": "even a short loop costs more than vmap's bookkeeping on this machine"}[smallest_word]
       + ("" if smallest_word == "no clear difference" else small_rough))
@@ -961,7 +962,7 @@ def ensemble_reason(r: dict) -> str:
         for side in ("loop", "vmap"):
             if sign * (r[f"{side}_ms"] - at[other][f"{side}_ms"]) > 0:
                 return counts + (f": out of line with the neighbouring sizes ({side} {r[f'{side}_ms']:.3f} ms here, "
-                                 f"{at[other][f'{side}_ms']:.3f} ms at {other} member(s)): a burst of other work "
+                                 f"{at[other][f'{side}_ms']:.3f} ms at {counted(other, 'member')}): a burst of other work "
                                  "decided this row, not the overhead or the batched kernels")
     if r["vmap_ops"] >= r["loop_ops"]:
         return counts + (": vmap ran at least as many operations as the loop here, so it had no dispatch "
@@ -977,8 +978,8 @@ def ensemble_reason(r: dict) -> str:
 
 print()
 for r in ens_rows:
-    print(f"{r['n']:>2} model(s): vmap is {ens_tables[r['n']].describe('vmap', 'loop')}. Why: {ensemble_reason(r)}")
-noisy = bench.noisy_note({f"{n} model(s)": t for n, t in ens_tables.items()}, where="at")
+    print(f"{counted(r['n'], 'model'):>9}: vmap is {ens_tables[r['n']].describe('vmap', 'loop')}. Why: {ensemble_reason(r)}")
+noisy = bench.noisy_note({counted(n, "model"): t for n, t in ens_tables.items()}, where="at")
 if noisy:
     print(noisy)
 

@@ -123,6 +123,7 @@ from course_utils.deploy import aoti_cpp
 from course_utils.expect import expect_error
 from course_utils.device import requires_cuda, skip_cell
 from course_utils.models import MLP, load_minilm
+from course_utils.text import counted
 
 print(session.start(seed=0))
 
@@ -1110,7 +1111,7 @@ if cpp_run is not None:
         epoch_table = dataclasses.replace(epoch_table, other_load=threads.other_load())
     cpp_epoch_s = epoch_table.row("C++").median_s
     py_epoch_s = epoch_table.row("Python").median_s
-    print(f"\ntime per epoch, {LT['epochs'] - 1} epochs after a warm-up one, {lt_threads} thread(s), "
+    print(f"\ntime per epoch, {LT['epochs'] - 1} epochs after a warm-up one, {counted(lt_threads, 'thread')}, "
           "as medians and IQRs over the epochs:")
     print(epoch_table.format())
     print("verdict on this machine: C++ is "
@@ -1290,7 +1291,7 @@ if has_executorch:
         if reset_pool is not None and pool_size != 1 and "method" not in globals():
             reset_pool(1)
         et_threads = count_pool()
-    print(f"XNNPACK thread pool: {pool_size} thread(s) by default, {et_threads} now")
+    print(f"XNNPACK thread pool: {counted(pool_size, 'thread')} by default, {et_threads} now")
     lowered = {}
 
     def lower_to_xnnpack() -> None:
@@ -1394,7 +1395,7 @@ if has_executorch:
     with torch.inference_mode():
         et_table = bench.compare({"eager": mlp, "AOTInductor": aoti_mlp, "ExecuTorch": run_pte}, x_mlp, num_threads=1)
     print(et_table)
-    print(f"(torch on 1 thread; XNNPACK's pool on {et_threads} thread(s))")
+    print(f"(torch on 1 thread; XNNPACK's pool on {counted(et_threads, 'thread')})")
     et_word = et_table.verdict("ExecuTorch")
     print(f"verdict on this machine: ExecuTorch is {et_table.describe('ExecuTorch', name='export.executorch.vs_eager')}: " + {
         "faster": f"eager dispatches the graph's {eager_ops} operators one by one from Python; the .pte makes "
@@ -1409,7 +1410,7 @@ if has_executorch:
                         "generated loop and the library GEMM), which this cell does not break down",
               "no clear difference": "both run the whole graph from C++, and their kernels come out alike at this size",
               "slower": f"Inductor fused LayerNorm and GELU into one generated loop (asserted above), while the .pte "
-                        f"runs {portable_ops} portable kernel call(s) outside XNNPACK and crosses into it "
+                        f"runs {counted(portable_ops, 'portable kernel call')} outside XNNPACK and crosses into it "
                         f"{split.num_delegated_subgraphs} times"}[vs_aoti])
     bench.bar_chart(et_table, title="MLP(64, 128, 10), batch 8, CPU, one thread");
 else:

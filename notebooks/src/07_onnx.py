@@ -122,6 +122,7 @@ from course_utils.data import (evaluate, load_retrieval_set, ranking_agreement, 
 from course_utils.deploy import onnx_tools
 from course_utils.device import requires_cuda, skip_cell
 from course_utils.models import load_minilm
+from course_utils.text import counted
 
 print(session.start(seed=0))
 print(f"onnx {onnx.__version__}, onnxruntime {ort.__version__}, torchaudio {torchaudio.__version__}")
@@ -543,10 +544,10 @@ class CountOps(TorchDispatchMode):
 query_ids, query_mask = mini.tokenize(batches[1])
 n_query = query_ids.shape[1]
 inputs = {2: (query_ids[:, :2].clone(), query_mask[:, :2].clone()), n_query: (query_ids, query_mask)}
-with CountOps() as counted:
+with CountOps() as op_counter:
     eager(query_ids, query_mask)
 ort_nodes = sum(optimised["all"].values())  # the sessions above optimise at level 'all'
-print(f"per call: eager dispatches {counted.count} ATen operators, ONNX Runtime runs {ort_nodes} graph nodes")
+print(f"per call: eager dispatches {op_counter.count} ATen operators, ONNX Runtime runs {ort_nodes} graph nodes")
 torch.testing.assert_close(ort_encoder(*inputs[2]), eager(*inputs[2]), atol=1e-4, rtol=1e-4)
 
 runtimes = {"eager": eager, "ORT": ort_encoder}
@@ -746,8 +747,8 @@ else:
     per_process = math.ceil(session_s / saved_s)
     with_export = math.ceil((export_s + session_s) / saved_s)
     print(f"each call at batch 1 saves {saved_s * 1e3:.1f} ms")
-    print(f"opening a session ({session_s:.2f} s) pays back after {per_process:,} call(s) in that process")
-    print(f"export + session ({export_s + session_s:.1f} s) pay back after {with_export:,} call(s)")
+    print(f"opening a session ({session_s:.2f} s) pays back after {counted(per_process, 'call')} in that process")
+    print(f"export + session ({export_s + session_s:.1f} s) pay back after {counted(with_export, 'call')}")
 
 # %% [markdown]
 # **Graph optimisations: do they pay here?** The fusions counted earlier remove nodes and the

@@ -109,6 +109,7 @@ from course_utils import bench, config, exercises, session, threads
 from course_utils.data import load_digits_split
 from course_utils.device import requires_cuda
 from course_utils.models import MLP, SmallResNet
+from course_utils.text import counted
 
 print(session.start(seed=0))
 
@@ -437,7 +438,7 @@ if requires_cuda("a CUDA memory snapshot of one training step, for pytorch.org/m
 
     snapshot = pickle.loads(snapshot_path.read_bytes())  # our own file: the dict memory_viz reads
     allocs = [e for trace in snapshot["device_traces"] for e in trace if e.get("action") == "alloc"]
-    print(f"{len(snapshot['segments'])} memory segment(s); {len(allocs)} allocations recorded during the step")
+    print(f"{counted(len(snapshot['segments']), 'memory segment')}; {len(allocs)} allocations recorded during the step")
     assert snapshot["segments"] and allocs, "the snapshot should hold the step's segments and allocations"
 
 

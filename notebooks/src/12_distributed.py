@@ -127,6 +127,7 @@ from torch.utils.checkpoint import checkpoint
 from course_utils import bench, config, cpu, exercises, session, threads
 from course_utils.device import requires_cuda
 from course_utils.distributed import launch
+from course_utils.text import counted
 
 print(session.start(seed=0))
 BUILD = config.build_dir() / "nb12"
@@ -264,7 +265,7 @@ if requires_cuda("the collectives on NCCL, one process per GPU"):
     world = nccl.result["world"]
     expected = [sum(r * 4 + i + 1 for r in range(world)) for i in range(4)]
     assert nccl.result["backend"] == "nccl" and nccl.result["per_rank"]["all_reduce"][0] == expected
-    print(f"NCCL all-reduce over {world} GPU(s): {nccl.result['per_rank']['all_reduce'][0]}")
+    print(f"NCCL all-reduce over {counted(world, 'GPU')}: {nccl.result['per_rank']['all_reduce'][0]}")
     if world == 1:
         print("one GPU: NCCL started and ran each collective, but with one rank each returns its own input; "
               "the sums above prove data moved only with two or more GPUs")
@@ -442,6 +443,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from common import global_batch, make_model, maybe_compile, parser, shard, train
 from course_utils.distributed import runtime
+from course_utils.text import counted
 
 
 def step_loss(model, step, args, rank, world):
@@ -545,7 +547,7 @@ def main():
     result["caps"] = []
     for cap in (None if c == "default" else float(c) for c in args.caps.split(",")):
         row = graphs_for_cap(args, cap, rank, world)
-        runtime.log(f"bucket_cap_mb={row['bucket_cap_mb']}: {row['graphs']} graph(s) compiled, {row['buckets']} DDP bucket(s)")
+        runtime.log(f"bucket_cap_mb={row['bucket_cap_mb']}: {counted(row['graphs'], 'graph')} compiled, {counted(row['buckets'], 'DDP bucket')}")
         result["caps"].append(row)
     torch._dynamo.reset()
     model = maybe_compile(DDP(make_model(args.width, args.depth)), args.backend)
@@ -567,7 +569,7 @@ print(f"\nmodel: {res['param_bytes'] / 2**20:.2f} MiB of parameters in {DEPTH} b
 print(f"largest gradient difference, compiled DDP on 2 ranks vs one process: {res['grad_max_abs_diff']:.2e}")
 for row in res["caps"]:
     sizes = ", ".join(f"{b / 2**20:.2f} MiB" if b >= 2**17 else f"{b / 2**10:.1f} KiB" for b in row["bucket_bytes"])
-    print(f"bucket_cap_mb={row['bucket_cap_mb']!s:>7}: {row['graphs']} compiled graph(s), {row['buckets']} DDP bucket(s) "
+    print(f"bucket_cap_mb={row['bucket_cap_mb']!s:>7}: {counted(row['graphs'], 'compiled graph')}, {counted(row['buckets'], 'DDP bucket')} "
           f"of {sizes}")
 
 assert res["grad_max_abs_diff"] <= 1e-5
@@ -603,7 +605,7 @@ bench.record("dist.ddp.compiled_graphs", small["graphs"], "graphs", buckets=smal
 
 # %%
 trace = res["trace"]
-print(f"{trace['allreduce_calls']} all-reduce call(s) in one step, all started running inside the backward pass "
+print(f"{counted(trace['allreduce_calls'], 'all-reduce call')} in one step, all started running inside the backward pass "
       "(each launched there by a gradient hook): "
       f"{trace['started_inside_backward'] == trace['allreduce_calls']} ({', '.join(trace['comm_names'])})")
 print(f"on this machine {trace['started_before_last_gradient']} of {trace['allreduce_calls']} had started running "
@@ -1779,6 +1781,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common import global_batch, make_model, maybe_compile, parser, shard
 from course_utils.distributed import runtime
+from course_utils.text import counted
 
 
 def fingerprint(model):
@@ -1839,7 +1842,7 @@ for step in range(start, args.steps):
             save(path, model, opt, step + 1, losses)
         dist.barrier()                             # nobody runs ahead of a checkpoint being written
 
-runtime.log(f"finished {args.steps} steps after {attempt} restart(s); weights {fingerprint(model)}")
+runtime.log(f"finished {args.steps} steps after {counted(attempt, 'restart')}; weights {fingerprint(model)}")
 runtime.emit({"world": world, "restarts": attempt, "resumed_from": start, "steps": args.steps, "losses": losses,
               "fingerprint": fingerprint(model), "batch": args.batch, "threads": torch.get_num_threads(),
               "param_bytes": sum(q.numel() * q.element_size() for q in model.parameters()),
@@ -1855,9 +1858,9 @@ faulty = launch.run_job(f"{JOBS}/elastic.py", [*EL_ARGS, "--dir", BUILD / "elast
                         max_restarts=1, timeout_s=300, echo=echo).result
 print()
 clean = launch.run_job(f"{JOBS}/elastic.py", [*EL_ARGS, "--dir", BUILD / "elastic" / "clean"], timeout_s=300, echo=echo).result
-print(f"\nfaulty run: {faulty['restarts']} restart(s), resumed after step {faulty['resumed_from']}, "
+print(f"\nfaulty run: {counted(faulty['restarts'], 'restart')}, resumed after step {faulty['resumed_from']}, "
       f"weights {faulty['fingerprint']}")
-print(f"clean run:  {clean['restarts']} restart(s), weights {clean['fingerprint']}")
+print(f"clean run:  {counted(clean['restarts'], 'restart')}, weights {clean['fingerprint']}")
 assert faulty["restarts"] == 1 and faulty["resumed_from"] == (EL_KILL // EL_EVERY) * EL_EVERY
 assert faulty["fingerprint"] == clean["fingerprint"] and faulty["losses"] == clean["losses"]
 bench.record("dist.elastic.restarts_survived", faulty["restarts"], "restarts", killed_at_step=EL_KILL,
@@ -1924,7 +1927,7 @@ for _ in range(SCALE_ROUNDS):
                                           timeout_s=300, echo=None).result)
 others.append(threads.other_load())
 speed = bench.Comparison.from_samples({label: [t for run in got for t in run["step_s"]] for label, got in runs.items()})
-print(f"{SCALE_ROUNDS} run(s) of {EL_STEPS} steps on each side, in turn; every step but each run's first, pooled:")
+print(f"{counted(SCALE_ROUNDS, 'run')} of {EL_STEPS} steps on each side, in turn; every step but each run's first, pooled:")
 loads = [x for x in others if x is not None]   # None where the load could not be sampled
 print(speed.format(cause="the two ranks wait for each other at every step's all-reduce, so a delay on either rank "
                          "shows in both; other programs used about "
