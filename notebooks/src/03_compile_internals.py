@@ -479,7 +479,7 @@ for case, (fn, args) in cases.items():
         gm = tracer(fn, *args)
         torch.testing.assert_close(gm(*args), fn(*args), rtol=1e-5, atol=1e-5)
         traced[case, level] = op_names(gm)
-        print(f"  {level:<19} {len(traced[case, level]):>2} ops: {', '.join(traced[case, level])}")
+        print(f"  {level:<19} {counted(len(traced[case, level]), 'op')}: {', '.join(traced[case, level])}")
 
 for op in (torch.ops.aten.gelu.default, torch.ops.aten.native_layer_norm.default,
            torch.ops.aten._softmax.default):
