@@ -164,7 +164,7 @@ def test_a_device_index_past_the_last_one_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("COURSE_DEVICE", "cuda:1")
     assert device.get_device() == torch.device("cuda", 1)
     monkeypatch.setenv("COURSE_DEVICE", "cuda:2")
-    with pytest.raises(RuntimeError, match=r"asks for CUDA device 2, but torch sees 2 CUDA device\(s\) \(indices 0 to 1\)"):
+    with pytest.raises(RuntimeError, match=r"asks for CUDA device 2, but torch sees 2 CUDA devices \(indices 0 to 1\)"):
         device.get_device()
 
 
