@@ -136,6 +136,17 @@ def test_a_time_line_without_a_first_run_figure_does_not_say_after_that():
     assert "after that" not in line
 
 
+def test_a_warm_run_that_took_no_less_than_the_first_is_not_stated_as_if_the_cache_slowed_it():
+    quick, _, cold = _summaries()
+    cold = {**cold, "runs": [{"notebook": "00_setup.ipynb", "ok": True, "seconds": 60.0}]}
+    full = {**cold, "runs": [{"notebook": "00_setup.ipynb", "ok": True, "seconds": 66.0}]}
+    line = stamp.time_line("00_setup.ipynb", cold, full, quick)
+    assert ("1.0 min the first time (every cache empty), 1.1 min after that (compile cache warm, yet no faster "
+            "in these two runs), 0.5 min in quick mode;") in line, line
+    _, full, cold = _summaries()  # 5.0 then 1.5: the cache saved time, the line says nothing more
+    assert "1.5 min after that (compile cache warm), " in stamp.time_line("00_setup.ipynb", cold, full, quick)
+
+
 def test_stamp_writes_each_notebooks_own_time_line(tmp_path):
     quick, full, cold = _summaries()
     nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": [
