@@ -221,8 +221,8 @@ def node_times(session: onnxruntime.InferenceSession, feeds: dict[str, Any], *, 
     Runs ``feeds`` ``warmup`` times, then ``runs`` times, and sums the kernel time of every node
     (the ``"Node"`` events, keyed by their ``op_name``) over the timed runs only, divided by
     ``runs``. This ends the session's profiling (``end_profiling``) and deletes the JSON file.
-    Node times leave out the executor's own work between nodes, so they add up to a little less
-    than a run's wall time.
+    Node times are measured with the profiler on, so they can exceed an unprofiled run's wall
+    time; they leave out the executor's own work between nodes.
     """
     if runs < 1 or warmup < 0:
         raise ValueError(f"need runs >= 1 and warmup >= 0, got runs={runs!r}, warmup={warmup!r}")

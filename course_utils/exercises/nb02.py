@@ -209,10 +209,10 @@ def _recompile_solution() -> set[str]:
 @exercise(
     "02.recompile",
     solution=_recompile_solution,
-    wrong_answers=lambda: [({"B", "C"}, "you missed"), (set(RECOMPILE_OPTIONS), "do(es) not recompile"),
-                           (set(_recompile_truth()) - {"F"}, "you missed 1"),
-                           (set(_recompile_truth()) | {"E"}, "E do(es) not recompile"),
-                           (set(), f"you missed {len(_recompile_truth())}"), (3, "expected letters"),
+    wrong_answers=lambda: [({"B", "C"}, "you missed"), (set(RECOMPILE_OPTIONS), "do not recompile"),
+                           (set(_recompile_truth()) - {"F"}, "you missed 1 that does "),
+                           (set(_recompile_truth()) | {"E"}, "E does not recompile"),
+                           (set(), f"you missed {len(_recompile_truth())} that do "), (3, "expected letters"),
                            ("BZ", "'Z' is not one of")],
 )
 def check_recompile(answer: Any) -> str:
@@ -224,8 +224,10 @@ def check_recompile(answer: Any) -> str:
         return "right: " + "; ".join(f"{k}: {_WHY[k]}" for k in sorted(truth)) + "."
     hints = []
     if extra:
-        hints.append(f"{', '.join(extra)} do(es) not recompile (think about what guards check)")
+        verb = "does" if len(extra) == 1 else "do"
+        hints.append(f"{', '.join(extra)} {verb} not recompile (think about what guards check)")
     if missing:
-        hints.append(f"you missed {len(missing)} that do(es) (shape, dtype, strides and Python "
+        verb = "does" if len(missing) == 1 else "do"
+        hints.append(f"you missed {len(missing)} that {verb} (shape, dtype, strides and Python "
                      "constants are all guarded)")
     raise Wrong("not quite: " + "; ".join(hints) + ". Try each one with a counting backend.")

@@ -231,8 +231,8 @@ print(f"compiled and eager results agree within rtol=1e-5, atol=1e-5 (largest ab
 # What Inductor wrote for the chain (generated_code resets Dynamo first; the next cell compiles it again).
 _, (chain_source, *_) = inductor_code.generated_code(torch.compile(activation_chain), x)
 chain_kernels, chain_library = inductor_code.kernel_calls(chain_source), inductor_code.library_calls(chain_source)
-print(f"the generated code runs {len(chain_kernels)} kernel ({', '.join(chain_kernels)}) and "
-      f"{len(chain_library)} library calls")
+print(f"the generated code runs {counted(len(chain_kernels), 'kernel')} ({', '.join(chain_kernels)}) and "
+      f"{counted(len(chain_library), 'library call')}")
 assert len(chain_kernels) == 1 and not chain_library, "the whole chain fuses into one generated loop"
 
 # %% [markdown]
@@ -286,8 +286,9 @@ chain_reason = {
                f"leaves {left_ms:.2f} ms, inside eager's own spread (IQR {eager_iqr_ms:.2f} ms): this run cannot tell "
                "whether the maths itself ran faster" if left_ms <= eager_iqr_ms else
                f"it gained {gain_ms:.2f} ms a call; the saved passes account for roughly {saved_ms:.2f} ms, which "
-               f"leaves {left_ms:.2f} ms, more than eager's spread (IQR {eager_iqr_ms:.2f} ms): most of the rest is "
-               "the maths, which the one generated loop computed faster than eager's separate kernels"),
+               f"leaves {left_ms:.2f} ms, more than eager's spread (IQR {eager_iqr_ms:.2f} ms): the saved passes, as "
+               "timed with x + 1, do not account for it, and this cell does not time the maths and the "
+               "dispatches apart"),
     "no clear difference": (f"the {n_ops - 1} saved passes (roughly {saved_ms:.2f} ms) are within the timing spread "
                             f"(the wider IQR is {widest_iqr_ms:.2f} ms), so they could not show (a busy machine, or a "
                             "tensor small enough to stay in cache)" if saved_ms <= widest_iqr_ms else
@@ -318,8 +319,9 @@ w = torch.randn(SIZE, SIZE)
 # generated_code also returns the code Inductor wrote (it resets Dynamo first, so the chain above is forgotten)
 _, (mm_source, *_) = inductor_code.generated_code(torch.compile(project), x, w)
 mm_library, mm_loops = inductor_code.library_calls(mm_source), inductor_code.fused_kernels(mm_source)
-print(f"the compiled matmul calls {mm_library} through extern_kernels (the ATen operator eager's x @ w runs, backed "
-      f"by the same BLAS library) and defines {counted(len(mm_loops), 'loop')} of its own")
+print(f"the compiled matmul calls {', '.join(mm_library) or 'no library routine'} through extern_kernels (the "
+      f"ATen operator eager's x @ w runs, backed by the same BLAS library) and defines "
+      f"{counted(len(mm_loops), 'loop')} of its own")
 compiled_project = torch.compile(project)
 mm_table = bench.compare({"eager": project, "compiled": compiled_project}, x, w)
 print(mm_table)

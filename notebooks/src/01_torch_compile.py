@@ -260,7 +260,7 @@ for name, p in params.items():
 #
 # Most demonstrations in this section use `backend="eager"`: it runs Dynamo's graph capture (which
 # is what `fullgraph` and `dynamic` are about) and then executes the graph with ordinary PyTorch,
-# so it costs a fraction of a second instead of a C++ build.
+# so it skips Inductor's code generation and C++ build (section 4 times each backend's first call).
 #
 # ### `fullgraph`: one graph, or an error
 #
@@ -533,7 +533,7 @@ for mode, r in mode_runs.items():
 ro = mode_runs["reduce-overhead"]
 assert ro["cudagraph_skips"] >= 1 and ro["kernels"] == mode_runs["default"]["kernels"]
 print("reduce-overhead on a CPU: the CUDA-graph step was skipped "
-      f"({ro['cudagraph_skips']} skip counted) and the generated kernels are identical to default's, "
+      f"({counted(ro['cudagraph_skips'], 'skip')} counted) and the generated kernels are identical to default's, "
       "so it behaves like default.")
 ma = mode_runs["max-autotune"]
 print(f"max-autotune on a CPU: {counted(ma['autotuned'], 'matmul')} autotuned; "
@@ -551,6 +551,12 @@ library = mode_runs["default"]["library"]
 mode_words = {mode: mode_table.verdict(mode) for mode in MODES}
 for mode in MODES:
     print(f"- {mode}: {mode_table.describe(mode)}")
+same_as_default = all(mode_runs[m]["kernels"] == mode_runs["default"]["kernels"] for m in MODES)
+if same_as_default and len(set(mode_words.values())) > 1:
+    mode_times = [mode_table.ratio(m, "eager") for m in MODES]
+    print(f"the four modes ran identical kernels, so their different verdicts come from the timings alone: their "
+          f"times ({min(mode_times):.2f}x to {max(mode_times):.2f}x eager's) fall either side of what a verdict needs (a "
+          f"{bench.VERDICT_MARGIN:.0%} gap and timing spreads that do not overlap), not a difference between the modes")
 print(f"Why: {library} of the default mode's calls are library routines (the matrix multiplies), the same ones eager "
       "calls; compiling fused only the glue between them, " + (
           "and in some mode that saved time beyond the spread (the lines above say which)"
@@ -568,7 +574,7 @@ bench.bar_chart(mode_table, title="MLP inference on this CPU, by mode");
 # compiled code, and later changes to them are ignored). With freezing on, `max-autotune` times its
 # templates against the oneDNN/MKL library call for every matrix multiply and keeps the faster one.
 # That adds building and timing the candidates to the compile; the cells below measure what it
-# did to the first call and whether run time went down.
+# did to the first call and how run time changed.
 #
 # Dynamo does not look at Inductor's settings when it decides whether it can reuse a compiled
 # graph, so this experiment starts from `torch._dynamo.reset()` and keeps everything, timing
@@ -633,7 +639,8 @@ print(f"-> {verdict_line}. " + ("The four plain modes generated the same kernels
                                 if same_kernels else "The plain modes did not all generate the same kernels."))
 
 # %% [markdown]
-# What to take from this on a CPU: start with the default mode. `reduce-overhead` quietly does what
+# What to take from this on a CPU: start with the default mode, and check it against eager for a
+# model like this one. `reduce-overhead` quietly does what
 # `default` does; `max-autotune` only tries Inductor's own matrix-multiply code with freezing on,
 # adds building and timing the candidates to the compile (the cell above printed what that did to the
 # first call here), and whether the
@@ -642,7 +649,8 @@ print(f"-> {verdict_line}. " + ("The four plain modes generated the same kernels
 # operations are matrix multiplies (section 5's table counts the library calls of a similar MLP),
 # which eager PyTorch already hands to the same libraries; unless
 # autotuning picks Inductor's own template for them (the count above says how many it did here), that
-# limits what any mode can gain (the verdicts under the mode table say whether any gained here, and
+# limits what any mode can gain, and the compiled call's own work around the library calls can even
+# leave it slower than eager (the verdicts under the mode table say how each mode came out here;
 # section 5 measures where compiling does gain).
 #
 # On a GPU the picture changes. The next cell (GPU only) compiles a small model with
@@ -903,7 +911,7 @@ def reason(name: str, r: dict) -> str:
                 "slower": ", but here the generated code took longer than eager's separate kernels: saving the "
                           "traffic was not enough on this CPU" + inductor_code.scalar_note()}[word]
         return fused + tail + where
-    tail = {"faster": "the fused glue was a large enough share of the time to show",
+    tail = {"faster": "and the fused glue was a large enough share of the time for the saving to show",
             "no clear difference": ("so fusing the glue did not change the total by more than 5% here"
                                     if r["table"].within_margin("compiled") else
                                     "so fusing the glue did not change the total beyond the timing spread here"),
@@ -1068,10 +1076,15 @@ print("Why: the convolutions, forward and backward, run in the same oneDNN routi
                                          "calls around the library routines) is not timed apart here: notebook 09's "
                                          "profiler can."}[epoch_word])
 saving = steady_eager - steady_compiled
+epochs_needed = max(1, math.ceil(compile_cost / saving)) if epoch_word == "faster" else None
+# "pays" means it pays back eventually; epochs_needed against epochs_run says whether it did within this run.
 bench.record_verdict("compile.train.payback", "pays" if epoch_word == "faster" else "does not pay",
-                     compile_s=round(compile_cost, 3), saving_s=round(saving, 4))
+                     compile_s=round(compile_cost, 3), saving_s=round(saving, 4), epochs_needed=epochs_needed,
+                     epochs_run=EPOCHS)
 if epoch_word == "faster":
-    print(f"compiling pays for itself after about {math.ceil(compile_cost / saving)} epochs of this size")
+    print(f"compiling pays for itself after about {counted(epochs_needed, 'epoch')} of this size" +
+          (f"; this run trained {counted(EPOCHS, 'epoch')}, so the compile does not pay back within it"
+           if epochs_needed > EPOCHS else f", within this run's {counted(EPOCHS, 'epoch')}"))
 else:
     print("compiled epochs were not clearly faster here, so the compile does not pay for itself in this run")
 
@@ -1202,7 +1215,8 @@ print(f"The cold run compiled {len(sources)} C++ files: {counted(len(kernels), '
       f"of its {cold['first_s']:.1f} s first call.")
 # One run each, no spread: the warm start counts as shorter only beyond a 10% band.
 warm_word = bench.band_verdict(warm["first_s"], cold["first_s"], band=0.1, name="compile.cache.warm_vs_cold")
-print(f"The warm run found the graph in the cache ({warm['graph_hits']} hit, 0 misses) and built no new library "
+print(f"The warm run found the graph in the cache ({counted(warm['graph_hits'], 'hit')}, "
+      f"{counted(warm['graph_misses'], 'miss', 'misses')}) and built no new library "
       f"({libraries['cold']} built by the cold run; its C++ compiler time {warm['cpp_build_s']:.2f} s against "
       f"{cold['cpp_build_s']:.2f} s cold, the compiler checking Inductor's shared header, which every process does; "
       f"no kernel was compiled): first call {warm['first_s']:.2f} s against {cold['first_s']:.2f} s "
@@ -1341,8 +1355,8 @@ else:
 if PRECOMPILE:
     kernels = inductor_code.fused_kernels(step_code)
     private = sorted(set(re.findall(r"\btorch\._\w+", step_code)))
-    print(f"step.py: {len(step_code.splitlines())} lines; {len(kernels)} C++ kernels defined as source, "
-          f"{len(inductor_code.library_calls(step_code))} library calls (matrix multiplies) in its call()")
+    print(f"step.py: {len(step_code.splitlines())} lines; {counted(len(kernels), 'C++ kernel')} defined as source, "
+          f"{counted(len(inductor_code.library_calls(step_code)), 'library call')} (matrix multiplies) in its call()")
     for kernel in kernels:
         print("  kernel", kernel[:100] + ("..." if len(kernel) > 100 else ""))
     vector_kernel = next((k for k in kernels if "Vectorized<float>" in inductor_code.kernel_source(step_code, k)), None)
@@ -1481,8 +1495,9 @@ if PRECOMPILE:
     print(f"fresh process: the loaded forward matches eager (max difference {out_err:.1e}); the loaded training step "
           f"put {len(got['grads'])} gradients on the model, matching loss.backward() (max difference {grad_err:.1e}), "
           "and a second call without zero_grad() doubled them, as eager's accumulation does")
-    print(f"Dynamo graphs traced in that process: {loaded['dynamo_graphs']}; C++ built: {loaded['kernels_built']} "
-          f"kernel libraries, {loaded['probes_built']} CPU probe{'s' if loaded['probes_built'] != 1 else ''}; "
+    print(f"Dynamo graphs traced in that process: {loaded['dynamo_graphs']}; C++ built: "
+          f"{counted(loaded['kernels_built'], 'kernel library', 'kernel libraries')}, "
+          f"{counted(loaded['probes_built'], 'CPU probe')}; "
           f"first result {loaded['first_s']:.2f} s after the "
           f"compiler's imports ({loaded['imports_s']:.1f} s)")
     assert loaded["dynamo_graphs"] == 0, "precompile.load runs the captured program: Dynamo never traces it"
@@ -1502,10 +1517,9 @@ if PRECOMPILE:
 #
 # The cell counts, for each run, the graphs Dynamo traced, the graph-cache hits and the C++ libraries
 # that appeared in its directory, so the table's last column is checked rather than taken on trust.
-# Each route runs once: single runs in separate processes have no spread to judge them by and vary
-# more than the repeated timings of earlier sections (the cell prints how much the identical import
-# step varied across them), so a difference counts only beyond a 25% band. This costs several cold
-# compiles, so it runs in full mode only.
+# Each route runs once, so there is no spread to judge it by: a difference counts only beyond a 25%
+# band. The cell also prints how much the identical import step varied across the processes. This
+# costs several cold compiles, so it runs in full mode only.
 
 # %%
 if PRECOMPILE and not config.is_quick():
@@ -1543,8 +1557,12 @@ def skipped_work(a: dict, b: dict) -> list[str]:
     elif a["graph_cache_hits"] > b["graph_cache_hits"]:
         skipped.append("AOTAutograd with Inductor's lowering (a graph-cache hit)")
     if a["libraries_built"] < b["libraries_built"]:
-        skipped.append(f"{b['libraries_built'] - a['libraries_built']} C++ builds")
+        skipped.append(counted(b["libraries_built"] - a["libraries_built"], "C++ build"))
     return skipped
+
+
+def libs(r: dict) -> str:
+    return counted(r["libraries_built"], "C++ library", "C++ libraries")
 
 
 if PRECOMPILE and not config.is_quick():
@@ -1566,24 +1584,29 @@ if PRECOMPILE and not config.is_quick():
         did = ("it skipped " + " and ".join([", ".join(skipped[:-1]), skipped[-1]] if len(skipped) > 1 else skipped)
                if skipped else "it did the same work")
         same_build = (a["kernels_built"], a["probes_built"]) == (b["kernels_built"], b["probes_built"])
-        varied = f"the import step alone varied {import_spread:.1f}x between them"
+        # The import step's spread is cited as a reason only when it is a sizeable part of the band.
+        import_noisy = import_spread - 1 >= BAND / 2
+        varied = f"the import step alone varied {import_spread:.2f}x between them"
+        inside = f"the gap stays inside the {BAND:.0%} band that one run each needs"
         if word == "higher" and same_build:
-            built = (f"built the same {a['libraries_built']} C++ libraries as {against}" if a["libraries_built"]
+            built = (f"built the same {libs(a)} as {against}" if a["libraries_built"]
                      else f"neither it nor {against} built a C++ library")
-            did += (f", and {built}, so nothing counted here explains the extra time; single runs in separate "
-                    f"processes vary this much ({varied})")
+            did += (f", and {built}, so nothing counted here explains the extra time; " +
+                    (f"single runs in separate processes vary this much ({varied})" if import_noisy else
+                     "the cell does not measure why"))
         elif word == "higher":
-            did += (f"; it built {a['libraries_built']} C++ libraries against {against}'s {b['libraries_built']}, and "
-                    f"single runs in separate processes also vary ({varied})")
+            did += (f"; it built {libs(a)} against {against}'s {b['libraries_built']}" +
+                    (f", and single runs in separate processes also vary ({varied})" if import_noisy else ""))
         elif word == "lower" and same_build and a["libraries_built"]:
-            did += (f", but both built the same {a['libraries_built']} C++ libraries; single runs in separate processes "
-                    f"vary ({varied}), so one run each cannot say how much of the gap the skipped work explains")
+            did += (f", but both built the same {libs(a)}; " +
+                    (f"single runs in separate processes vary ({varied}), so " if import_noisy else "") +
+                    "one run each cannot say how much of the gap the skipped work explains")
         elif word != "lower" and same_build and a["libraries_built"]:
-            did += (f", but both built the same {a['libraries_built']} C++ libraries; what it skipped did not show beyond "
-                    f"the band in one run each (the import step alone varied {import_spread:.1f}x between processes)")
+            did += (f", but both built the same {libs(a)}; what it skipped did not show" +
+                    (f" beyond the band in one run each ({varied})" if import_noisy else f": {inside}"))
         elif word != "lower":
-            did += (f"; that did not show beyond the band in one run each (the import step alone varied "
-                    f"{import_spread:.1f}x between processes)")
+            did += ("; that did not show" +
+                    (f" beyond the band in one run each ({varied})" if import_noisy else f": {inside}"))
         print(f"- {route}: first result {a['first_s']:.2f} s, {SHORTER[word]} {against} ({b['first_s']:.2f} s; "
               f"{a['first_s'] / b['first_s']:.2f}x its time, {BAND:.0%} band): {did}")
     pre = pre_routes["precompiled"]
@@ -1597,10 +1620,9 @@ if PRECOMPILE and not config.is_quick():
     print(f"\nrecorded compile.precompile.cold_ratio = {cold_ratio:.1f}x (cold compile / precompiled load and first call; "
           f"the course's target of 5x: {target_word}); counting the compiler's imports in both, {with_imports:.1f}x")
     empty = pre_routes["precompiled, empty directory"]
-    print(f"on another machine (an empty directory) the precompiled forward built its {empty['kernels_built']} kernel "
-          f"librar{'y' if empty['kernels_built'] == 1 else 'ies'} from the source it carries, as the cold compile built "
-          f"{pre_routes['cold']['kernels_built']}, and {empty['probes_built']} "
-          f"CPU probe{'s' if empty['probes_built'] != 1 else ''}: "
+    print(f"on another machine (an empty directory) the precompiled forward built its "
+          f"{counted(empty['kernels_built'], 'kernel library', 'kernel libraries')} from the source it carries, as the "
+          f"cold compile built {pre_routes['cold']['kernels_built']}, and {counted(empty['probes_built'], 'CPU probe')}: "
           + ("on a CPU the bundle does not carry built libraries, so there it can save at most the tracing and code "
              "generation; one run each cannot separate that saving from run-to-run variation"
              if empty["kernels_built"] else "its kernels needed no build"))

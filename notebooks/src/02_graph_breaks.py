@@ -478,7 +478,7 @@ with torch._dynamo.config.patch(capture_scalar_outputs=True):
     compiled_item = torch.compile(with_item, fullgraph=True)  # one graph, or it raises
     torch.testing.assert_close(compiled_item(positive), with_item(positive), rtol=1e-5, atol=1e-6)
 for name, report in captured.items():
-    print(f"capture_scalar_outputs=True, {name:<12}: {counted(report.breaks, 'break')} {report.first_reason[:55]}")
+    print(f"capture_scalar_outputs=True, {name:<12}: {counted(report.breaks, 'break'):<8} {report.first_reason[:55]}")
 assert [report.breaks for report in captured.values()] == [0, 1, 1]
 
 
@@ -579,8 +579,7 @@ assert disabled.breaks == 1 and inlined.breaks > disabled.breaks
 # graph as one node; the backend (AOTAutograd, then Inductor) still traces through it. It is often
 # recommended for "known safe" functions. The current documentation is more careful, and
 # the cell below shows why: Dynamo runs `fn` once on fake tensors to learn its output, and
-# AOTAutograd runs it twice more, once to learn about its outputs and once to record the graph (the
-# cell counts them all). The graph Inductor compiles
+# AOTAutograd runs it again while it traces (the cell counts every run). The graph Inductor compiles
 # no longer calls `fn`, so any Python side effect inside it (here a deprecation warning) happens
 # **while compiling, not on each call**. A backend without AOTAutograd, such as `"eager"`, would
 # still call it every time. For pure tensor code
@@ -613,7 +612,7 @@ with warnings.catch_warnings(record=True) as caught:
     for _ in range(5):
         compiled_legacy(x)
     during_calls = len(caught) - while_compiling
-print(f"with allow_in_graph: {after.breaks} breaks; the warning fired {while_compiling} times while "
+print(f"with allow_in_graph: {after.breaks} breaks; the warning fired {counted(while_compiling, 'time')} while "
       f"compiling and {during_calls} times in 5 later calls")
 assert before.breaks == 1 and after.breaks == 0 and during_calls == 0 and while_compiling >= 1
 # The same function under the "eager" backend, which runs Dynamo's graph as it is (no AOTAutograd, no Inductor).
@@ -659,7 +658,7 @@ if compat.has("nonstrict_trace"):
             compiled_settings(x)
         loose_calls = sum("legacy_scaled" in str(w.message) for w in caught) - loose_compiling
     print(f"nonstrict_trace with a dict argument: {graphs} graph, {breaks} breaks, equal to eager "
-          f"(rtol=1e-5); the warning fired {loose_compiling} times while compiling and {loose_calls} times "
+          f"(rtol=1e-5); the warning fired {counted(loose_compiling, 'time')} while compiling and {loose_calls} times "
           "in 5 compiled calls")
     assert breaks == 0 and loose_calls == 0 and loose_compiling >= 1
 else:
@@ -1240,6 +1239,15 @@ passes_said = (f"its one loop reads the tensor once and writes it once, where ea
                "not counted). ")
 cannot_tell = ("the passes over memory alone can account for the gap; this run cannot tell whether the arithmetic "
                "itself differed.")
+
+
+def busy_said(table):
+    """Name other programs' load only where compare measured it at or above bench.BUSY_LOAD."""
+    load = table.other_load
+    return "" if load is None or load < bench.BUSY_LOAD else \
+        f" (other programs used about {load:.1f} cores just after the timings)"
+
+
 eager_word = large.verdict("compiled, fixed", "eager")
 print(f"against eager on the {SIZE}x{SIZE} tensor: the fixed block is {large.describe('compiled, fixed', 'eager')}; " + {
     "faster": passes_said
@@ -1249,8 +1257,8 @@ print(f"against eager on the {SIZE}x{SIZE} tensor: the fixed block is {large.des
                  f"That leaves {left_ms:.1f} ms of the {gap_ms:.1f} ms eager loses, more than eager's own spread "
                  f"(IQR {eager_iqr_ms:.1f} ms), so the one generated loop, doing all the work, took less time than "
                  f"eager's {n_trans} transcendental kernels alone."),
-    "no clear difference": "the two stayed inside the timing spread, so this run cannot rank them (a busy "
-                           "machine?).",
+    "no clear difference": "the two stayed inside the timing spread, so this run cannot rank them"
+                           + (busy_said(large) or " or say why") + ".",
     "slower": "eager's own kernels did the transcendental arithmetic faster than Inductor's generated loop, and "
               f"that outweighed the memory traffic it saved, about {cheap_ms:.1f} ms ({passes_seen.cheap_copies:g} copies' "
               f"worth in eager's {passes_seen.cheap} operators with no transcendental function)."
@@ -1259,8 +1267,10 @@ tiny_word = tiny.verdict("compiled, fixed", "compiled, 3 breaks")
 print("why, on 8 numbers: the fixed block makes one call into one graph where the broken one enters four graphs, "
       "checks four sets of guards and runs Python and an .item() between them; " + {
           "faster": "here those per-call costs showed clearly.",
-          "no clear difference": "here the difference was lost in the timing spread (a busy machine?).",
-          "slower": "here something else on the machine outweighed them; rerun the cell when it is quiet."}[tiny_word])
+          "no clear difference": "here the difference was lost in the timing spread"
+                                 + (busy_said(tiny) or "; this run cannot say why") + ".",
+          "slower": "here the fixed block was slower all the same" + (busy_said(tiny) or "; this run cannot say why")
+                    + "."}[tiny_word])
 
 # %% [markdown]
 # Where the time goes in the broken version, on every call:

@@ -479,7 +479,7 @@ for case, (fn, args) in cases.items():
         gm = tracer(fn, *args)
         torch.testing.assert_close(gm(*args), fn(*args), rtol=1e-5, atol=1e-5)
         traced[case, level] = op_names(gm)
-        print(f"  {level:<19} {counted(len(traced[case, level]), 'op')}: {', '.join(traced[case, level])}")
+        print(f"  {level:<19} {counted(len(traced[case, level]), 'op'):>6}: {', '.join(traced[case, level])}")
 
 for op in (torch.ops.aten.gelu.default, torch.ops.aten.native_layer_norm.default,
            torch.ops.aten._softmax.default):
@@ -620,10 +620,10 @@ assert 1 <= len(post) < len(pre) <= len(lowered_ops)
 # %% [markdown]
 # Lowering already inlined most pointwise operations into the loops that consume them, leaving a
 # handful of loop nests: reductions that sum over each row (for the mean and for the variance) and
-# pointwise loops around them. The scheduler then fused them into the node(s) the cell printed, because
-# they all iterate over the same rows. On the CPU, Inductor writes consecutive nodes into one C++
-# function until a library call cuts it, so there can be fewer functions than nodes; the next cells
-# list the functions written here.
+# pointwise loops around them. The scheduler then fused them into fewer nodes (the cell's "after fusion"
+# line lists them), because they all iterate over the same rows. On the CPU, Inductor writes
+# consecutive nodes into one C++ function until a library call cuts it, so there can be fewer
+# functions than nodes; the next cells list the functions written here.
 # Find it in the output code: kernels are defined as `name = async_compile.cpp_pybinding(...)`,
 # library calls appear as `extern_kernels.<name>(...)`, and the `call` function at the end allocates
 # the buffers (reusing memory where it can) and runs the kernels in order. Its `args.clear()` is the
@@ -680,8 +680,8 @@ temporaries = len(re.findall(r"auto tmp\d+ =", loop_text))
 functions = [fn for fn in ("erf", "sqrt", "exp", "tanh") if fn in loop_text]
 vector = re.search(r"Vectorized<float>::loadu\([^;]*?(\d+)\)\);", loop_text)
 print(f"x arrives as {x_ptr}. The loop loads it {counted(len(x_loads), 'time')}, as {x_loads[0]}, and uses that value "
-      f"{x_uses} times (normalisation, then the residual add).")
-print(f"It stores {stores} result. The {temporaries} temporaries in between (calling {', '.join(functions)}) "
+      f"{counted(x_uses, 'time')} (normalisation, then the residual add).")
+print(f"It stores {counted(stores, 'result')}. The {temporaries} temporaries in between (calling {', '.join(functions)}) "
       "live in local variables (registers): no intermediate tensor is written to memory.")
 if vector:
     print(f"Loads and stores are SIMD vectors of {vector.group(1)} floats (at::vec::Vectorized), sized for the "
@@ -767,8 +767,8 @@ bench.record("internals.kernels.fused", fused_count, "kernels", example="norm_ge
 # bandwidth, its caches and its load, and on how fast the generated loop does the arithmetic next to
 # eager's hand-written kernels. Measure it (compiled code was built above, so only the steady state
 # is timed); the cell prints the verdict for this machine, and the rate at which each version moved
-# the bytes counted above (when one runs far below the rate the other reached, memory traffic was not
-# what took its time):
+# the bytes counted above (when one runs clearly below the rate the other reached, memory traffic alone
+# was not what took its time; the cell states the band it calls clear):
 
 # %%
 table = bench.compare({"eager": norm_gelu_residual, "compiled": compiled_block}, x, weight, bias)
@@ -782,6 +782,17 @@ eager_s, fused_s = table.row("eager").median_s, table.row("compiled").median_s
 print(f"bytes counted per second of median time: eager {eager_ops.bytes / eager_s / 1e9:.1f} GB/s; compiled "
       f"{fused_bytes / fused_s / 1e9:.1f} GB/s at the floor"
       + (f", {reread_bytes / fused_s / 1e9:.1f} GB/s with its re-reads of x" if x_loops > 1 else ""))
+# Compare the rates with the compiled kernel's most generous byte count (its re-reads included).
+RATE_BAND = 0.5
+eager_rate, fused_rate = eager_ops.bytes / eager_s, (reread_bytes if x_loops > 1 else fused_bytes) / fused_s
+rate_word = bench.band_verdict(fused_rate, eager_rate, band=RATE_BAND)
+print(f"compiled moved bytes at {fused_bytes / fused_s / eager_rate:.2f}x"
+      + (f"-{fused_rate / eager_rate:.2f}x" if x_loops > 1 else "") + f" eager's rate ({bench.band_text(RATE_BAND)}): "
+      + {"lower": "clearly below it, so memory traffic alone did not set the compiled kernel's time (this cell does "
+                  "not measure what did)",
+         "no clear difference": "about the rate eager reached, so these rates cannot tell memory traffic from "
+                                "arithmetic",
+         "higher": "clearly above it (this cell does not measure why)"}[rate_word])
 fused_word = table.verdict("compiled", name="internals.fusion.compiled_vs_eager")
 if fused_word == "faster":
     fused_reason = (f"{counted(fused_count, 'generated kernel')} instead of eager's {eager_count}, with no full-size "
@@ -806,7 +817,7 @@ elif fused_word == "no clear difference":
 else:
     fused_reason = (f"the fused kernel, which reads x in {counted(x_loops, 'loop')} over the rows, took longer than eager's "
                     f"{eager_count} hand-written kernels; the cell does not split that time into memory traffic and "
-                    "arithmetic (the GB/s line above says how far each was from the rate the other reached)"
+                    "arithmetic (the rate line above compares how fast each moved its bytes)"
                     + scalar_note())
 print(f"verdict on this machine: compiled is {table.describe('compiled')}: {fused_reason}")
 bench.bar_chart(table, title=f"LayerNorm + GELU + residual, {ROWS}x{DIM}");
@@ -815,8 +826,8 @@ bench.bar_chart(table, title=f"LayerNorm + GELU + residual, {ROWS}x{DIM}");
 # %% [markdown]
 # The cell compares the speed-up with the traffic ratio, and it can land on either side. Below it:
 # both versions do the same LayerNorm and GELU arithmetic (an `erf` per element), and where that
-# arithmetic rather than memory takes most of the time (the GB/s line says whether the compiled
-# kernel ran far below the rate eager reached), fewer bytes save little; and when the fused kernel
+# arithmetic rather than memory takes most of the time (the rate line says whether the compiled
+# kernel moved its bytes clearly below the rate eager reached), fewer bytes save little; and when the fused kernel
 # reads x in more than one loop over all the rows (the counting cell printed how many here), it
 # moves more than the floor unless x stays in the CPU's last-level cache between those loops. Above it: something besides
 # the bytes moved differed, and the note under the table, when there is one, says the timings were
@@ -865,7 +876,7 @@ print(f"\nverdict on this machine: compiled is {mm_table.describe('compiled')}: 
          "no clear difference": "which is expected to be a small share of the time next to the matrix multiply"
                                 + ("; the timings were too spread to tell more (see the note under the table)"
                                    if mm_table.spread_note() else ""),
-         "slower": "and the compiled call's own overhead outweighed what fusing the tail saved"}[mm_word])
+         "slower": "and the compiled call took longer; this cell does not time its parts"}[mm_word])
 
 
 # %% [markdown]
@@ -906,8 +917,8 @@ assert len(train_codes) == 2 and train_kernels < sum(train_ops.ops.values())
 
 # %% [markdown]
 # The backward of the scale, GELU and LayerNorm (gradients for the weight and bias; x needs none here)
-# collapsed into generated code too, the backward graph's kernel(s) the cell printed: AOTAutograd gave
-# Inductor the backward as an ATen graph, and Inductor treats it like any other.
+# collapsed into generated code too (the backward graph's line above lists its kernels): AOTAutograd
+# gave Inductor the backward as an ATen graph, and Inductor treats it like any other.
 #
 # ## GPU extra: the Triton kernel
 #
@@ -1044,7 +1055,7 @@ else:
 # - **TorchInductor** inlines pointwise work into loops, fuses loops that share a pass over memory,
 #   and writes C++/OpenMP, with SIMD vectors where the CPU allows (the excerpt's cell said which
 #   here; Triton on GPUs). Here it turned the function's eager
-#   kernels into the generated kernel(s) the counting cell printed (`internals.kernels.eager`,
+#   kernels into fewer generated ones (the counting cell printed both numbers: `internals.kernels.eager`,
 #   `internals.kernels.fused`), and left matrix multiplies to a library.
 #
 # **Next:** notebook 04 writes control flow that compiles and exports as one graph (`torch.cond`,

@@ -921,15 +921,18 @@ print("ONNX Runtime matches eager on both branches (rtol=1e-4)")
 # - **compiled where**: no branch at all. `torch.where(pred, scaled, h)` computes *both* branches and
 #   keeps one. Both branches here are cheap, so this is a fair candidate.
 #
-# Two sizes: a short vector, where per-call overhead dominates, and a long one (in full mode larger
-# than a typical CPU cache), where the versions differ in how many vector-sized buffers they allocate
-# and how many passes they make over the vector. Beside the variants the cell times two ways of
-# moving the vector once: a copy into fresh memory and an in-place pass over memory that already
-# exists, so the verdicts can say which cost showed on your machine. Every variant is checked against
-# eager on both branches before it is timed, and each first call also reports what Inductor's
-# on-disk graph cache did with the graphs it compiled.
+# Two sizes: a short vector, where per-call overhead dominates, and a long one (in full mode 64 MiB:
+# more than many laptops' last-level cache, though not every server's; the cell prints this
+# machine's), where the versions differ in how many vector-sized buffers they allocate and how many
+# passes they make over the vector. Beside the variants the cell times two ways of moving the vector
+# once: a copy into fresh memory and an in-place pass over memory that already exists, the two units
+# the lines under the timings use to set each version's time against its counts. Every variant is
+# checked against eager on both branches before it is timed, and each first call also reports what
+# Inductor's on-disk graph cache did with the graphs it compiled.
 
 # %%
+import pathlib
+
 from torch._dynamo.utils import counters
 
 
@@ -940,7 +943,7 @@ def clip_then_score_where(x: torch.Tensor) -> torch.Tensor:
     return h * h + 1
 
 
-SIZES = config.pick(quick=(256, 65_536), full=(256, 16_777_216))  # 16M floats: 64 MB, more than a CPU cache
+SIZES = config.pick(quick=(256, 65_536), full=(256, 16_777_216))  # 16M floats: 64 MiB, more than many CPU caches
 FRESH, IN_PLACE = "copy into fresh memory", "in-place pass over existing memory"
 CACHE_EVENTS = bench.CACHE_EVENTS  # what Inductor's on-disk FX graph cache did: hit, miss, bypass
 
@@ -972,6 +975,20 @@ for n in tqdm(SIZES, desc="sizes"):
     copy_ms[n] = memory_tables[n].row(FRESH).median_s * 1e3
 
 
+def last_level_cache() -> tuple[int, int] | None:
+    """(level, bytes) of the largest-level data cache Linux lists for CPU 0; None where it lists none (macOS, Windows)."""
+    found = []
+    for index in pathlib.Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            level, kind, size = ((index / f).read_text().strip() for f in ("level", "type", "size"))
+        except OSError:
+            continue
+        match = re.fullmatch(r"(\d+)([KMG]?)", size)
+        if kind != "Instruction" and level.isdigit() and match:
+            found.append((int(level), int(match[1]) * {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}[match[2]]))
+    return max(found, default=None)
+
+
 def cache_words(events: dict[str, int]) -> str:
     """One first call's graph-cache events, e.g. "miss 2", or "no cache events"."""
     return ", ".join(f"{e} {count}" for e, count in events.items() if count) or "no cache events"
@@ -983,6 +1000,16 @@ for n in SIZES:
     print(tables[n])
     if n == max(SIZES):  # on a short vector both memory timings are call overhead, not memory
         print(memory_tables[n])
+
+# does the long vector fit in this CPU's last-level cache? If it does, an in-place pass can run from cache
+vector_bytes = max(SIZES) * x_big.element_size()
+llc = last_level_cache()
+fits = llc is not None and vector_bytes <= llc[1]
+print(f"\nthe long vector is {vector_bytes / 2**20:g} MiB; " + (
+    "this cell could not read this CPU's last-level cache size (it reads Linux's /sys), so whether the vector "
+    "fits in it is unknown" if llc is None else
+    f"this CPU's last-level cache (L{llc[0]}) is {llc[1] / 2**20:g} MiB, so the vector "
+    + ("can stay in cache here" if fits else "does not fit in it")))
 
 print("\nwhat a second run of the notebook can expect, by the graph-cache events of these first calls (both sizes):")
 for name in first_calls[SIZES[0]]:
@@ -1061,6 +1088,16 @@ def rough(t: bench.Comparison, *labels: str) -> str:
     return "; this run's spread is large (see the note under the table), so treat that as rough" if noisy else ""
 
 
+def outside(t: bench.Comparison) -> str:
+    """What the cell can say about a time its counts do not explain: other programs' load, if it sampled that."""
+    if t.other_load is None:
+        return "this cell does not measure what"
+    if t.other_load >= bench.BUSY_LOAD:
+        return f"other programs used about {t.other_load:.1f} cores just after the timings; rerun when quiet"
+    return ("not other programs, which were nearly idle: how each loop was compiled, or the calls' own variation; "
+            "this cell does not measure which")
+
+
 for n in SIZES:
     t = tables[n]
     fastest = min(t.rows, key=lambda r: r.median_s).label
@@ -1078,12 +1115,16 @@ for n in SIZES:
         continue
     fresh_ms, pass_ms = copy_ms[n], memory_tables[n].row(IN_PLACE).median_s * 1e3
     fresh_word = memory_tables[n].verdict(FRESH, IN_PLACE)
+    pass_rate = 2 * vector_bytes / pass_ms / 1e6  # GB/s: one read and one write of the vector
     print(f"  moving the vector once: a copy into fresh memory took {fresh_ms:.2f} ms, an in-place pass over existing "
           f"memory {pass_ms:.2f} ms, so " + {
               "slower": ("getting fresh memory was most of the copy's time" if fresh_ms > 2 * pass_ms else
                          f"getting fresh memory added {fresh_ms - pass_ms:.2f} ms to it"),
               "no clear difference": "getting fresh memory made no clear difference here",
-              "faster": "getting fresh memory cost nothing measurable here (the copy was the faster)"}[fresh_word])
+              "faster": "getting fresh memory cost nothing measurable here (the copy was the faster)"}[fresh_word]
+          + (f" (the in-place pass moved {pass_rate:.0f} GB/s over a vector that fits in this CPU's last-level "
+             "cache, so it can run from cache: the gap is new pages and cache misses together, and this cell does "
+             "not split them)" if fits and fresh_word == "slower" else ""))
     for name in ("compiled where", "compiled, Python if", "compiled cond"):
         ms = t.row(name).median_s * 1e3
         print(f"  {name:20s} {ms:8.2f} ms = {ms / fresh_ms:4.1f} fresh copies' time; it allocates "
@@ -1126,13 +1167,12 @@ for n in SIZES:
                                        "; the two medians are inside the timing spread"),
         "slower": (f"{same}; its extra {d_ms:.2f} ms is {d_ms / pass_ms:.1f} in-place passes' time"
                    + (f", more than the pass of its {counted(more, 'extra kernel')} explains, so the rest is outside these "
-                      "counts (other programs' load, or how each loop was compiled)" if d_ms / pass_ms > 2 * more else "")
+                      f"counts ({outside(t)})" if d_ms / pass_ms > 2 * more else "")
                    + rough(t, "compiled cond", "compiled, Python if")),
         "faster": (f"{same}, yet cond was faster by {-d_ms:.2f} ms"
                    + (f", far more than one graph instead of two saved on the short vector ({short_gap_ms * 1e3:.1f} µs)"
                       if 0 < short_gap_ms and -d_ms > 10 * short_gap_ms else "")
-                   + ": what decided is outside these counts (other programs' load, or how each loop was compiled); "
-                   "rerun when quiet"
+                   + f": what decided is outside these counts ({outside(t)})"
                    + rough(t, "compiled cond", "compiled, Python if")),
     }[cond_word]
     print(f"  why cond against the Python if: {why_cond}")
@@ -1157,8 +1197,11 @@ for n in SIZES:
 #   buffers (both counted above); `where` allocates the fewest. A new buffer can cost more than the
 #   bytes written into it: a large one comes fresh from the operating system, which supplies each
 #   page of it when it is first written. That is why the cell times a copy into fresh memory beside
-#   an in-place pass; the lines under the long vector set each version's time beside its counts and
-#   say which cost showed on your machine.
+#   an in-place pass. The lines under the long vector set each version's time beside its counts, in
+#   units of those two timed moves, and the "why" lines put the gaps between versions in the same
+#   units, so you can see how far the counts go to explain them. Where the vector fits in the CPU's
+#   last-level cache (the cell prints both sizes), the in-place pass can run from cache, so that unit
+#   is a cache rate rather than a memory one.
 # - So `cond` is not a speed feature. It is what makes the function capturable (for export, for
 #   `fullgraph=True`, for code that must not return to Python); where it comes out ahead on the
 #   short vector, one graph beat two, and where it comes out behind on the long vector, the "why"
@@ -1204,7 +1247,9 @@ print(f"eager cond is {eager_table.describe('eager cond')}: " + {
     "slower": "the guards and the traced code's dispatch cost more than a Python if",
     "no clear difference": "on this machine the traced code's extra cost was lost in the timing spread",
     "faster": "on this machine the spread favoured it, although it does the same work plus the guards; "
-              "rerun the cell when the machine is quiet"}[cond_word])
+              "this cell does not measure why"
+              + (f" (other programs used about {eager_table.other_load:.1f} cores just after the timings)"
+                 if eager_table.other_load is not None and eager_table.other_load >= bench.BUSY_LOAD else "")}[cond_word])
 
 
 # %% [markdown]

@@ -269,7 +269,10 @@ print(f"...and vmap(fake batch) is {pointless.describe('vmap(fake batch)', 'net(
          "no clear difference": (": within 5%: vmap's bookkeeping cost nothing measurable here, and it still adds code"
                                  if pointless.within_margin("vmap(fake batch)", "net(batch)") else
                                  ": the timings were too spread to tell; vmap still adds code"),
-         "faster": " (a surprise: the same work plus vmap's bookkeeping; rerun the cell on a quiet machine)"}[fake_word])
+         "faster": " (a surprise: the same work plus vmap's bookkeeping; this cell does not measure why"
+                   + (f"; other programs used about {pointless.other_load:.1f} cores just after the timings"
+                      if pointless.other_load is not None and pointless.other_load >= bench.BUSY_LOAD else "")
+                   + ")"}[fake_word])
 
 bn_net = nn.Sequential(nn.Linear(10, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 5)).train()
 try:
@@ -951,6 +954,8 @@ def ensemble_reason(r: dict) -> str:
     counts = f"{lead}{r['loop_ops']} operations in the loop, {r['vmap_ops']} under vmap"
     table = ens_tables[r["n"]]
     rough = " (its timings were rough: see the note below)" if table.spread_note() else ""
+    busy = (f"; other programs used about {table.other_load:.1f} cores just after the timings"
+            if table.other_load is not None and table.other_load >= bench.BUSY_LOAD else "")
     # Both times grow with the members: a row whose time is above a larger ensemble's (or below a smaller one's)
     # was set by a burst of other work, not by the counts.
     at = {row["n"]: row for row in ens_rows}
@@ -964,16 +969,21 @@ def ensemble_reason(r: dict) -> str:
                 return counts + (f": out of line with the neighbouring sizes ({side} {r[f'{side}_ms']:.3f} ms here, "
                                  f"{at[other][f'{side}_ms']:.3f} ms at {counted(other, 'member')}): a burst of other work "
                                  "decided this row, not the overhead or the batched kernels")
-    if r["vmap_ops"] >= r["loop_ops"]:
-        return counts + (": vmap ran at least as many operations as the loop here, so it had no dispatch "
-                         "overhead to save; its batched kernels and the machine's load decided the time" + rough)
+    if r["vmap_ops"] > r["loop_ops"]:
+        return counts + (f": vmap ran {counted(r['vmap_ops'] - r['loop_ops'], 'more operation')} than the loop, so it "
+                         "paid more per-operation overhead, not less, on top of its batched kernels; this cell does "
+                         "not split its time further" + busy + rough)
+    if r["vmap_ops"] == r["loop_ops"]:
+        return counts + (": vmap ran as many operations as the loop, so it had no per-operation overhead to save; "
+                         "this cell does not split its time further" + busy + rough)
     tie = (": the medians are within 5%: the overhead saved and the cost of the batched kernels about cancel here"
            if table.within_margin("vmap", "loop") else ": the difference stayed inside the timing spread")
     return counts + {
         "faster": ": the overhead vmap removed outweighed the cost of its batched kernels" + rough,
         "no clear difference": tie + rough,
         "slower": ": the batched kernels (products over stacked weights) cost more here than the overhead "
-                  "they saved (the matrix library, the instruction set and the load decide)" + rough}[r["verdict"]]
+                  "they saved (the matrix library and the instruction set decide; this cell does not measure "
+                  "which)" + busy + rough}[r["verdict"]]
 
 
 print()

@@ -789,7 +789,8 @@ print(f"(CPU class {cpu.cpu_class()}: "
          if inductor_code.vectorises_here() else "the generated C++ is not vectorised here" + inductor_code.scalar_note())
       + "; the ratio also depends on clock speed and load, so compare it only on one machine)")
 print(f"verdict on this machine: AOTInductor is {aoti_table.describe('AOTInductor', name='export.aoti.vs_eager')}: " + {
-    "faster": "one generated C++ function replaced eager's per-operator Python and dispatcher overhead",
+    "faster": "one generated C++ function, with LayerNorm and GELU fused, replaced eager's per-operator calls "
+              "(Python, dispatcher, one loop per operator); this cell does not split the saving between them",
     "no clear difference": "the overhead it removes was lost in the timing spread here",
     "slower": "the package's own call path cost more here than the per-operator overhead it removes"}[aoti_word])
 if aoti_word == "faster":
@@ -1123,7 +1124,9 @@ if cpp_run is not None:
     print(f"per training step ({steps} per epoch): Python {py_epoch_s / steps * 1e6:.0f} µs, "
           f"C++ {cpp_epoch_s / steps * 1e6:.0f} µs; the model's forward and backward run the same libtorch kernels "
           "(the optimizer steps differ slightly), so " + {
-              "faster": "what C++ saved is the work around them (Python's interpreter and module calls)",
+              "faster": "the difference lies in the work around those kernels: Python's interpreter and module "
+                        "calls, and each program's optimizer implementation, threads and memory allocation; this "
+                        "cell does not break it down",
               "no clear difference": "the work around them (Python's interpreter) was small next to the kernels here"
                                      if epoch_table.within_margin("C++", "Python") else
                                      "whatever the work around them costs was lost in the epochs' spread here "
@@ -1230,7 +1233,6 @@ else:
 import importlib.metadata
 
 
-
 def read_pins(path) -> dict[str, str]:
     """Return {package: version} for the name==version lines of a constraints file ({} if it is missing)."""
     lines = path.read_text().splitlines() if path.exists() else []
@@ -1238,6 +1240,8 @@ def read_pins(path) -> dict[str, str]:
 
 
 tested = {**read_pins(config.REPO_ROOT / "constraints.txt"), **read_pins(config.REPO_ROOT / "constraints-executorch.txt")}
+
+
 @contextlib.contextmanager
 def runtime_log(lines: list):
     """Collect ExecuTorch's log lines into ``lines`` instead of showing them. Its Python binding sends

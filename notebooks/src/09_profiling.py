@@ -662,6 +662,7 @@ with profile(activities=[ProfilerActivity.CPU],
     for _ in range(1 + PROFILED_STEPS):  # the same warm-up step and window as the slow profile
         fast_step()
         fast_prof.step()
+fast_profile_load = threads.other_load()  # other programs' CPU use, sampled just after this profile
 fast_by_key = {e.key: e for e in fast_prof.key_averages()}
 for label in LABELS:
     print(f"{label:9s} {fast_by_key[label].cpu_time_total / 1e3 / PROFILED_STEPS:7.2f} ms per step")
@@ -723,10 +724,14 @@ elif slow_x > 1.1 * fast_x:
               "were even faster in the per-sample profile") + f" {model_text}, so the extra lies where the "
            "per-sample path records more: the profiler adds a cost to every event it records")
 else:
-    why = ("the batched path, with few events, slowed "
-           + ("about as much" if fast_x <= 1.1 * slow_x else "more")
-           + ", so the number of events does not explain it: something else slowed the short profiled window "
-           "(other programs' load, for example)")
+    why = ("the batched path, with fewer events, slowed "
+           + ("about as much in proportion (within 10%)" if fast_x <= 1.1 * slow_x else "more in proportion")
+           + ", so the per-sample path's extra events do not explain its slow-down; this cell does not measure "
+           "what slowed both paths")
+    profile_loads = [x for x in (profile_load, fast_profile_load) if x is not None]
+    if profile_loads and max(profile_loads) >= threads.BUSY_CORES:
+        why += (f" (other programs used about {max(profile_loads):.1f} of {threads.usable_cores()} cores just after "
+                "the profiles, which can stretch a short profiled window)")
 print(f"the per-sample step took {step_ms:.2f} ms under the profiler and {unprofiled_ms:.2f} ms without it "
       f"({profiled_word} under the profiler, 10% band); under the profiler the per-sample step took {slow_x:.1f}x "
       f"its time, the batched step {fast_x:.1f}x: {why}; bench.compare gives the real cost")

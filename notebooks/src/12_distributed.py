@@ -616,9 +616,9 @@ assert trace["allreduce_calls"] >= 1 and trace["started_inside_backward"] == tra
 
 # %% [markdown]
 # On a GPU that overlap is the point: the network works while the GPU computes the remaining
-# gradients. On two CPU processes sharing two cores the all-reduce is a memory copy through loopback
-# that competes with the computation for the same cores, so the trace shows *where* communication
-# starts, not a speed-up.
+# gradients. On two CPU processes on one machine the all-reduce is a memory copy through loopback,
+# which competes with the computation for the cores when there are no free ones, so the trace shows
+# *where* communication starts, not a speed-up.
 #
 # ## 3 · FSDP2: every rank holds a shard
 #
@@ -1429,7 +1429,7 @@ for name, run in pp["schedules"].items():
     for r, got in enumerate(run["ranks"]):
         order = " ".join(f"{kind}{mb}" for kind, mb, _, _ in got["events"])
         print(f"  rank {r} ({got['blocks']} blocks{' + head' if got['head'] else ''}): {order}   "
-              f"at most {in_flight(got['events'])} microbatch(es) in flight")
+              f"at most {counted(in_flight(got['events']), 'microbatch', 'microbatches')} in flight")
     last = run["ranks"][-1]["losses"]
     print(f"  mean of the {len(last)} microbatch losses {sum(last) / len(last):.6f}, one process {pp['reference_loss']:.6f}")
 
@@ -1539,10 +1539,10 @@ for (name, r), share in busy_share.items():
 
 # %% [markdown]
 # The computing shares printed under the chart are this run's, not the schedule's: on two processes
-# sharing a laptop's cores they mix the bubble with the time of each send and receive through
-# loopback, with forwards and backwards of different lengths (the ratio printed beside each share),
-# and with the ranks' competition for the cores. On a cluster, where each stage has its own GPU,
-# the tick picture is the one to reason with.
+# on one machine they mix the bubble with the time of each send and receive through loopback, with
+# forwards and backwards of different lengths (the ratio printed beside each share), and, where the
+# ranks and gloo's threads outnumber the free cores, with their competition for them. On a cluster,
+# where each stage has its own GPU, the tick picture is the one to reason with.
 #
 # ## 7 · Activation checkpointing with torch.compile
 #
@@ -1960,11 +1960,14 @@ why = {"slower": (f"{turns}, which alone can cost more than the half of the batc
                   "and together that came to more than the half saved"),
        "faster": f"each rank computed half of the batch of {batch}, and that saved more time than the step's exchange "
                  "cost" + (f", even though {turns}" if crowded else "") + f": {exchange}",
-       "no clear difference": f"the half of the batch of {batch} each rank no longer computes and the step's exchange "
-                              "roughly cancel, " + ("the medians within 5% of each other"
-                                                    if speed.within_margin("2 processes", "1 process")
-                                                    else "inside this run's timing spread") + f": {exchange}"
-                              + (f" ({turns})" if crowded else "")}[word]
+       "no clear difference": (f"the half of the batch of {batch} each rank no longer computes and the step's "
+                               f"exchange roughly cancel, the medians within 5% of each other: {exchange}"
+                               if speed.within_margin("2 processes", "1 process") else
+                               f"the steps spread too widely to tell whether the half of the batch of {batch} each "
+                               "rank no longer computes outweighs the step's exchange (medians "
+                               f"{speed.row('1 process').median_s * 1e3:.2f} ms on 1 process and "
+                               f"{speed.row('2 processes').median_s * 1e3:.2f} ms on 2, their IQR bands overlap): "
+                               f"{exchange}") + (f" ({turns})" if crowded else "")}[word]
 print(f"verdict on this machine: a step on 2 processes is {speed.describe('2 processes', '1 process')}.\n"
       f"Setting: {setting}.\nWhy: {why}.")
 print("What this says little about: a cluster, where each rank has a device of its own and the speed-up depends on\n"
@@ -2050,7 +2053,8 @@ exercises.check("12.global_batch", global_batch)
 # - Pipeline parallelism gave one process's gradients with GPipe and with 1F1B; the orders each rank
 #   ran showed how many microbatches each schedule keeps in flight, and the tick grid showed the
 #   bubble, the same share of idle ticks for both schedules; the chart of the run as it ran mixed that
-#   bubble with communication and the ranks' competition for the cores.
+#   bubble with communication and, where the ranks and gloo's threads outnumber the free cores, their
+#   competition for them.
 # - Activation checkpointing saved fewer activation bytes for the backward pass under `torch.compile`;
 #   its time cost was this machine's verdict.
 # - A DCP checkpoint saved by two ranks loaded exactly into two ranks and into one process.
