@@ -33,7 +33,7 @@
 # enough for the first half. Section 5 loads the MiniLM encoder (notebooks 06–08) and the tiny GPT
 # (notebook 10); neither notebook needs to have been run.
 #
-# **Time on a laptop CPU:** <!-- stamp:time -->5.8 min the first time (every cache empty), 5.9 min after that (compile cache warm), 1.3 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06). A slower or busy laptop takes longer.<!-- /stamp:time --> Section 4's cold starts (each in a fresh process) and section 5's table compile from empty caches in every full-mode run, on purpose, so a warm compile cache shortens only the rest of the notebook. Quick mode uses shorter sequences and a smaller model, leaves the `nested_compile_region` cold start to full mode, and runs section 5's table for the tiny GPT alone.
+# **Time on a laptop CPU:** <!-- stamp:time -->5.8 min the first time (every cache empty), 5.9 min after that (compile cache warm, yet no faster in these two runs), 1.3 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06). A slower or busy laptop takes longer.<!-- /stamp:time --> Section 4's cold starts (each in a fresh process) and section 5's table compile from empty caches in every full-mode run, on purpose, so a warm compile cache shortens only the rest of the notebook. Quick mode uses shorter sequences and a smaller model, leaves the `nested_compile_region` cold start to full mode, and runs section 5's table for the tiny GPT alone.
 # **GPU:** not needed. One guarded cell lists the GPU attention backends (flash, memory-efficient, cuDNN) that a CUDA machine would also run.
 
 # %% tags=["colab-setup"]
