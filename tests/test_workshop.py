@@ -143,6 +143,11 @@ def test_a_warm_run_that_took_no_less_than_the_first_is_not_stated_as_if_the_cac
     line = stamp.time_line("00_setup.ipynb", cold, full, quick)
     assert ("1.0 min the first time (every cache empty), 1.1 min after that (compile cache warm, yet no faster "
             "in these two runs), 0.5 min in quick mode;") in line, line
+    cold = {**cold, "runs": [{"notebook": "00_setup.ipynb", "ok": True, "seconds": 20.9}]}
+    full = {**cold, "runs": [{"notebook": "00_setup.ipynb", "ok": True, "seconds": 15.1}]}
+    # both round to 0.3 min, but the seconds say the warm run was faster: no "yet no faster"
+    assert "0.3 min after that (compile cache warm), " in stamp.time_line("00_setup.ipynb", cold, full, quick)
+    assert "yet no faster" in stamp.time_line("00_setup.ipynb", full, cold, quick)
     _, full, cold = _summaries()  # 5.0 then 1.5: the cache saved time, the line says nothing more
     assert "1.5 min after that (compile cache warm), " in stamp.time_line("00_setup.ipynb", cold, full, quick)
 

@@ -182,6 +182,7 @@ def time_line(name: str, cold: dict[str, Any] | None, full: dict[str, Any] | Non
     """
     parts: list[tuple[str, Measured | None]] = []
     minutes: list[str] = []
+    seconds: list[float | None] = []  # None for a figure carried from README
     src = None
     for i, (summary, words) in enumerate(((cold, "the first time (every cache empty)"),
                                           (full, "after that (compile cache warm)"),
@@ -189,15 +190,18 @@ def time_line(name: str, cold: dict[str, Any] | None, full: dict[str, Any] | Non
         run = _passed(summary).get(name)
         if i == 1 and not parts:  # no first-run figure before it: "after that" would follow nothing
             words = "with the compile cache warm"
-        elif i == 1 and run and float(_minutes(run["seconds"])) >= float(minutes[0]):
-            # Two fresh runs where the warm one took no less: say so, or the line reads as if a warm
-            # cache slowed the notebook down.
+        elif i == 1 and run and (run["seconds"] >= seconds[0] if seconds[0] is not None
+                                 else float(_minutes(run["seconds"])) >= float(minutes[0])):
+            # The warm run took no less than the first (in seconds where both were measured now, else in the
+            # stated minutes): say so, or the line reads as if a warm cache slowed the notebook down.
             words = "after that (compile cache warm, yet no faster in these two runs)"
         if run:
+            seconds.append(run["seconds"])
             minutes.append(_minutes(run["seconds"]))
             parts.append((f"{minutes[-1]} min {words}", (summary["torch"], summary["date"])))  # type: ignore[index]
             src = src or summary
         elif carried and carried[i] not in ("?", ""):
+            seconds.append(None)
             minutes.append(carried[i])
             parts.append((f"{carried[i]} min {words}", (carried_dates or {}).get(MODES[i])))
     if src is None:
