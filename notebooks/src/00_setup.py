@@ -293,10 +293,11 @@ chain_reason = {
                             f"(the wider IQR is {widest_iqr_ms:.2f} ms), so they could not show (a busy machine, or a "
                             "tensor small enough to stay in cache)" if saved_ms <= widest_iqr_ms else
                             f"the {n_ops - 1} saved passes (roughly {saved_ms:.2f} ms) are more than the timing spread "
-                            f"(the wider IQR is {widest_iqr_ms:.2f} ms), so the fused loop's maths cost about as much "
-                            "time as the passes saved"),
-    "slower": "the generated loop ran the element-wise maths more slowly than eager's kernels here, more "
-              "than the memory it saved" + inductor_code.scalar_note()}[chain_word]
+                            f"(the wider IQR is {widest_iqr_ms:.2f} ms), so the fused loop's own work took about that "
+                            "much longer than eager's separate kernels; this cell does not time the maths and the "
+                            "dispatches apart"),
+    "slower": "the generated loop took longer than eager's separate kernels, by more than the memory passes it "
+              "saved (this cell does not time the maths apart)" + inductor_code.scalar_note()}[chain_word]
 chain_said = table.describe("compiled", name="setup.chain.compiled_vs_eager")
 print(f"steady state ({compiled_ms:.3f} ms vs {eager_ms:.3f} ms per call): compiled is {chain_said}")
 print(f"why, on this machine: {chain_reason}")
@@ -319,9 +320,9 @@ w = torch.randn(SIZE, SIZE)
 # generated_code also returns the code Inductor wrote (it resets Dynamo first, so the chain above is forgotten)
 _, (mm_source, *_) = inductor_code.generated_code(torch.compile(project), x, w)
 mm_library, mm_loops = inductor_code.library_calls(mm_source), inductor_code.fused_kernels(mm_source)
-print(f"the compiled matmul calls {', '.join(mm_library) or 'no library routine'} through extern_kernels (the "
-      f"ATen operator eager's x @ w runs, backed by the same BLAS library) and defines "
-      f"{counted(len(mm_loops), 'loop')} of its own")
+print(f"the compiled matmul calls {', '.join(mm_library)} through extern_kernels (the ATen operator eager's x @ w "
+      "runs, backed by the same BLAS library)" if mm_library else "the compiled matmul calls no library routine",
+      f"and defines {counted(len(mm_loops), 'loop')} of its own")
 compiled_project = torch.compile(project)
 mm_table = bench.compare({"eager": project, "compiled": compiled_project}, x, w)
 print(mm_table)

@@ -554,9 +554,9 @@ for mode in MODES:
 same_as_default = all(mode_runs[m]["kernels"] == mode_runs["default"]["kernels"] for m in MODES)
 if same_as_default and len(set(mode_words.values())) > 1:
     mode_times = [mode_table.ratio(m, "eager") for m in MODES]
-    print(f"the four modes ran identical kernels, so their different verdicts come from the timings alone: their "
-          f"times ({min(mode_times):.2f}x to {max(mode_times):.2f}x eager's) fall either side of what a verdict needs (a "
-          f"{bench.VERDICT_MARGIN:.0%} gap and timing spreads that do not overlap), not a difference between the modes")
+    print(f"the four modes ran identical kernels, so their different verdicts come from the timings alone, not from a "
+          f"difference between the modes: their times ({min(mode_times):.2f}x to {max(mode_times):.2f}x eager's) fall "
+          f"either side of what a verdict needs (a {bench.VERDICT_MARGIN:.0%} gap and timing spreads that do not overlap)")
 print(f"Why: {library} of the default mode's calls are library routines (the matrix multiplies), the same ones eager "
       "calls; compiling fused only the glue between them, " + (
           "and in some mode that saved time beyond the spread (the lines above say which)"
@@ -1582,21 +1582,25 @@ if PRECOMPILE and not config.is_quick():
         word = bench.band_verdict(a["first_s"], b["first_s"], band=BAND, name=f"compile.precompile.{key}")
         skipped = skipped_work(a, b)
         did = ("it skipped " + " and ".join([", ".join(skipped[:-1]), skipped[-1]] if len(skipped) > 1 else skipped)
-               if skipped else "it did the same work")
+               if skipped else "it did the same work by these counts")
         same_build = (a["kernels_built"], a["probes_built"]) == (b["kernels_built"], b["probes_built"])
         # The import step's spread is cited as a reason only when it is a sizeable part of the band.
         import_noisy = import_spread - 1 >= BAND / 2
-        varied = f"the import step alone varied {import_spread:.2f}x between them"
+        varied = f"the import step alone varied {import_spread:.2f}x across the {len(pre_routes)} processes"
         inside = f"the gap stays inside the {BAND:.0%} band that one run each needs"
-        if word == "higher" and same_build:
+        if not skipped and word != "higher":  # nothing skipped to credit or to blame
+            did += f": {inside}" if word == "no clear difference" else ", so the cell does not measure why it was shorter"
+        elif word == "higher" and same_build:
             built = (f"built the same {libs(a)} as {against}" if a["libraries_built"]
                      else f"neither it nor {against} built a C++ library")
             did += (f", and {built}, so nothing counted here explains the extra time; " +
-                    (f"single runs in separate processes vary this much ({varied})" if import_noisy else
+                    (f"single runs in separate processes also vary ({varied})" if import_noisy else
                      "the cell does not measure why"))
         elif word == "higher":
             did += (f"; it built {libs(a)} against {against}'s {b['libraries_built']}" +
-                    (f", and single runs in separate processes also vary ({varied})" if import_noisy else ""))
+                    ("" if a["libraries_built"] > b["libraries_built"] else
+                     ", so the builds do not explain the extra time, and the cell does not measure why") +
+                    (f"; single runs in separate processes also vary ({varied})" if import_noisy else ""))
         elif word == "lower" and same_build and a["libraries_built"]:
             did += (f", but both built the same {libs(a)}; " +
                     (f"single runs in separate processes vary ({varied}), so " if import_noisy else "") +

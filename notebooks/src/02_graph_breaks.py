@@ -1184,6 +1184,20 @@ for label, table, role in ((f"{SIZE}x{SIZE} tensor", large, "large"), ("8 number
     said = table.describe("compiled, fixed", "compiled, 3 breaks", name=f"breaks.fixed_vs_broken.{role}")
     print(f"{label:>16}: the fixed block is {said}")
 
+
+def busy_said(table):
+    """Name other programs' load only where compare measured it at or above bench.BUSY_LOAD."""
+    load = table.other_load
+    return "" if load is None or load < bench.BUSY_LOAD else \
+        f" (other programs used about {load:.1f} cores just after the timings)"
+
+
+def tie_said(table, label, against):
+    """Say which rule made a "no clear difference" verdict: the 5% margin, or overlapping timing spreads."""
+    return (f"the medians were within {bench.VERDICT_MARGIN:.0%}" if table.within_margin(label, against)
+            else "the difference was lost in the timing spread")
+
+
 # Why the large tensor goes either way: what the extra trips through memory can cost here, measured.
 copy_ms = bench.time_fn(torch.clone, big).median_ms  # one read and one write of the tensor
 broken_ms = large.row("compiled, 3 breaks").median_s * 1e3
@@ -1199,9 +1213,10 @@ print(f"\nwhy, on the {SIZE}x{SIZE} tensor: copying it once takes {copy_ms:.2f} 
              "within what the trips can cost, so they can account for it." if saved <= extra_copies * copy_ms else
              "more than the trips can cost, so its one loop also did the arithmetic faster than the four separate "
              "loops."))(broken_ms - large.row("compiled, fixed").median_s * 1e3),
-         "no clear difference": "Here the saved trips were lost in the timing spread.",
-         "slower": "Here the one fused loop did that arithmetic more slowly than the four separate loops, so, "
-                   "apparently, how each loop was compiled mattered more than the memory it saved."}[large_word])
+         "no clear difference": f"Here {tie_said(large, 'compiled, fixed', 'compiled, 3 breaks')}, so the saved "
+                                "trips did not show" + busy_said(large) + ".",
+         "slower": "Here the fused version was slower although it saves memory trips; this cell does not split the "
+                   "arithmetic from the rest" + busy_said(large) + "."}[large_word])
 TRANSCENDENTAL = {"sin", "cos", "tan", "sigmoid", "tanh", "exp", "expm1", "log", "log1p", "erf", "pow"}
 
 
@@ -1240,14 +1255,6 @@ passes_said = (f"its one loop reads the tensor once and writes it once, where ea
 cannot_tell = ("the passes over memory alone can account for the gap; this run cannot tell whether the arithmetic "
                "itself differed.")
 
-
-def busy_said(table):
-    """Name other programs' load only where compare measured it at or above bench.BUSY_LOAD."""
-    load = table.other_load
-    return "" if load is None or load < bench.BUSY_LOAD else \
-        f" (other programs used about {load:.1f} cores just after the timings)"
-
-
 eager_word = large.verdict("compiled, fixed", "eager")
 print(f"against eager on the {SIZE}x{SIZE} tensor: the fixed block is {large.describe('compiled, fixed', 'eager')}; " + {
     "faster": passes_said
@@ -1257,17 +1264,17 @@ print(f"against eager on the {SIZE}x{SIZE} tensor: the fixed block is {large.des
                  f"That leaves {left_ms:.1f} ms of the {gap_ms:.1f} ms eager loses, more than eager's own spread "
                  f"(IQR {eager_iqr_ms:.1f} ms), so the one generated loop, doing all the work, took less time than "
                  f"eager's {n_trans} transcendental kernels alone."),
-    "no clear difference": "the two stayed inside the timing spread, so this run cannot rank them"
+    "no clear difference": tie_said(large, "compiled, fixed", "eager") + ", so this run cannot rank them"
                            + (busy_said(large) or " or say why") + ".",
-    "slower": "eager's own kernels did the transcendental arithmetic faster than Inductor's generated loop, and "
-              f"that outweighed the memory traffic it saved, about {cheap_ms:.1f} ms ({passes_seen.cheap_copies:g} copies' "
-              f"worth in eager's {passes_seen.cheap} operators with no transcendental function)."
+    "slower": f"the fused loop was slower although it skips the memory traffic of eager's {passes_seen.cheap} "
+              f"operators with no transcendental function, about {cheap_ms:.1f} ms ({passes_seen.cheap_copies:g} "
+              "copies' worth); this cell does not split the arithmetic from the rest" + busy_said(large) + "."
     }[eager_word])
 tiny_word = tiny.verdict("compiled, fixed", "compiled, 3 breaks")
 print("why, on 8 numbers: the fixed block makes one call into one graph where the broken one enters four graphs, "
       "checks four sets of guards and runs Python and an .item() between them; " + {
           "faster": "here those per-call costs showed clearly.",
-          "no clear difference": "here the difference was lost in the timing spread"
+          "no clear difference": "here " + tie_said(tiny, "compiled, fixed", "compiled, 3 breaks")
                                  + (busy_said(tiny) or "; this run cannot say why") + ".",
           "slower": "here the fixed block was slower all the same" + (busy_said(tiny) or "; this run cannot say why")
                     + "."}[tiny_word])
@@ -1293,8 +1300,8 @@ print("why, on 8 numbers: the fixed block makes one call into one graph where th
 # On 8 numbers there is nothing to fuse and the overheads are all that is left, so that is the
 # cleanest measure of what the breaks themselves cost per call (it is the headline result). On the
 # large tensor those fixed costs are small next to the arithmetic, and the lost fusion competes
-# with everything else the machine is doing: the verdict line says whether the difference stood
-# out from the timing spread on yours, and which way it went.
+# with everything else the machine is doing: the verdict line says whether the difference was
+# clear on yours, and which way it went.
 #
 # The guarded cell repeats the measurement on a GPU, where each `.item()` drains the GPU's queue.
 # It runs where Inductor writes GPU kernels with Triton: NVIDIA and AMD GPUs (CUDA, ROCm) and Intel's

@@ -923,12 +923,12 @@ print("ONNX Runtime matches eager on both branches (rtol=1e-4)")
 #
 # Two sizes: a short vector, where per-call overhead dominates, and a long one (in full mode 64 MiB:
 # more than many laptops' last-level cache, though not every server's; the cell prints this
-# machine's), where the versions differ in how many vector-sized buffers they allocate and how many
-# passes they make over the vector. Beside the variants the cell times two ways of moving the vector
-# once: a copy into fresh memory and an in-place pass over memory that already exists, the two units
-# the lines under the timings use to set each version's time against its counts. Every variant is
-# checked against eager on both branches before it is timed, and each first call also reports what
-# Inductor's on-disk graph cache did with the graphs it compiled.
+# machine's where Linux lists it), where the versions differ in how many vector-sized buffers they
+# allocate and how many passes they make over the vector. Beside the variants the cell times two
+# ways of moving the vector once: a copy into fresh memory and an in-place pass over memory that
+# already exists, the two units the lines under the timings use to set each version's time against
+# its counts. Every variant is checked against eager on both branches before it is timed, and each
+# first call also reports what Inductor's on-disk graph cache did with the graphs it compiled.
 
 # %%
 import pathlib
@@ -1088,10 +1088,10 @@ def rough(t: bench.Comparison, *labels: str) -> str:
     return "; this run's spread is large (see the note under the table), so treat that as rough" if noisy else ""
 
 
-def outside(t: bench.Comparison) -> str:
+def outside_counts(t: bench.Comparison) -> str:
     """What the cell can say about a time its counts do not explain: other programs' load, if it sampled that."""
     if t.other_load is None:
-        return "this cell does not measure what"
+        return "this cell does not measure what it is"
     if t.other_load >= bench.BUSY_LOAD:
         return f"other programs used about {t.other_load:.1f} cores just after the timings; rerun when quiet"
     return ("not other programs, which were nearly idle: how each loop was compiled, or the calls' own variation; "
@@ -1118,7 +1118,8 @@ for n in SIZES:
     pass_rate = 2 * vector_bytes / pass_ms / 1e6  # GB/s: one read and one write of the vector
     print(f"  moving the vector once: a copy into fresh memory took {fresh_ms:.2f} ms, an in-place pass over existing "
           f"memory {pass_ms:.2f} ms, so " + {
-              "slower": ("getting fresh memory was most of the copy's time" if fresh_ms > 2 * pass_ms else
+              "slower": (f"the copy took {fresh_ms - pass_ms:.2f} ms more than the pass" if fits else
+                         "getting fresh memory was most of the copy's time" if fresh_ms > 2 * pass_ms else
                          f"getting fresh memory added {fresh_ms - pass_ms:.2f} ms to it"),
               "no clear difference": "getting fresh memory made no clear difference here",
               "faster": "getting fresh memory cost nothing measurable here (the copy was the faster)"}[fresh_word]
@@ -1149,8 +1150,10 @@ for n in SIZES:
                      + (f"; {scalar_note().strip(' ;()')}" if scalar_note() else "")
                      + rough(t, "compiled where", "compiled cond"))
     else:
-        why_where = (f"{adds}, yet where was slower: it computes both branches in its one kernel, and here that "
-                     "outweighed cond's extra buffer and kernels" + scalar_note() + rough(t, "compiled where", "compiled cond"))
+        why_where = (f"{adds}, yet where was slower although it does less of both; it computes both branches in its "
+                     "one kernel, and this cell does not time that, so what decided is outside these counts "
+                     f"({outside_counts(t)})" + (f"; {scalar_note().strip(' ;()')}" if scalar_note() else "")
+                     + rough(t, "compiled where", "compiled cond"))
     print(f"  why where against cond: {why_where}")
     # cond against the Python if: the same fresh buffers, more kernels (asserted above)
     more = runs["compiled cond"] - runs["compiled, Python if"]
@@ -1167,12 +1170,12 @@ for n in SIZES:
                                        "; the two medians are inside the timing spread"),
         "slower": (f"{same}; its extra {d_ms:.2f} ms is {d_ms / pass_ms:.1f} in-place passes' time"
                    + (f", more than the pass of its {counted(more, 'extra kernel')} explains, so the rest is outside these "
-                      f"counts ({outside(t)})" if d_ms / pass_ms > 2 * more else "")
+                      f"counts ({outside_counts(t)})" if d_ms / pass_ms > 2 * more else "")
                    + rough(t, "compiled cond", "compiled, Python if")),
         "faster": (f"{same}, yet cond was faster by {-d_ms:.2f} ms"
                    + (f", far more than one graph instead of two saved on the short vector ({short_gap_ms * 1e3:.1f} µs)"
                       if 0 < short_gap_ms and -d_ms > 10 * short_gap_ms else "")
-                   + f": what decided is outside these counts ({outside(t)})"
+                   + f": what decided is outside these counts ({outside_counts(t)})"
                    + rough(t, "compiled cond", "compiled, Python if")),
     }[cond_word]
     print(f"  why cond against the Python if: {why_cond}")
@@ -1200,8 +1203,8 @@ for n in SIZES:
 #   an in-place pass. The lines under the long vector set each version's time beside its counts, in
 #   units of those two timed moves, and the "why" lines put the gaps between versions in the same
 #   units, so you can see how far the counts go to explain them. Where the vector fits in the CPU's
-#   last-level cache (the cell prints both sizes), the in-place pass can run from cache, so that unit
-#   is a cache rate rather than a memory one.
+#   last-level cache (the cell prints both sizes where it can read the cache's), the in-place pass
+#   can run from cache, so that unit is a cache rate rather than a memory one.
 # - So `cond` is not a speed feature. It is what makes the function capturable (for export, for
 #   `fullgraph=True`, for code that must not return to Python); where it comes out ahead on the
 #   short vector, one graph beat two, and where it comes out behind on the long vector, the "why"

@@ -791,8 +791,10 @@ print(f"(CPU class {cpu.cpu_class()}: "
 print(f"verdict on this machine: AOTInductor is {aoti_table.describe('AOTInductor', name='export.aoti.vs_eager')}: " + {
     "faster": "one generated C++ function, with LayerNorm and GELU fused, replaced eager's per-operator calls "
               "(Python, dispatcher, one loop per operator); this cell does not split the saving between them",
-    "no clear difference": "the overhead it removes was lost in the timing spread here",
-    "slower": "the package's own call path cost more here than the per-operator overhead it removes"}[aoti_word])
+    "no clear difference": "the saving, if any, came to less than 5% of a call here"
+                           if aoti_table.within_margin("AOTInductor") else
+                           "the saving, if any, stayed inside this run's timing spread (the IQR column)",
+    "slower": "the package's call cost more here than eager's; this cell does not break that down"}[aoti_word])
 if aoti_word == "faster":
     repaid_calls = aoti_compile_s / (saved_us * 1e-6)
     bench.record_verdict("export.aoti.compile_repaid", "pays", calls=round(repaid_calls), compile_s=aoti_compile_s)
@@ -1127,7 +1129,9 @@ if cpp_run is not None:
               "faster": "the difference lies in the work around those kernels: Python's interpreter and module "
                         "calls, and each program's optimizer implementation, threads and memory allocation; this "
                         "cell does not break it down",
-              "no clear difference": "the work around them (Python's interpreter) was small next to the kernels here"
+              "no clear difference": "the work around those kernels (Python's interpreter and module calls, and "
+                                     "each program's optimizer, threads and memory allocation) came to about the "
+                                     "same in both programs here"
                                      if epoch_table.within_margin("C++", "Python") else
                                      "whatever the work around them costs was lost in the epochs' spread here "
                                      "(the IQRs above)",
@@ -1404,7 +1408,9 @@ if has_executorch:
     print(f"verdict on this machine: ExecuTorch is {et_table.describe('ExecuTorch', name='export.executorch.vs_eager')}: " + {
         "faster": f"eager dispatches the graph's {eager_ops} operators one by one from Python; the .pte makes "
                   f"{split.num_delegated_subgraphs} XNNPACK calls and {portable_ops} portable kernel calls from C++",
-        "no clear difference": "the per-operator overhead it removes was lost in the timing spread here",
+        "no clear difference": "the saving, if any, came to less than 5% of a call here"
+                               if et_table.within_margin("ExecuTorch") else
+                               "the saving, if any, stayed inside this run's timing spread (the IQR column)",
         "slower": "the binding's call path cost more here than the per-operator overhead it removes "
                   "(this cell does not break that down)"}[et_word])
     vs_aoti = et_table.verdict("ExecuTorch", "AOTInductor")

@@ -716,7 +716,8 @@ model_text = f"({model_ms['per-sample']:.2f} against {model_ms['batched']:.2f} m
 if profiled_word != "higher":
     why = "the profiler's cost per event did not show here"
 elif slow_x > 1.1 * fast_x and model_word == "higher":
-    why = ("yet the model stages, which record the same events in both paths, also took longer in the per-sample "
+    why = ("the per-sample path slowed more in proportion, yet the model stages, which record the same events in "
+           "both paths, also took longer in the per-sample "
            f"profile {model_text}, so part of the difference lies in stages the number of events does not explain")
 elif slow_x > 1.1 * fast_x:
     why = ("the model stages, which record the same events in both paths, "

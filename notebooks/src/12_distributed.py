@@ -528,6 +528,7 @@ def trace_step(args, rank, world):
     last_grad = max(e.time_range.start for e in grads)
     return {"allreduce_calls": len(comms), "started_inside_backward": inside,
             "started_before_last_gradient": sum(1 for e in comms if e.time_range.start < last_grad),
+            "comm_threads": len({e.thread for e in comms}),   # gloo's worker threads that ran them
             "comm_names": sorted({e.name for e in comms})}
 
 
@@ -596,7 +597,7 @@ bench.record("dist.ddp.compiled_graphs", small["graphs"], "graphs", buckets=smal
 # Inductor smaller graphs to fuse: the default is a compromise tuned on GPUs.
 #
 # Where did the all-reduces start? The trace of one step (open `build/nb12/ddp_step_trace.json` in
-# Perfetto) shows when each `gloo:all_reduce` started running on gloo's worker thread (the profiler
+# Perfetto) shows when each `gloo:all_reduce` started running on one of gloo's worker threads (the profiler
 # marks that, not the moment a gradient hook queued it) (this step runs DDP without compile, with
 # `bucket_cap_mb=1`, so its buckets need not match the compiled run's). Every all-reduce is launched
 # from inside the backward pass, by a gradient hook; the question that matters is how many start
@@ -607,11 +608,12 @@ bench.record("dist.ddp.compiled_graphs", small["graphs"], "graphs", buckets=smal
 trace = res["trace"]
 print(f"{counted(trace['allreduce_calls'], 'all-reduce call')} in one step, all started running inside the backward pass "
       "(each launched there by a gradient hook): "
-      f"{trace['started_inside_backward'] == trace['allreduce_calls']} ({', '.join(trace['comm_names'])})")
+      f"{trace['started_inside_backward'] == trace['allreduce_calls']} ({', '.join(trace['comm_names'])}); "
+      f"rank 0 ran them on {counted(trace['comm_threads'], 'gloo worker thread')}, beside its torch thread")
 print(f"on this machine {trace['started_before_last_gradient']} of {trace['allreduce_calls']} had started running "
-      "on gloo's worker thread before the backward's last gradient began, so they could overlap it (how many "
+      "on gloo's worker threads before the backward's last gradient began, so they could overlap it (how many "
       "varies from run to run: it depends on how long each all-reduce, which waits for the other rank, takes "
-      "against the backward computation still to come, and on when gloo's thread gets a core)")
+      "against the backward computation still to come, and on when gloo's threads get a core)")
 assert trace["allreduce_calls"] >= 1 and trace["started_inside_backward"] == trace["allreduce_calls"]
 
 # %% [markdown]
@@ -1913,7 +1915,7 @@ assert "--node-rank" not in cluster_cmd
 # (the cell prints how many). Each run's first step warms up and is left out; the other steps of
 # all runs on one side are pooled, and the two sides are compared. Between the runs the cell samples
 # how much CPU other programs use, and the verdict's reason is built from that, the threads per
-# rank and the machine's cores.
+# rank (gloo's worker threads included, as section 2's trace counted them) and the machine's cores.
 
 # %%
 SCALE_ROUNDS = config.pick(1, 2)
@@ -1942,6 +1944,9 @@ needed = 2 * rank_threads                            # cores the two ranks' thre
 load = sum(loads) / len(loads) if loads else None
 free = None if load is None else max(0.0, cores - load)
 crowded = load is not None and load >= threads.BUSY_CORES and free < needed   # the course's "busy", and too few cores left
+gloo_threads = res["trace"]["comm_threads"]          # gloo's worker threads that ran a rank's all-reduces in section 2
+threads_2 = 2 * (rank_threads + gloo_threads)        # the two ranks' torch threads and gloo's worker threads
+shared = free is not None and free < threads_2       # more of those threads than free cores, whatever the load
 grad_kib = runs["2 processes"][0]["param_bytes"] / 2**10
 batch = runs["1 process"][0]["batch"]
 one_threads = max(run["threads"] for run in runs["1 process"])
@@ -1956,8 +1961,12 @@ exchange = (f"two all-reduces between the two processes through loopback (the gr
             "(their cost is not measured separately here)")
 why = {"slower": (f"{turns}, which alone can cost more than the half of the batch each rank saves; on top of that, "
                   f"every step has {exchange}" if crowded else
-                  f"each rank computes only half of the batch of {batch}, but every step has {exchange}, "
-                  "and together that came to more than the half saved"),
+                  f"each rank computes only half of the batch of {batch}, but every step has {exchange}"
+                  + (f", and the two ranks' {threads_2} threads ({counted(rank_threads, 'torch thread')} and "
+                     f"{counted(gloo_threads, 'gloo worker thread')} each, gloo's counted in section 2's trace) "
+                     f"shared {free:.1f} free cores" if shared else "")
+                  + "; together that came to more than the half saved, and this cell does not split the extra time "
+                  "between them"),
        "faster": f"each rank computed half of the batch of {batch}, and that saved more time than the step's exchange "
                  "cost" + (f", even though {turns}" if crowded else "") + f": {exchange}",
        "no clear difference": (f"the half of the batch of {batch} each rank no longer computes and the step's "
