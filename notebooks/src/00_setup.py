@@ -221,7 +221,7 @@ print(f"first call against second: {first_word} ({first_s / second_s:,.0f}x the 
               "cache (an earlier run built it)" if from_disk else "generated and built its C++ code") +
               ", the second only ran that code",
     "no clear difference": "the compile work was too small to show against one run of the chain here",
-    "lower": "the second call was slowed by something else on this machine"}[first_word])
+    "lower": "the second call took longer; this cell does not measure why"}[first_word])
 
 torch.testing.assert_close(compiled_chain(x), activation_chain(x), rtol=1e-5, atol=1e-5)
 assert (graphs_first, graphs_second) == (1, 0), "the first call compiles the graph, the second reuses it"
@@ -273,10 +273,14 @@ saved_ms = (n_ops - 1) * pass_ms      # eager makes n_ops passes over the tensor
 gain_ms = eager_ms - compiled_ms
 eager_iqr_ms = table.row("eager").iqr_s * 1e3
 widest_iqr_ms = max(eager_iqr_ms, table.row("compiled").iqr_s * 1e3)
+# Other programs' load is named only where compare sampled it at or above the threshold.
+chain_load = (f"other programs used about {table.other_load:.1f} cores just after the timings"
+              if table.other_load is not None and table.other_load >= bench.BUSY_LOAD else "")
 print(f"eager makes {n_ops} passes over the tensor (a few read two tensors), the fused loop one; at {pass_ms:.3f} ms "
       f"a pass (x + 1, timed on its own), the {n_ops - 1} saved passes are worth roughly {saved_ms:.2f} ms of eager's "
       f"{eager_ms:.2f} ms; the rest of eager's time ({eager_ms - n_ops * pass_ms:.2f} ms) is everything else: the "
-      f"maths, {n_ops} dispatches and any waiting the load added (eager's IQR {eager_iqr_ms:.2f} ms)")
+      f"maths and {n_ops} dispatches" + (f", and any waiting on other programs ({chain_load})" if chain_load else "")
+      + f" (eager's IQR {eager_iqr_ms:.2f} ms)")
 chain_word = table.verdict("compiled")
 left_ms = gain_ms - saved_ms
 chain_reason = {
@@ -290,8 +294,10 @@ chain_reason = {
                "timed with x + 1, do not account for it, and this cell does not time the maths and the "
                "dispatches apart"),
     "no clear difference": (f"the {n_ops - 1} saved passes (roughly {saved_ms:.2f} ms) are within the timing spread "
-                            f"(the wider IQR is {widest_iqr_ms:.2f} ms), so they could not show (a busy machine, or a "
-                            "tensor small enough to stay in cache)" if saved_ms <= widest_iqr_ms else
+                            f"(the wider IQR is {widest_iqr_ms:.2f} ms), so they could not show ("
+                            + (f"{chain_load}; a tensor small enough to stay in cache would also hide them)"
+                               if chain_load else "this cell does not measure why; a tensor small enough to stay in "
+                               "cache is one possibility)") if saved_ms <= widest_iqr_ms else
                             f"the {n_ops - 1} saved passes (roughly {saved_ms:.2f} ms) are more than the timing spread "
                             f"(the wider IQR is {widest_iqr_ms:.2f} ms), so the fused loop's own work took about that "
                             "much longer than eager's separate kernels; this cell does not time the maths and the "
@@ -352,8 +358,12 @@ tiny_verdict = tiny_table.verdict("compiled")
 reason = {"faster": "one generated loop beat ten eager dispatches on this machine",
           "slower": ("the guard checks and the call into compiled code cost more than ten dispatches "
                      "on this machine"),
-          "no clear difference": ("the saved dispatches and the added per-call checks roughly cancel, "
-                                  "or a busy machine hid the gap in the timing spread")}[tiny_verdict]
+          "no clear difference": (
+              (f"the medians were within {bench.VERDICT_MARGIN:.0%}: the saved dispatches and the added per-call "
+               "checks roughly cancel here" if tiny_table.within_margin("compiled") else
+               "the difference stayed inside the timing spread, so this run cannot tell which costs more")
+              + (f" (other programs used about {tiny_table.other_load:.1f} cores just after the timings)"
+                 if tiny_table.other_load is not None and tiny_table.other_load >= bench.BUSY_LOAD else ""))}[tiny_verdict]
 tiny_said = tiny_table.describe("compiled", name="setup.tiny_chain.compiled_vs_eager")
 print(f"\nthe chain on 8 numbers: compiled is {tiny_said}: {reason}")
 

@@ -557,14 +557,25 @@ if same_as_default and len(set(mode_words.values())) > 1:
     print(f"the four modes ran identical kernels, so their different verdicts come from the timings alone, not from a "
           f"difference between the modes: their times ({min(mode_times):.2f}x to {max(mode_times):.2f}x eager's) fall "
           f"either side of what a verdict needs (a {bench.VERDICT_MARGIN:.0%} gap and timing spreads that do not overlap)")
+# Other programs' load, named only where compare sampled it at or above the threshold (c36 reuses it).
+mode_load = (f"other programs used about {mode_table.other_load:.1f} cores just after the timings"
+             if mode_table.other_load is not None and mode_table.other_load >= bench.BUSY_LOAD else "")
+mode_gap = ("the modes ran the same kernels, so the gap between them is timing variation, not their glue"
+            + (f" ({mode_load})" if mode_load else ""))
+if "faster" in mode_words.values():
+    mode_why = "and in some mode that saved time beyond the spread (the lines above say which)"
+    if "slower" in mode_words.values():
+        mode_why += (f"; others took longer, but {mode_gap}" if same_as_default
+                     else "; others took longer, which this cell does not time apart")
+elif "slower" not in mode_words.values():
+    mode_why = "which did not save time that shows here"
+elif same_as_default and len(set(mode_words.values())) > 1:
+    mode_why = f"which did not save time that shows here; {mode_gap}"
+else:
+    mode_why = ("and where a mode took longer, this cell does not time where the extra time went (notebook 09's "
+                "profiler can)" + (f"; {mode_load}" if mode_load else ""))
 print(f"Why: {library} of the default mode's calls are library routines (the matrix multiplies), the same ones eager "
-      "calls; compiling fused only the glue between them, " + (
-          "and in some mode that saved time beyond the spread (the lines above say which)"
-          + ("; others took longer, which this cell does not time apart" if "slower" in mode_words.values() else "")
-          if "faster" in mode_words.values() else
-          "which did not save time that shows here" if "slower" not in mode_words.values() else
-          "and where a mode took longer, the extra time is in the glue or the calls around the library routines, "
-          "which this cell does not time apart"))
+      f"calls; compiling fused only the glue between them, {mode_why}")
 bench.bar_chart(mode_table, title="MLP inference on this CPU, by mode");
 
 # %% [markdown]
@@ -631,11 +642,13 @@ verdict_line = {"faster": "autotuning paid here against the frozen default",
                 "slower": "the autotuned version ran slower than the frozen default here"}[word]
 if tuned["templates"] == 0 and word != "no clear difference":
     verdict_line += (" by the timer, but it kept the library call for every matmul, so both frozen versions run "
-                     "the same kind of code: read the gap as timing noise")
+                     "the same kind of code: read the gap as timing variation")
 verdict_line += (f" (max-autotune + freezing is {frozen_table.describe('max-autotune + freezing', 'default + freezing')}"
                  f"; against eager, the lines above say where each frozen version stands)")
 same_kernels = all(r["kernels"] == mode_runs["default"]["kernels"] for r in mode_runs.values())
-print(f"-> {verdict_line}. " + ("The four plain modes generated the same kernels, so their timings differ by noise only."
+print(f"-> {verdict_line}. " + ("The four plain modes generated the same kernels, so any gap between their timings "
+                                "is timing variation, not a difference between the modes"
+                                + (f" ({mode_load})." if mode_load else ".")
                                 if same_kernels else "The plain modes did not all generate the same kernels."))
 
 # %% [markdown]
@@ -915,9 +928,8 @@ def reason(name: str, r: dict) -> str:
             "no clear difference": ("so fusing the glue did not change the total by more than 5% here"
                                     if r["table"].within_margin("compiled") else
                                     "so fusing the glue did not change the total beyond the timing spread here"),
-            "slower": "and yet it took longer: the extra time is in the fused glue or in the calls around the library "
-                      "routines, which this cell does not time apart (notebook 09's profiler does)"
-                      + inductor_code.scalar_note()}[word]
+            "slower": "and yet it took longer: this cell does not time where the extra time went (notebook 09's "
+                      "profiler can)" + inductor_code.scalar_note()}[word]
     return (f"{r['library']} of its operations are matrix multiplies, convolutions or attention, which run in the same "
             f"library routines as in eager; Inductor only fused the glue between them into {counted(r['loops'], 'loop')}, {tail}")
 
@@ -1071,10 +1083,12 @@ print(f"compiling cost about {compile_cost:.1f} s once (the first step above)")
 print("Why: the convolutions, forward and backward, run in the same oneDNN routines either way, and the loss and "
       "the optimizer step stay eager, so only the fused glue (batch norm, ReLU, the residual adds) can save time; "
       "here, in training, " + {"faster": "it saved enough to show.",
-                               "no clear difference": "any difference, either way, stayed inside the epochs' spread.",
-                               "slower": "the compiled epochs took longer; where the extra time goes (the glue, or the "
-                                         "calls around the library routines) is not timed apart here: notebook 09's "
-                                         "profiler can."}[epoch_word])
+                               "no clear difference": (
+                                   f"the epochs' medians stayed within {bench.VERDICT_MARGIN:.0%} of each other."
+                                   if epochs_table.within_margin("compiled") else
+                                   "any difference, either way, stayed inside the epochs' spread."),
+                               "slower": "the compiled epochs took longer; this cell does not time where the extra "
+                                         "time went (notebook 09's profiler can)."}[epoch_word])
 saving = steady_eager - steady_compiled
 epochs_needed = max(1, math.ceil(compile_cost / saving)) if epoch_word == "faster" else None
 # "pays" means it pays back eventually; epochs_needed against epochs_run says whether it did within this run.

@@ -478,7 +478,8 @@ with torch._dynamo.config.patch(capture_scalar_outputs=True):
     compiled_item = torch.compile(with_item, fullgraph=True)  # one graph, or it raises
     torch.testing.assert_close(compiled_item(positive), with_item(positive), rtol=1e-5, atol=1e-6)
 for name, report in captured.items():
-    print(f"capture_scalar_outputs=True, {name:<12}: {counted(report.breaks, 'break'):<8} {report.first_reason[:55]}")
+    print(f"capture_scalar_outputs=True, {name:<12}: {counted(report.breaks, 'break'):<8} "
+          f"{report.first_reason[:55]}".rstrip())
 assert [report.breaks for report in captured.values()] == [0, 1, 1]
 
 
@@ -1207,16 +1208,16 @@ extra_copies = breaks_before + 0.5  # copies' worth of extra memory traffic in t
 print(f"\nwhy, on the {SIZE}x{SIZE} tensor: copying it once takes {copy_ms:.2f} ms, so the {breaks_before} extra trips "
       f"through memory the breaks add ({extra_copies} copies' worth, as the last graph reads x again) cost at most "
       f"about {extra_copies * copy_ms:.1f} ms of the broken version's {broken_ms:.1f} ms (less where a loop's "
-      "arithmetic hides its memory traffic); the rest is arithmetic (five transcendental functions per element), "
-      "compiled separately in each version. "
+      "arithmetic hides its memory traffic); the rest is the arithmetic (five transcendental functions per element), "
+      "compiled separately in each version, and anything else the timing caught" + busy_said(large) + ". "
       + {"faster": (lambda saved: f"Here the fused version saved {saved:.1f} ms, " + (
              "within what the trips can cost, so they can account for it." if saved <= extra_copies * copy_ms else
-             "more than the trips can cost, so its one loop also did the arithmetic faster than the four separate "
-             "loops."))(broken_ms - large.row("compiled, fixed").median_s * 1e3),
+             "more than the trips can cost; this cell does not time the arithmetic apart, so it does not say where "
+             "the rest was saved."))(broken_ms - large.row("compiled, fixed").median_s * 1e3),
          "no clear difference": f"Here {tie_said(large, 'compiled, fixed', 'compiled, 3 breaks')}, so the saved "
-                                "trips did not show" + busy_said(large) + ".",
+                                "trips did not show.",
          "slower": "Here the fused version was slower although it saves memory trips; this cell does not split the "
-                   "arithmetic from the rest" + busy_said(large) + "."}[large_word])
+                   "arithmetic from the rest."}[large_word])
 TRANSCENDENTAL = {"sin", "cos", "tan", "sigmoid", "tanh", "exp", "expm1", "log", "log1p", "erf", "pow"}
 
 

@@ -1124,8 +1124,11 @@ for n in SIZES:
               "no clear difference": "getting fresh memory made no clear difference here",
               "faster": "getting fresh memory cost nothing measurable here (the copy was the faster)"}[fresh_word]
           + (f" (the in-place pass moved {pass_rate:.0f} GB/s over a vector that fits in this CPU's last-level "
-             "cache, so it can run from cache: the gap is new pages and cache misses together, and this cell does "
-             "not split them)" if fits and fresh_word == "slower" else ""))
+             "cache, so it can run from cache: the gap includes new pages and cache misses, and this cell does not "
+             "split them" + (f"; other programs used about {memory_tables[n].other_load:.1f} cores just "
+                             "after these timings, which also stretches them"
+                             if (memory_tables[n].other_load or 0) >= bench.BUSY_LOAD else "")
+             + ")" if fits and fresh_word == "slower" else ""))
     for name in ("compiled where", "compiled, Python if", "compiled cond"):
         ms = t.row(name).median_s * 1e3
         print(f"  {name:20s} {ms:8.2f} ms = {ms / fresh_ms:4.1f} fresh copies' time; it allocates "

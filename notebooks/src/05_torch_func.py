@@ -957,7 +957,7 @@ def ensemble_reason(r: dict) -> str:
     busy = (f"; other programs used about {table.other_load:.1f} cores just after the timings"
             if table.other_load is not None and table.other_load >= bench.BUSY_LOAD else "")
     # Both times grow with the members: a row whose time is above a larger ensemble's (or below a smaller one's)
-    # was set by a burst of other work, not by the counts.
+    # was not set by the counts alone.
     at = {row["n"]: row for row in ens_rows}
     bigger = min((n for n in at if n > r["n"]), default=None)
     smaller = max((n for n in at if n < r["n"]), default=None)
@@ -967,8 +967,9 @@ def ensemble_reason(r: dict) -> str:
         for side in ("loop", "vmap"):
             if sign * (r[f"{side}_ms"] - at[other][f"{side}_ms"]) > 0:
                 return counts + (f": out of line with the neighbouring sizes ({side} {r[f'{side}_ms']:.3f} ms here, "
-                                 f"{at[other][f'{side}_ms']:.3f} ms at {counted(other, 'member')}): a burst of other work "
-                                 "decided this row, not the overhead or the batched kernels")
+                                 f"{at[other][f'{side}_ms']:.3f} ms at {counted(other, 'member')}), so its size does not "
+                                 "explain this row; this cell does not measure what does"
+                                 + busy)
     if r["vmap_ops"] > r["loop_ops"]:
         return counts + (f": vmap ran {counted(r['vmap_ops'] - r['loop_ops'], 'more operation')} than the loop, so it "
                          "paid more per-operation overhead, not less, on top of its batched kernels; this cell does "
@@ -982,8 +983,7 @@ def ensemble_reason(r: dict) -> str:
         "faster": ": the overhead vmap removed outweighed the cost of its batched kernels" + rough,
         "no clear difference": tie + rough,
         "slower": ": the batched kernels (products over stacked weights) cost more here than the overhead "
-                  "they saved (the matrix library and the instruction set decide; this cell does not measure "
-                  "which)" + busy + rough}[r["verdict"]]
+                  "they saved; this cell does not measure why" + busy + rough}[r["verdict"]]
 
 
 print()

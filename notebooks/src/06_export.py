@@ -1126,7 +1126,8 @@ if cpp_run is not None:
     print(f"per training step ({steps} per epoch): Python {py_epoch_s / steps * 1e6:.0f} µs, "
           f"C++ {cpp_epoch_s / steps * 1e6:.0f} µs; the model's forward and backward run the same libtorch kernels "
           "(the optimizer steps differ slightly), so " + {
-              "faster": "the difference lies in the work around those kernels: Python's interpreter and module "
+              "faster": "unless other programs' load changed between the two runs (not sampled between them), "
+                        "the difference lies in the work around those kernels: Python's interpreter and module "
                         "calls, and each program's optimizer implementation, threads and memory allocation; this "
                         "cell does not break it down",
               "no clear difference": "the work around those kernels (Python's interpreter and module calls, and "
@@ -1135,7 +1136,8 @@ if cpp_run is not None:
                                      if epoch_table.within_margin("C++", "Python") else
                                      "whatever the work around them costs was lost in the epochs' spread here "
                                      "(the IQRs above)",
-              "slower": "the gap is not Python's overhead (C++ has none): it is how each program uses those "
+              "slower": "the gap is not Python's overhead (C++ has none): unless other programs' load changed "
+                        "between the two runs (not sampled between them), it is how each program uses those "
                         "kernels (the optimizer's implementation, threads, memory allocation), "
                         "which this cell does not break down"}[verdict])
     bench.record("cpp.train.epoch_s", cpp_epoch_s, "s", python_epoch_s=py_epoch_s, epochs=LT["epochs"],

@@ -457,7 +457,7 @@ for size, batch_texts in batches.items():
     tables[size] = bench.compare({"eager PyTorch": eager, "ONNX Runtime": ort_encoder}, b_ids, b_mask,
                                  warmup=config.pick(1, 3))
     print(f"batch {size} (padded to {b_ids.shape[1]} tokens), {THREADS} threads each:")
-    print(tables[size], "\n")
+    print(f"{tables[size]}\n")
 others = threads.other_load()  # other programs' CPU use, sampled right after the timings
 speedups = {size: table.speedup("ONNX Runtime") for size, table in tables.items()}
 for size, value in speedups.items():
@@ -609,7 +609,7 @@ else:
                                     f"; the part that grows with the tokens (eager {growth['eager']:+.2f} ms, ONNX "
                                     f"Runtime {growth['ORT']:+.2f} ms from 2 tokens to {n_query}) is too small here "
                                     "to favour either runtime")
-                      + "; the profiles below split it"
+                      + "; the profiles below try to split it (the line under them says whether they could)"
                       + (" (a rough share: see the spread note above)" if split.spread_note() else ""),
               "part": "part of ONNX Runtime's edge at batch 1 is in that cost (Python and dispatch, and how fast "
                       "each runtime's matrix-multiply kernels get through the weights with few tokens); the rest "
@@ -818,6 +818,14 @@ rest_said = (f"in the profile the other nodes took {rest_ms['disable']:.1f} ms u
 in_band = (f"the profiled nodes took {node_gap:+.1f} ms ({node_gap / node_ms['disable']:+.0%}) against the "
            f"{timed_gap:+.1f} ms timed, inside the 10% band of one profile each, so the profile does not place the "
            f"difference; this cell does not measure why ({rest_said}); rerun it to see whether it repeats")
+if rest_word == {"faster": "lower", "slower": "higher"}.get(word):  # the other nodes alone moved with the verdict
+    in_band = (f"the profiled nodes as a whole took {node_gap:+.1f} ms ({node_gap / node_ms['disable']:+.0%}) against "
+               f"the {timed_gap:+.1f} ms timed, inside the 10% band of one profile each, but the other nodes alone "
+               f"took {rest_ms['all'] - rest_ms['disable']:+.1f} ms, beyond theirs: that part of the difference is "
+               f"in them ({rest_said}; matrix multiplies {mm_ms['disable']:.1f} ms unoptimised, {mm_ms['all']:.1f} "
+               "ms optimised)")
+tie_said = (f"its medians within {bench.VERDICT_MARGIN:.0%} of each other"
+            if by_level.within_margin("opt all", "opt disable") else "its medians inside the timing spread")
 why = {"faster": (f"the profile, taken at another moment, does not show the gain: {gaps_said} ({rest_said}); rerun "
                   "the cell to see whether it repeats" if not profile_shows else
                   in_band if node_word != "lower" else
@@ -830,12 +838,12 @@ why = {"faster": (f"the profile, taken at another moment, does not show the gain
                       "the gain is spread over both parts" if mm_part > 0 else
                       "the matrix multiplies did not gain, so the gain is in the other nodes, too small a change "
                       "against their time to clear the band")),
-       "no clear difference": rest_said + (": the saving was too small a part of the time to show outside the "
-                                           "timing spread" if rest_word == "lower" else
+       "no clear difference": rest_said + (f": the saving was too small a part of the time to show in the whole "
+                                           f"call, {tie_said}" if rest_word == "lower" else
                                            (": in this run the fusions did not shorten the rest of the graph either"
                                             if rest_word == "no clear difference" else
-                                            ": in this profile the rest of the graph took longer after fusion, yet "
-                                            "the whole call stayed inside the timing spread")),
+                                            ": in this profile the rest of the graph took longer after fusion, "
+                                            f"yet the whole call did not clearly change, {tie_said}")),
        "slower": (f"the rewritten graph's nodes took longer here than the plain ones: {gaps_said} "
                   f"({rest_said}; matrix multiplies {mm_ms['disable']:.1f} ms unoptimised, {mm_ms['all']:.1f} ms "
                   "optimised)" if profile_shows and node_word == "higher" else

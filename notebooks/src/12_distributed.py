@@ -1940,12 +1940,11 @@ print("(the last column is speed relative to 1 process: below 1x, a step on 2 pr
 word = speed.verdict("2 processes", "1 process", name="dist.scale.two_process_step_time")
 cores = threads.usable_cores()
 rank_threads = max(run["threads"] for run in runs["2 processes"])
-needed = 2 * rank_threads                            # cores the two ranks' threads need to all run at once
 load = sum(loads) / len(loads) if loads else None
 free = None if load is None else max(0.0, cores - load)
-crowded = load is not None and load >= threads.BUSY_CORES and free < needed   # the course's "busy", and too few cores left
 gloo_threads = res["trace"]["comm_threads"]          # gloo's worker threads that ran a rank's all-reduces in section 2
 threads_2 = 2 * (rank_threads + gloo_threads)        # the two ranks' torch threads and gloo's worker threads
+crowded = load is not None and load >= threads.BUSY_CORES and free < threads_2   # the course's "busy", and too few cores left
 shared = free is not None and free < threads_2       # more of those threads than free cores, whatever the load
 grad_kib = runs["2 processes"][0]["param_bytes"] / 2**10
 batch = runs["1 process"][0]["batch"]
@@ -1954,7 +1953,9 @@ setting = (f"2 ranks × {rank_threads} thread{'s' * (rank_threads > 1)} against 
            f"thread{'s' * (one_threads > 1)}, on {cores} cores, " + (
                "other programs' CPU use could not be sampled" if load is None else
                f"about {load:.1f} of them used by other programs on average (sampled between the runs)"))
-turns = (f"the ranks' {needed} threads had about {free:.1f} free cores, so part of the time they waited for one"
+turns = (f"the two ranks' {threads_2} threads ({counted(rank_threads, 'torch thread')} and "
+         f"{counted(gloo_threads, 'gloo worker thread')} each) had about {free:.1f} free cores, so part of the time "
+         "they waited for one"
          if crowded else "")
 exchange = (f"two all-reduces between the two processes through loopback (the gradients' {grad_kib:.0f} KiB in "
             "the backward, and the 4-byte loss each step records), with each rank waiting for the other at both "
