@@ -130,6 +130,8 @@ def run_logged(cmd: Sequence[str], log: Callable[[str], None], env: dict[str, st
     return status, time.monotonic() - start
 
 
+#: Seconds nbval waits for a notebook's kernel to start (its default, 60, is too short for several at once on 2 cores).
+KERNEL_STARTUP_S = 180
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|#x1B\[[0-9;?]*[A-Za-z]")
 _RAISED = re.compile(r"^(\w+\.)*\w*(Error|Exception|Interrupt|Exit|Failure)\b.*")
 
@@ -342,8 +344,10 @@ def run_notebooks(stems: Sequence[str], jobs: int, env: dict[str, str], log: Log
             return NotebookResult(stem, "whole", failed=1, first_failure="not started: the check's deadline was near")
         prefix = f"[{stem[:2]}] "
         status, seconds = run_logged(
+            # a kernel that starts beside several others on a small machine can take over nbval's default 60 s
             [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE", f"--nbval-cell-timeout={cell_timeout_s}",
-             "--junitxml", str(folder / f"{stem}.xml"), f"notebooks/{stem}.ipynb"],
+             f"--nbval-kernel-startup-timeout={KERNEL_STARTUP_S}", "--junitxml", str(folder / f"{stem}.xml"),
+             f"notebooks/{stem}.ipynb"],
             lambda line: log(prefix + line), env, left)
         res = read_junit(folder / f"{stem}.xml", stem).get(stem) or NotebookResult(stem, "whole")
         res.seconds = seconds
