@@ -249,6 +249,14 @@ class Comparison:
                   for r in self.rows]
         return "\n".join(lines)
 
+    def load_note(self) -> str:
+        """Return "other programs used about 1.1 cores just after the timings" when ``other_load`` was
+        sampled at ``BUSY_LOAD`` or more; "" when it was lower or not sampled. A reason names other
+        programs' load as a cause only through this, so it never blames load nobody measured."""
+        if self.other_load is None or self.other_load < BUSY_LOAD:
+            return ""
+        return f"other programs used about {self.other_load:.1f} cores just after the timings"
+
     def spread_note(self, limit: float = NOISY_SPREAD, *, cause: str | None = None) -> str:
         """Return one line warning that the timings are rough when a row's IQR exceeds ``limit``
         (20%) of its median; "" otherwise. ``cause`` says why the spread is large where the caller

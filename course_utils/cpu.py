@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shlex
 import subprocess
 import sys
@@ -99,6 +100,21 @@ def l2_cache_bytes() -> int:
 
     value = compat.cpu_capabilities().get("l2_cache_size", 0)
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def last_level_cache(root: str | os.PathLike[str] = "/sys/devices/system/cpu/cpu0/cache") -> tuple[int, int] | None:
+    """Return (level, bytes) of the highest-level data or unified cache Linux lists for CPU 0 under ``root``;
+    None where it lists none (macOS, Windows, some containers)."""
+    found = []
+    for index in Path(root).glob("index*"):
+        try:
+            level, kind, size = ((index / name).read_text().strip() for name in ("level", "type", "size"))
+        except OSError:
+            continue
+        match = re.fullmatch(r"(\d+)([KMG]?)", size)
+        if kind != "Instruction" and level.isdigit() and match:
+            found.append((int(level), int(match[1]) * {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}[match[2]]))
+    return max(found, default=None)
 
 
 def _proc_cpuinfo_flags() -> dict[str, bool]:

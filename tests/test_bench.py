@@ -156,6 +156,13 @@ def test_a_noisy_table_says_so_in_one_line():
     assert bench.Comparison("b", []).spread_note() == ""
 
 
+def test_load_note_names_other_programs_only_when_a_sample_found_them_busy():
+    table = _two(1.0, 0.1, 2.0, 0.2)
+    assert table.load_note() == ""  # not sampled
+    assert replace(table, other_load=bench.BUSY_LOAD - 0.01).load_note() == ""
+    assert replace(table, other_load=1.26).load_note() == "other programs used about 1.3 cores just after the timings"
+
+
 def test_a_noisy_tables_note_blames_other_programs_only_when_they_were_busy():
     noisy = _two(1.0, 0.1, 2.0, 0.9)
     assert "rerun the cell" in noisy.spread_note() and "other programs were" not in noisy.spread_note()

@@ -159,3 +159,18 @@ def test_onnxruntime_kernels_refuses_an_unknown_dtype():
 def test_l2_cache_size_is_plausible_where_known():
     size = cpu.l2_cache_bytes()
     assert size == 0 or 64 * 1024 <= size <= 64 * 2**20
+
+
+def test_last_level_cache_reads_the_highest_data_cache_linux_lists(tmp_path):
+    from course_utils.cpu import last_level_cache
+
+    for i, (level, kind, size) in enumerate([("1", "Data", "48K"), ("1", "Instruction", "32K"),
+                                             ("2", "Unified", "2048K"), ("3", "Unified", "105M")]):
+        folder = tmp_path / f"index{i}"
+        folder.mkdir()
+        for name, value in (("level", level), ("type", kind), ("size", size)):
+            (folder / name).write_text(value + "\n")
+    assert last_level_cache(tmp_path) == (3, 105 * 2**20)
+    (tmp_path / "index3" / "size").write_text("odd\n")  # unreadable sizes are skipped, not guessed
+    assert last_level_cache(tmp_path) == (2, 2048 * 2**10)
+    assert last_level_cache(tmp_path / "missing") is None  # macOS, Windows: nothing listed

@@ -274,8 +274,7 @@ gain_ms = eager_ms - compiled_ms
 eager_iqr_ms = table.row("eager").iqr_s * 1e3
 widest_iqr_ms = max(eager_iqr_ms, table.row("compiled").iqr_s * 1e3)
 # Other programs' load is named only where compare sampled it at or above the threshold.
-chain_load = (f"other programs used about {table.other_load:.1f} cores just after the timings"
-              if table.other_load is not None and table.other_load >= bench.BUSY_LOAD else "")
+chain_load = table.load_note()
 print(f"eager makes {n_ops} passes over the tensor (a few read two tensors), the fused loop one; at {pass_ms:.3f} ms "
       f"a pass (x + 1, timed on its own), the {n_ops - 1} saved passes are worth roughly {saved_ms:.2f} ms of eager's "
       f"{eager_ms:.2f} ms; the rest of eager's time ({eager_ms - n_ops * pass_ms:.2f} ms) is everything else: the "
@@ -362,8 +361,7 @@ reason = {"faster": "one generated loop beat ten eager dispatches on this machin
               (f"the medians were within {bench.VERDICT_MARGIN:.0%}: the saved dispatches and the added per-call "
                "checks roughly cancel here" if tiny_table.within_margin("compiled") else
                "the difference stayed inside the timing spread, so this run cannot tell which costs more")
-              + (f" (other programs used about {tiny_table.other_load:.1f} cores just after the timings)"
-                 if tiny_table.other_load is not None and tiny_table.other_load >= bench.BUSY_LOAD else ""))}[tiny_verdict]
+              + (f" ({tiny_table.load_note()})" if tiny_table.load_note() else ""))}[tiny_verdict]
 tiny_said = tiny_table.describe("compiled", name="setup.tiny_chain.compiled_vs_eager")
 print(f"\nthe chain on 8 numbers: compiled is {tiny_said}: {reason}")
 

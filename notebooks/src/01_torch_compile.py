@@ -558,8 +558,7 @@ if same_as_default and len(set(mode_words.values())) > 1:
           f"difference between the modes: their times ({min(mode_times):.2f}x to {max(mode_times):.2f}x eager's) fall "
           f"either side of what a verdict needs (a {bench.VERDICT_MARGIN:.0%} gap and timing spreads that do not overlap)")
 # Other programs' load, named only where compare sampled it at or above the threshold (c36 reuses it).
-mode_load = (f"other programs used about {mode_table.other_load:.1f} cores just after the timings"
-             if mode_table.other_load is not None and mode_table.other_load >= bench.BUSY_LOAD else "")
+mode_load = mode_table.load_note()
 mode_gap = ("the modes ran the same kernels, so the gap between them is timing variation, not their glue"
             + (f" ({mode_load})" if mode_load else ""))
 if "faster" in mode_words.values():

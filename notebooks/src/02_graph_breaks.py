@@ -1187,10 +1187,8 @@ for label, table, role in ((f"{SIZE}x{SIZE} tensor", large, "large"), ("8 number
 
 
 def busy_said(table):
-    """Name other programs' load only where compare measured it at or above bench.BUSY_LOAD."""
-    load = table.other_load
-    return "" if load is None or load < bench.BUSY_LOAD else \
-        f" (other programs used about {load:.1f} cores just after the timings)"
+    """Other programs' load in brackets, only where compare measured it busy (Comparison.load_note)."""
+    return f" ({table.load_note()})" if table.load_note() else ""
 
 
 def tie_said(table, label, against):

@@ -102,7 +102,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from course_utils import bench, compat, config, exercises, session
+from course_utils import bench, compat, config, cpu, exercises, session
 from course_utils.breaks import break_report
 from course_utils.expect import expect_error
 from course_utils.inductor_code import fused_kernels, generated_code, scalar_note
@@ -931,8 +931,6 @@ print("ONNX Runtime matches eager on both branches (rtol=1e-4)")
 # first call also reports what Inductor's on-disk graph cache did with the graphs it compiled.
 
 # %%
-import pathlib
-
 from torch._dynamo.utils import counters
 
 
@@ -975,20 +973,6 @@ for n in tqdm(SIZES, desc="sizes"):
     copy_ms[n] = memory_tables[n].row(FRESH).median_s * 1e3
 
 
-def last_level_cache() -> tuple[int, int] | None:
-    """(level, bytes) of the largest-level data cache Linux lists for CPU 0; None where it lists none (macOS, Windows)."""
-    found = []
-    for index in pathlib.Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        try:
-            level, kind, size = ((index / f).read_text().strip() for f in ("level", "type", "size"))
-        except OSError:
-            continue
-        match = re.fullmatch(r"(\d+)([KMG]?)", size)
-        if kind != "Instruction" and level.isdigit() and match:
-            found.append((int(level), int(match[1]) * {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}[match[2]]))
-    return max(found, default=None)
-
-
 def cache_words(events: dict[str, int]) -> str:
     """One first call's graph-cache events, e.g. "miss 2", or "no cache events"."""
     return ", ".join(f"{e} {count}" for e, count in events.items() if count) or "no cache events"
@@ -1003,7 +987,7 @@ for n in SIZES:
 
 # does the long vector fit in this CPU's last-level cache? If it does, an in-place pass can run from cache
 vector_bytes = max(SIZES) * x_big.element_size()
-llc = last_level_cache()
+llc = cpu.last_level_cache()  # (level, bytes) from Linux's /sys; None elsewhere
 fits = llc is not None and vector_bytes <= llc[1]
 print(f"\nthe long vector is {vector_bytes / 2**20:g} MiB; " + (
     "this cell could not read this CPU's last-level cache size (it reads Linux's /sys), so whether the vector "
@@ -1092,8 +1076,8 @@ def outside_counts(t: bench.Comparison) -> str:
     """What the cell can say about a time its counts do not explain: other programs' load, if it sampled that."""
     if t.other_load is None:
         return "this cell does not measure what it is"
-    if t.other_load >= bench.BUSY_LOAD:
-        return f"other programs used about {t.other_load:.1f} cores just after the timings; rerun when quiet"
+    if t.load_note():
+        return f"{t.load_note()}; rerun when quiet"
     return ("not other programs, which were nearly idle: how each loop was compiled, or the calls' own variation; "
             "this cell does not measure which")
 
@@ -1125,9 +1109,8 @@ for n in SIZES:
               "faster": "getting fresh memory cost nothing measurable here (the copy was the faster)"}[fresh_word]
           + (f" (the in-place pass moved {pass_rate:.0f} GB/s over a vector that fits in this CPU's last-level "
              "cache, so it can run from cache: the gap includes new pages and cache misses, and this cell does not "
-             "split them" + (f"; other programs used about {memory_tables[n].other_load:.1f} cores just "
-                             "after these timings, which also stretches them"
-                             if (memory_tables[n].other_load or 0) >= bench.BUSY_LOAD else "")
+             "split them" + (f"; {memory_tables[n].load_note()}, which also stretches them"
+                             if memory_tables[n].load_note() else "")
              + ")" if fits and fresh_word == "slower" else ""))
     for name in ("compiled where", "compiled, Python if", "compiled cond"):
         ms = t.row(name).median_s * 1e3
@@ -1254,8 +1237,7 @@ print(f"eager cond is {eager_table.describe('eager cond')}: " + {
     "no clear difference": "on this machine the traced code's extra cost was lost in the timing spread",
     "faster": "on this machine the spread favoured it, although it does the same work plus the guards; "
               "this cell does not measure why"
-              + (f" (other programs used about {eager_table.other_load:.1f} cores just after the timings)"
-                 if eager_table.other_load is not None and eager_table.other_load >= bench.BUSY_LOAD else "")}[cond_word])
+              + (f" ({eager_table.load_note()})" if eager_table.load_note() else "")}[cond_word])
 
 
 # %% [markdown]

@@ -270,8 +270,7 @@ print(f"...and vmap(fake batch) is {pointless.describe('vmap(fake batch)', 'net(
                                  if pointless.within_margin("vmap(fake batch)", "net(batch)") else
                                  ": the timings were too spread to tell; vmap still adds code"),
          "faster": " (a surprise: the same work plus vmap's bookkeeping; this cell does not measure why"
-                   + (f"; other programs used about {pointless.other_load:.1f} cores just after the timings"
-                      if pointless.other_load is not None and pointless.other_load >= bench.BUSY_LOAD else "")
+                   + (f"; {pointless.load_note()}" if pointless.load_note() else "")
                    + ")"}[fake_word])
 
 bn_net = nn.Sequential(nn.Linear(10, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 5)).train()
@@ -954,8 +953,7 @@ def ensemble_reason(r: dict) -> str:
     counts = f"{lead}{r['loop_ops']} operations in the loop, {r['vmap_ops']} under vmap"
     table = ens_tables[r["n"]]
     rough = " (its timings were rough: see the note below)" if table.spread_note() else ""
-    busy = (f"; other programs used about {table.other_load:.1f} cores just after the timings"
-            if table.other_load is not None and table.other_load >= bench.BUSY_LOAD else "")
+    busy = f"; {table.load_note()}" if table.load_note() else ""
     # Both times grow with the members: a row whose time is above a larger ensemble's (or below a smaller one's)
     # was not set by the counts alone.
     at = {row["n"]: row for row in ens_rows}

@@ -570,8 +570,8 @@ print(f"\nmodel: {res['param_bytes'] / 2**20:.2f} MiB of parameters in {DEPTH} b
 print(f"largest gradient difference, compiled DDP on 2 ranks vs one process: {res['grad_max_abs_diff']:.2e}")
 for row in res["caps"]:
     sizes = ", ".join(f"{b / 2**20:.2f} MiB" if b >= 2**17 else f"{b / 2**10:.1f} KiB" for b in row["bucket_bytes"])
-    print(f"bucket_cap_mb={row['bucket_cap_mb']!s:>7}: {counted(row['graphs'], 'compiled graph')}, {counted(row['buckets'], 'DDP bucket')} "
-          f"of {sizes}")
+    print(f"bucket_cap_mb={row['bucket_cap_mb']!s:>7}: {counted(row['graphs'], 'compiled graph')}, "
+          f"{counted(row['buckets'], 'DDP bucket')} of {sizes}")
 
 assert res["grad_max_abs_diff"] <= 1e-5
 big, small = res["caps"][0], res["caps"][-1]   # "default" and 1 (any caps added in between are printed only)
