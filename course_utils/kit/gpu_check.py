@@ -160,7 +160,13 @@ def machine_lines() -> list[str]:
         except subprocess.TimeoutExpired:
             lines.append("nvidia-smi: no answer within 30 s")
     # AOTInductor for CUDA (notebook 06) compiles with the CUDA toolkit: where is it?
-    lines.append(f"CUDA_HOME={os.environ.get('CUDA_HOME', '')!r}, nvcc: {shutil.which('nvcc') or 'not on PATH'}")
+    from torch.utils import cpp_extension
+
+    from ..deploy import cuda_toolkit
+
+    lines.append(f"CUDA_HOME={os.environ.get('CUDA_HOME', '')!r}, torch's guess {cpp_extension.CUDA_HOME!r}, "
+                 f"nvcc: {shutil.which('nvcc') or 'not on PATH'}, folder with include/cuda.h: "
+                 f"{cuda_toolkit.find_cuda_home() or 'none found'}")
     for name in LISTED:
         try:
             lines.append(f"  {name} {importlib.metadata.version(name)}")

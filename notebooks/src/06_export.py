@@ -841,15 +841,26 @@ print("with AOTI_RUNTIME_CHECK_INPUTS=1:", first_line(err))
 # Set `AOTI_RUNTIME_CHECK_INPUTS=1` while developing and testing, and validate shapes in your
 # serving code in production.
 #
-# On a GPU, the same two calls produce a package with CUDA kernels:
+# On a GPU, the same two calls produce a package with CUDA kernels. Its C++ wrapper is compiled
+# against the CUDA toolkit's `cuda.h` and linked with `-lcuda`, neither of which the pip wheel ships.
+# torch guesses the toolkit's folder once, from `CUDA_HOME` or from the `nvcc` on `PATH`, and the
+# guess misses where `nvcc` is a wrapper script in `/usr/local/bin`; the cell looks in the usual
+# places too (`course_utils.deploy.cuda_toolkit`) and skips with the reason when none holds the
+# toolkit. Set `CUDA_HOME` to your toolkit's folder if it names the wrong one.
 
 # %%
 if requires_cuda("an AOTInductor package compiled for CUDA, compared with eager on the GPU"):
-    from torch.utils.cpp_extension import CUDA_HOME
+    from torch.utils import cpp_extension
 
-    if CUDA_HOME is None:  # the wrapper is C++ built against the CUDA toolkit's headers, which the wheel lacks
-        skip_cell("AOTInductor for CUDA needs the CUDA toolkit (nvcc, or CUDA_HOME set); this machine has none")
+    from course_utils.deploy import cuda_toolkit
+
+    # The wrapper is C++ built against the CUDA toolkit's cuda.h and linked with -lcuda; the wheel has neither.
+    # prepare() finds them (torch's own guess, from nvcc on PATH, can miss) or says why it cannot.
+    problem = cuda_toolkit.prepare()
+    if problem:
+        skip_cell(f"AOTInductor for CUDA cannot build here: {problem}")
     else:
+        print(f"CUDA toolkit for the C++ wrapper: {cpp_extension.CUDA_HOME}")
         mlp_gpu = MLP(64, 128, 10).cuda().eval()
         xg = torch.randn(8, 64, device="cuda")
         ep_gpu = torch.export.export(mlp_gpu, (xg,), dynamic_shapes={"x": {0: Dim("batch", min=1, max=128)}})

@@ -125,7 +125,7 @@ from tqdm import tqdm
 
 from course_utils import bench, compat, config, cpu, exercises, inductor_code, session, size, threads
 from course_utils.data import digits_loaders, load_retrieval_set, ranking_agreement, similarity
-from course_utils.device import requires_cuda
+from course_utils.device import requires_cuda, skip_cell
 from course_utils.kit.cpu_profiles import PROFILES
 from course_utils.models import SmallResNet, load_minilm
 
@@ -916,7 +916,7 @@ except RuntimeError as e:  # older torch releases implement _scaled_mm on CUDA o
 if requires_cuda("FP8 torch._scaled_mm against a bf16 matmul, compute capability >= 8.9", allow_rocm=False):
     cc = torch.cuda.get_device_capability()
     if cc < (8, 9):
-        print(f"skipped: this GPU is sm_{cc[0]}{cc[1]}; FP8 matmul needs compute capability 8.9 or newer")
+        skip_cell(f"this GPU is sm_{cc[0]}{cc[1]}; FP8 matmul needs compute capability 8.9 or newer")
     else:
         n = config.pick(2048, 8192)
         a_gpu = torch.randn(n, n, device="cuda")

@@ -31,8 +31,8 @@ from typing import Any, Protocol
 from .percentile import percentiles
 from .sse import MalformedStream, SSEParser
 
-__all__ = ["DEFAULT_PROMPTS", "LoadReport", "MalformedStream", "SSEParser", "StreamParser", "run_load",
-           "run_load_async", "sse_body"]
+__all__ = ["DEFAULT_PROMPTS", "LoadReport", "MalformedStream", "SSEParser", "StreamParser", "describe_error",
+           "run_load", "run_load_async", "sse_body"]
 
 #: HTTP statuses worth another attempt (besides every 5xx): request timeout, too many requests.
 RETRY_STATUSES = frozenset({408, 429})
@@ -93,6 +93,22 @@ class LoadReport:
         return out
 
 
+def describe_error(err: BaseException) -> str:
+    """Return ``err`` as "Type: message" followed by the errors that caused it. httpx's transport
+    errors often carry no message of their own; the socket error under them does:
+    "ReadError: (no message), caused by ConnectionResetError: [Errno 104] Connection reset by peer"."""
+    def one(e: BaseException) -> str:
+        return f"{type(e).__name__}: {e}" if str(e) else f"{type(e).__name__}: (no message)"
+
+    parts, seen = [one(err)], {id(err)}
+    inner = err.__cause__ or err.__context__
+    while inner is not None and id(inner) not in seen and len(parts) < 4:
+        seen.add(id(inner))
+        parts.append(one(inner))
+        inner = inner.__cause__ or inner.__context__
+    return ", caused by ".join(parts)
+
+
 def sse_body(prompt: str, max_new_tokens: int) -> dict[str, Any]:
     """The JSON body of one ``/generate`` request (greedy)."""
     return {"prompt": prompt, "max_new_tokens": max_new_tokens, "temperature": 0.0}
@@ -136,6 +152,7 @@ async def run_load_async(url: str, *, concurrency: int, n_requests: int,
     async def attempt(client: httpx.AsyncClient, i: int, start: float) -> tuple[str, bool]:
         """One attempt at request ``i``; return its outcome and whether a retry could help."""
         parser = parse()
+        status: int | None = None
         first: float | None = None
         pieces: list[str] = []
         ended = False
@@ -157,7 +174,8 @@ async def run_load_async(url: str, *, concurrency: int, n_requests: int,
         try:
             async with client.stream("POST", url.rstrip("/") + path,
                                      json=body(prompts[i % len(prompts)], max_new_tokens)) as resp:
-                statuses[str(resp.status_code)] = statuses.get(str(resp.status_code), 0) + 1
+                status = resp.status_code
+                statuses[str(status)] = statuses.get(str(status), 0) + 1
                 if resp.status_code != 200:
                     await resp.aread()
                     errors.append(f"HTTP {resp.status_code}: {resp.text[:200]}")
@@ -177,7 +195,8 @@ async def run_load_async(url: str, *, concurrency: int, n_requests: int,
             errors.append(f"malformed: {err}")
             return "malformed", True
         except Exception as err:  # transport errors, error events, timeouts
-            errors.append(f"{type(err).__name__}: {err}")
+            phase = "before the response" if status is None else f"during the {status} response"
+            errors.append(f"{describe_error(err)}; {phase}, {time.perf_counter() - start:.1f} s after the request")
             return "failed", True
         if not ended or len(pieces) != max_new_tokens:
             errors.append(f"stream ended={ended} with {len(pieces)} of {max_new_tokens} tokens")
