@@ -1545,6 +1545,7 @@ from contextlib import ExitStack
 
 from course_utils.serving.server.loadgen import run_load
 from course_utils.serving.server.process import serve_in_subprocess
+from course_utils.threads import other_load
 import ray_app  # noqa: E402  (the file the cell above wrote; APPS is on sys.path)
 
 ray_app = importlib.reload(ray_app)
@@ -1601,13 +1602,18 @@ bench.record("serve.ray.replicas_used", replicas_used, "replicas", clients=RAY_C
 word = {"higher": "more", "lower": "fewer", "no clear difference": "no clearly different number of"}[
     bench.band_verdict(tps[RAY_NAME], tps[COURSE_NAME], band=0.15, name="engine.ray.two_replicas_vs_one_server")]
 cores, replica_threads = os.cpu_count() or 2, replica_cfg.torch_threads
+# Other programs' CPU use, sampled just after the rounds (Ray's own processes are this kernel's children: not counted)
+others = other_load()
+busy = others is not None and others >= bench.BUSY_LOAD
+free = cores - (others if busy else 0.0)
 # each replica's threads on cores of their own, and at least one core left for the proxy, controller and load generator
-own_cores = cores >= 2 * replica_threads + 1
+own_cores = free >= 2 * replica_threads + 1
 print(f"verdict on this machine: two Ray replicas served {word} tokens/s than one course server process "
       f"({tps[RAY_NAME] / tps[COURSE_NAME]:.2f}x; {bench.band_text(0.15)})")
 print(f"cores: each replica (and the single process) runs {replica_threads} torch "
       f"thread{'s' if replica_threads > 1 else ''}, so the two replicas' threads alone need {2 * replica_threads} "
-      f"of this machine's {cores} cores, " + (
+      f"of this machine's {cores} cores" + (f", of which other programs used about {others:.1f} just after the "
+                                            f"rounds (about {free:.1f} free)" if busy else "") + ", " + (
           "with at least one left for the proxy, the controller and the load generator: each replica can "
           "compute on cores of its own here" if own_cores else
           "leaving none for the proxy, the controller and the load generator: the second replica has no core "
