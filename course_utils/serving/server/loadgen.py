@@ -94,19 +94,20 @@ class LoadReport:
 
 
 def describe_error(err: BaseException) -> str:
-    """Return ``err`` as "Type: message" followed by the errors that caused it. httpx's transport
-    errors often carry no message of their own; the socket error under them does:
-    "ReadError: (no message), caused by ConnectionResetError: [Errno 104] Connection reset by peer"."""
+    """Return ``err`` as "Type: message", followed by the error at the root of its chain of causes.
+
+    httpx's transport errors often carry no message, and the layers under them (httpcore, anyio)
+    neither; the socket error at the bottom does: "ReadError: (no message), caused by
+    ConnectionResetError: [Errno 104] Connection reset by peer".
+    """
     def one(e: BaseException) -> str:
         return f"{type(e).__name__}: {e}" if str(e) else f"{type(e).__name__}: (no message)"
 
-    parts, seen = [one(err)], {id(err)}
-    inner = err.__cause__ or err.__context__
-    while inner is not None and id(inner) not in seen and len(parts) < 4:
+    root, seen = err, {id(err)}
+    while (inner := root.__cause__ or root.__context__) is not None and id(inner) not in seen:
         seen.add(id(inner))
-        parts.append(one(inner))
-        inner = inner.__cause__ or inner.__context__
-    return ", caused by ".join(parts)
+        root = inner
+    return one(err) if root is err else f"{one(err)}, caused by {one(root)}"
 
 
 def sse_body(prompt: str, max_new_tokens: int) -> dict[str, Any]:
