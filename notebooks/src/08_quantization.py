@@ -149,6 +149,9 @@ print(session.start(seed=0))
 print(f"torchao {torchao.__version__}, onnxruntime {ort.__version__}")
 cpu_facts = cpu.info()
 print("CPU class:", cpu_facts.line())
+# A CPU profile without an emulator caps only torch's own code: oneDNN and ONNX Runtime still read the real CPU.
+# Under an emulated CPU (`haswell`) every library sees the emulated one, so this stays None there.
+real_cpu_profile = cpu_facts.profile if cpu_facts.profile and not cpu.emulator() else None
 BUILD = config.build_dir() / "nb08"
 BUILD.mkdir(parents=True, exist_ok=True)
 
@@ -218,7 +221,8 @@ def embedding_quality(model) -> tuple[float, float]:
     """Return (mean cosine to fp32, top-3 ranking agreement) for a variant taking (ids, mask)."""
     with torch.inference_mode():
         emb = mini.encode(texts, model=model)
-    cosine = (emb * emb_fp32).sum(dim=-1).mean().item()
+    # normalized here in float32: a float16 model's own normalizing leaves norms a little off 1
+    cosine = (F.normalize(emb, dim=-1) * emb_fp32).sum(dim=-1).mean().item()
     agree = ranking_agreement(sims_fp32, similarity(emb[:n_queries], emb[n_queries:]), k=3)
     return cosine, agree
 
@@ -389,9 +393,12 @@ deq_gbs = 13 * n_w / t_layer.row("dequantize alone").median_s / 1e9
 lin_gbs = 4 * n_w / t_layer.row("fp32 nn.Linear").median_s / 1e9
 mem_word = bench.band_verdict(lin_gbs, deq_gbs, band=0.3)
 print(f"dequantize alone moved about {deq_gbs:.0f} GB/s; fp32 nn.Linear read its weights at {lin_gbs:.0f} GB/s: "
-      + ("well below what memory delivered to the dequantize step, so this layer is not limited by memory here"
-         if mem_word == "lower" else "about as fast as memory delivered to the dequantize step (30% band), so memory "
-         "may limit this layer here"))
+      + {"lower": "well below what memory delivered to the dequantize step, so this layer is not limited by memory "
+                  "here",
+         "no clear difference": "about as fast as memory delivered to the dequantize step (30% band), so memory may "
+                                "limit this layer here",
+         "higher": "faster than the dequantize step moved its bytes, and that step's rate is only a lower bound on "
+                   "what memory delivers, so this cell cannot tell whether memory limits this layer"}[mem_word])
 
 # %% [markdown]
 # A real int8 kernel never builds that float32 copy. It reads the int8 weights directly (a
@@ -878,12 +885,20 @@ for dt in (torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16):
     rel = ((x.to(dt).float() - x).abs() / x.abs()).median().item()
     print(f"cast of N(0, 1) samples to {str(dt):<20} median relative error {rel:.4f}")
 big = torch.tensor([300.0, 448.0, 500.0, 1000.0])
-print(f"casting {big.tolist()} to e4m3fn gives {big.to(torch.float8_e4m3fn).float().tolist()}")
+big_cast = big.to(torch.float8_e4m3fn).float()
+print(f"casting {big.tolist()} to e4m3fn gives {big_cast.tolist()}")
+e4m3_max = torch.finfo(torch.float8_e4m3fn).max
+beyond = big_cast[big > e4m3_max]
+assert bool((beyond.isnan() | (beyond == e4m3_max)).all())  # older torch releases give NaN, newer ones saturate
+print(f"values beyond the maximum, this torch ({torch.__version__}): "
+      + (f"saturates them to the maximum, {e4m3_max:g}" if bool((beyond == e4m3_max).all())
+         else "turns them into NaN (e4m3fn has no infinity)"))
 
 
 # %% [markdown]
 # With only 3 mantissa bits, e4m3fn rounds to within a few percent, and values beyond its maximum
-# come back as the maximum itself: the cast saturates, and what they were is lost. So FP8 is always *scaled*:
+# are lost: depending on the torch release, the cast saturates them to 448 or turns them into NaN
+# (the line above says which this one does). So FP8 is always *scaled*:
 # divide the tensor by `amax / 448` first so it fills the format's range, and keep that float
 # scale next to the FP8 data, just as int8 keeps its scale. `torch._scaled_mm` multiplies two FP8
 # matrices and applies both scales in one kernel (a private API, the one torchao's float8 layers
@@ -1062,7 +1077,7 @@ saturates_here = "can saturate" in ort_kernels
 print(f"ONNX Runtime on this CPU uses {ort_kernels}: "
       + ("full-range U8S8 pairs CAN saturate here" if saturates_here
          else "full-range weights cannot saturate here")
-      + (f" (ONNX Runtime reads the real CPU, not CPU profile {cpu_facts.profile})" if cpu_facts.profile else ""))
+      + (f" (ONNX Runtime reads the real CPU, not CPU profile {real_cpu_profile})" if real_cpu_profile else ""))
 
 # %%
 digits_variants = {
@@ -1399,18 +1414,19 @@ pt2e_word = pt2e_mlp_table.verdict(pt2e_label, pt2e_base)  # recorded above
 print(f"why, against {pt2e_base}: " + {
     "faster": f"oneDNN's int8 kernels read a quarter of the weight bytes, and on this CPU (oneDNN: {route['isa']}) "
               + ("do several 8-bit multiply-adds per instruction" if onednn_dot else "that outweighs their extra steps"),
-    "no clear difference": "the quarter-size weight reads and the per-call activation quantizing (a generated loop) "
-                           "come out even at batch 16 here",
+    "no clear difference": "no clear difference at batch 16 here; this cell does not time the int8 kernels' parts",
     "slower": f"oneDNN's int8 kernels on this CPU (oneDNN: {route['isa']}) "
               + ("cost more than the float ones they replace" if onednn_dot else
                  "have no 8-bit dot-product instruction: 16-bit pair sums, more instructions per multiply-add"),
 }[pt2e_word])
-if cpu_facts.profile and onednn_dot and not cpu_facts.int8_dot:
-    print(f"(CPU profile {cpu_facts.profile}: oneDNN reads the real CPU, so these int8 timings are not "
+if real_cpu_profile and onednn_dot and not cpu_facts.int8_dot:
+    print(f"(CPU profile {real_cpu_profile}: oneDNN reads the real CPU, so these int8 timings are not "
           "an AVX2-only CPU's)")
-elif cpu_facts.profile:
-    print(f"(CPU profile {cpu_facts.profile}: oneDNN reads the real CPU, while the fp32 baselines' generated code "
+elif real_cpu_profile:
+    print(f"(CPU profile {real_cpu_profile}: oneDNN reads the real CPU, while the fp32 baselines' generated code "
           "is capped by the profile)")
+elif cpu_facts.profile:
+    print(f"(CPU profile {cpu_facts.profile}: every library sees the emulated CPU)")
 
 # %% [markdown]
 # With freezing on, torchao's dynamic layers can be rewritten into oneDNN calls as well (the census
@@ -1661,12 +1677,12 @@ for name, row in rows.items():
 print(f"batch of 16 sentences, {ids16.shape[1]} tokens each after padding")
 
 # %%
-print(f"{'variant':<34} {'size MB':>8} {'vs fp32':>8} {'latency ms':>11} {'IQR ms':>7} {'vs fp32 eager':>14} "
+print(f"{'variant':<34} {'size MB':>8} {'vs fp32':>8} {'latency ms':>11} {'IQR ms':>7} {'time vs fp32 eager':>18} "
       f"{'cosine':>8} {'top-3 agree':>12}")
 for name, r in rows.items():
     iqr_ms = minilm_table.row(name).iqr_s * 1e3  # the spread the verdicts below weigh
     print(f"{name:<34} {r['size_mb']:>8.1f} {r['size_ratio']:>7.2f}x {r['latency_ms']:>11.1f} {iqr_ms:>7.1f} "
-          f"{r['latency_ratio']:>13.2f}x {r['cosine']:>8.4f} {r['agree']:>11.0%}")
+          f"{r['latency_ratio']:>17.2f}x {r['cosine']:>8.4f} {r['agree']:>11.0%}")
 if minilm_table.spread_note():
     print(minilm_table.spread_note())
 
@@ -1719,19 +1735,19 @@ bench.record("quant.minilm.int8.latency_ratio", int8_rows[fastest]["latency_rati
              baseline="fp32 eager", batch=16, tokens=ids16.shape[1], selection="fastest with cosine >= 0.99")
 print(f"on this CPU ({cpu_facts.cpu_class}) the fastest good int8 variant is "
       f"{minilm_table.describe(fastest, 'fp32 eager', name='quant.minilm.int8_fastest_good.vs_fp32_eager')}"
-      + (f" (ONNX Runtime reads the real CPU, not CPU profile {cpu_facts.profile})"
-         if cpu_facts.profile and "ORT" in fastest else ""))
+      + (f" (ONNX Runtime reads the real CPU, not CPU profile {real_cpu_profile})"
+         if real_cpu_profile and "ORT" in fastest else ""))
 # The rows that are not int8 get their verdict too: a ratio in the table is not a direction on its own.
 bf16_dot = any(f in cpu_facts.features for f in ("avx512_bf16", "amx_bf16", "bf16"))
 why_not_int8 = {
     "bf16": ("this CPU has bf16 dot-product instructions (AVX512-BF16, AMX or Arm's BF16)" if bf16_dot else
              "this CPU has no bf16 dot-product instructions, so its bf16 matmuls widen to float32 and back")
             + (f"; read from the real CPU: oneDNN's bf16 matmuls use its instructions whatever CPU profile "
-               f"{cpu_facts.profile} caps" if cpu_facts.profile and bf16_dot else ""),
+               f"{real_cpu_profile} caps" if real_cpu_profile and bf16_dot else ""),
     "compiled": ("on the MLP, the generated code kept eager's library matmul calls and fused the element-wise work "
                  "around them (the MLP section); MiniLM's generated code is not inspected here" + inductor_code.scalar_note()),
     "ORT": "ONNX Runtime runs the exported graph with its own float kernels and graph fusions"
-           + (f"; ONNX Runtime reads the real CPU, not CPU profile {cpu_facts.profile}" if cpu_facts.profile else ""),
+           + (f"; ONNX Runtime reads the real CPU, not CPU profile {real_cpu_profile}" if real_cpu_profile else ""),
 }
 for name in rows:
     if name not in int8_rows and name != "fp32 eager":
@@ -1743,6 +1759,8 @@ for name in rows:
             # the reason says what could gain; say it did not
             why += ("; here that gained nothing measurable" if word == "no clear difference" else
                     "; here it ran slower all the same (this notebook does not profile why)")
+        elif key == "compiled" and word == "faster":  # the reason is the MLP's; say MiniLM's was not looked into
+            why += "; this notebook does not profile where MiniLM's gain came from"
         elif key == "bf16" and not bf16_dot and word == "faster":  # the reason says what could cost; say it did not
             why += "; here it ran faster all the same (this notebook does not profile why)"
         elif key == "bf16" and not bf16_dot and word == "no clear difference":
