@@ -304,7 +304,9 @@ fig.tight_layout();
 # score matrix (several, in fact: the scores, their scaled copy, the masked copy and the softmax), so its
 # memory grows with S². The fused kernel never builds that matrix: it allocates its output, which grows
 # linearly with S, plus a scratch buffer for each thread, sized by the blocks of queries and keys it
-# works on, so its memory grows far more slowly (the cell asserts both at the last doubling). Because
+# works on (the blocks are as long as the sequence up to a cap, and the query block's cap rises at longer
+# sequences, so at shorter lengths the scratch can grow faster than S), so over long sequences its memory
+# grows far more slowly (the cell asserts both at the last doubling). Because
 # the scratch is per thread, SDPA's figure also depends on how many threads torch uses, which is why the
 # cell measured it on one thread as well. The time panel is this machine's verdict, printed per length above.
 #
@@ -421,7 +423,7 @@ assert math.isclose(skipped * 100, sw_mask.sparsity(), abs_tol=1e-6)
 bench.record("attn.flex.block_sparsity", skipped, "fraction", seq=S_FLEX, window=WINDOW, block=block);
 
 # %% [markdown]
-# Skipping empty tiles is where FlexAttention's speed comes from; the tiles on the window's edge are
+# Skipping empty tiles is what a block mask makes possible; the tiles on the window's edge are
 # only partly allowed, and the kernel applies the `mask_mod` inside them. Does skipping pay on this
 # CPU against SDPA with the same mask as a dense tensor?
 
@@ -437,7 +439,8 @@ if flex is not compiled_flex:
     why = (f"; it ran unfused here: the reference computes every score and masks afterwards, so it skips none of "
            f"the {skipped:.0%} of tiles the block mask marks empty; only the compiled kernel would")
 elif sliding.verdict("flex, block mask") == "faster":
-    why = f" (it skips {skipped:.0%} of the tiles; SDPA reads the whole {S_FLEX}x{S_FLEX} mask)"
+    why = (f" (the block mask lets it skip {skipped:.0%} of the tiles, which SDPA with a dense mask computes; "
+           "this cell does not split the gain)")
 else:
     why = f"; skipping {skipped:.0%} of the tiles gave no clear gain here over SDPA's dense kernel"
 print(f"verdict on this machine: FlexAttention is {said}{why}")
@@ -493,7 +496,7 @@ assert probe["mse_loss (the bf16 product in)"] == torch.float32
 # %% [markdown]
 # `torch.compile` traces the autocast region and generates code for the mixed types. The error is
 # easy to measure; whether bf16 is faster depends on the CPU: bf16 arithmetic is native with
-# AVX-512 BF16 or AMX, and converted on older CPUs.
+# AVX-512 BF16, AMX or Arm's BF16, and converted on older CPUs.
 
 # %%
 class AttentionBlock(nn.Module):
@@ -544,7 +547,7 @@ print(amp)
 if amx_below_avx512:
     print(f"(torch's vector code is capped at {torch.backends.cpu.get_cpu_capability()} on a CPU with AMX, a mix no "
           "real CPU has: the bf16 row's attention ran on the math backend, which this mix needs)")
-native = [name for name in ("amx_bf16", "avx512_bf16") if caps.get(name)]
+native = [name for name in ("avx512_bf16", "amx_bf16", "bf16") if caps.get(name)]   # "bf16": Arm's
 no_native = "none (bf16 products are computed through float32 conversions)"
 print(f"native bf16 instructions on this CPU: {', '.join(native) if native else no_native}"
       + (f"; the {cpu.active_profile()} profile leaves oneDNN, which runs these products, on the real CPU and "
@@ -685,8 +688,8 @@ for n in DEPTHS:
 # floor measured first: any cold start loads the compiler and builds a few small C++ programs that
 # probe the CPU, whatever it compiles. The ratio of the two cold starts is therefore the ratio of
 # (floor + the whole model's work) to (floor + one block's work). Each work term also holds a fixed
-# cost of lowering and building any graph at all, so the whole model's work is less than N times one
-# block's; the next cell prints both, above the floor. The ratio reaches 2 only once the whole model's
+# cost of lowering and building any graph at all, which the whole model pays once, not N times; the next
+# cell prints both terms, above the floor. The ratio reaches 2 only once the whole model's
 # work exceeds the floor plus twice one block's, and when the floor is many seconds that takes a deep
 # model: full mode's deeper model has 48 blocks for that reason, and the 6-block model shows
 # what a shallow one gets. The next cell prints the ratio for each depth and says whether it reaches the
@@ -711,10 +714,13 @@ for n, ratio in ratios.items():
     target = bench.record_verdict(f"compile.regional.cold_start_target.n{n}", "meets" if ratio >= 2 else "misses",
                                   ratio=ratio, target=2.0)
     traced = (cold[("whole model", n)]["ops_traced"], cold[("regional", n)]["ops_traced"])
+    # In quick mode one block's work is a fraction of a second above a floor of many seconds that moves as much.
+    above = (f"above the floor: {w - floor_s:.1f} s against {r - floor_s:.1f} s" if r - floor_s >= 0.1 * floor_s
+             else f"regional's cold start is less than 10% above the floor ({floor_s:.1f} s): one block's work is "
+                  "too small to separate from it")
     print(f"{n:2} blocks: whole model {w:.1f} s, regional {r:.1f} s: regional's cold start is {said} (10% band; "
           f"whole/regional {ratio:.2f}x, {target} the 2x target), for "
-          f"{traced[0]} against {traced[1]} operations traced; above the floor: {w - floor_s:.1f} s against "
-          f"{r - floor_s:.1f} s")
+          f"{traced[0]} against {traced[1]} operations traced; {above}")
     cpp_w, cpp_r = cold[("whole model", n)]["cpp_build_s"], cold[("regional", n)]["cpp_build_s"]
     print(f"    whole model - regional = {w - r:.1f} s: " + (
         f"C++ compiler time {cpp_w - cpp_r:+.1f} s, the rest {(w - cpp_w) - (r - cpp_r):+.1f} s" if w > cpp_w and r > cpp_r
@@ -834,7 +840,8 @@ print(f"regional takes {steady_ratio:.2f}x the whole model's time per call: {ban
 #   (convolutions stay with oneDNN in every mode; notebook 01, section 3), and on the ViT and the
 #   tiny GPT it would add its tuning to the table's time to ask MiniLM's question again;
 # - **bf16 autocast** (with freezing), on one model of each kind, where the CPU has native bf16
-#   instructions (AVX-512 BF16 or AMX); without them every product converts to and from bf16 (section 3).
+#   instructions (AVX-512 BF16, AMX or Arm's BF16); without them every product converts to and from bf16
+#   (section 3).
 #
 # In full mode each model's default setting compiles from an empty Inductor cache and its freezing
 # setting from another one, in this process, which has already loaded the compiler (section 4's floor
@@ -848,9 +855,10 @@ print(f"regional takes {steady_ratio:.2f}x the whole model's time per call: {ban
 # %%
 REAL_BATCH = 2
 caps = cpu.capabilities()
-native_bf16 = [name for name in ("amx_bf16", "avx512_bf16") if caps.get(name)]
-# A CPU profile that caps torch's vector code below AVX-512 stands for a CPU without bf16 instructions.
-capped = not torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+native_bf16 = [name for name in ("avx512_bf16", "amx_bf16", "bf16") if caps.get(name)]   # "bf16": Arm's
+# On x86, torch's vector code capped below AVX-512 (a CPU profile, or ATEN_CPU_CAPABILITY) stands for a CPU
+# without bf16 instructions; on Arm, torch's vector levels say nothing about them.
+capped = cpu.cpu_class().startswith("x86") and not torch.backends.cpu.get_cpu_capability().startswith("AVX512")
 bf16_here = bool(native_bf16) and not capped
 
 
@@ -912,9 +920,12 @@ print(f"native bf16 instructions: {', '.join(native_bf16) if native_bf16 else 'n
 # %% [markdown]
 # One function measures one compile of one model. Dynamo does not look at Inductor's settings when it
 # reuses compiled code, so each group of settings starts from `torch._dynamo.reset()` and keeps its
-# first calls and its timing inside those settings. bf16 shares the frozen group: calling the same
-# compiled model inside `torch.autocast` fails a guard on the autocast state and compiles a second
-# graph, so frozen fp32 and bf16 are timed side by side.
+# first calls and its timing inside those settings. Each group times eager again beside its compiled
+# model, so the cell that prints the table also takes each speed-up over the model's fastest eager
+# run: where eager moved more than 10% between groups, or the two baselines give different verdicts,
+# a row gives none. bf16 shares the frozen group: calling the same compiled model inside
+# `torch.autocast` fails a guard on the autocast state and compiles a second graph, so frozen fp32
+# and bf16 are timed side by side.
 #
 # The error bounds. In float32 the compiled code adds in another order and folds batch norms into the
 # weights, each a rounding of about 1e-7 of a value, so a relative error (in norm) above 1e-4 would be a
@@ -1004,20 +1015,37 @@ table_s = time.perf_counter() - table_start
 
 # %%
 SETTING_KEYS = {"default": "default", "freezing": "freezing", "max-autotune": "max_autotune", "bf16 autocast": "bf16"}
-COLOURS = {"faster": "tab:green", "no clear difference": "tab:gray", "slower": "tab:red"}
+COLOURS = {"faster": "tab:green", "no clear difference": "tab:gray", "slower": "tab:red", "undecided": "tab:orange"}
 rows = []
 for name, r in real.items():
+    # Eager is timed again in each group, with the same model and inputs in this process: its fastest median over
+    # the groups is a second baseline for every row of the model.
+    eager_rows = [group["table"].row("eager") for group in r["groups"].values()]
+    fastest_eager = min(eager_rows, key=lambda row: row.median_s)
+    eager_moved = bench.band_verdict(max(row.median_s for row in eager_rows), fastest_eager.median_s,
+                                     band=0.1) != "no clear difference"
     for group in r["groups"].values():
         for label, first_s in group["first_s"].items():
             tol = BF16_TOL if label == "bf16 autocast" else FP32_TOL
             assert group["errors"][label] < tol, f"{name}, {label}: relative error {group['errors'][label]:.1e} (bound {tol})"
             table = group["table"]
+            eager, compiled = table.row("eager"), table.row(label)
+            word = table.verdict(label)
+            # The same rule (5% margin, spreads apart) against the fastest eager row, whichever group timed it.
+            over_fastest = bench.Comparison("eager", [fastest_eager, compiled]).verdict(label)
+            # Where eager moved more than 10% between the groups, or the two baselines give different verdicts,
+            # the row gives none: it is recorded as undecided.
+            word = "undecided" if eager_moved or over_fastest != word else word
+            bench.record_verdict(f"compile.real.{r['key']}.{SETTING_KEYS[label]}_vs_eager", word,
+                                 noisy=any(x.iqr_s > bench.NOISY_SPREAD * x.median_s for x in (eager, compiled)),
+                                 label=label, against="eager", ratio=round(table.speedup(label), 4),
+                                 ratio_over_fastest_eager=round(fastest_eager.median_s / compiled.median_s, 4),
+                                 margin=bench.VERDICT_MARGIN)
             rows.append({"model": name, "kind": r["kind"], "setting": label, "first_s": first_s,
-                         "eager_ms": table.row("eager").median_s * 1e3, "ms": table.row(label).median_s * 1e3,
-                         "eager_iqr": table.row("eager").iqr_s * 1e3, "iqr": table.row(label).iqr_s * 1e3,
-                         "speedup": table.speedup(label), "error": group["errors"][label],
-                         "word": table.verdict(label),
-                         "said": table.describe(label, name=f"compile.real.{r['key']}.{SETTING_KEYS[label]}_vs_eager")})
+                         "eager_ms": eager.median_s * 1e3, "ms": compiled.median_s * 1e3,
+                         "eager_iqr": eager.iqr_s * 1e3, "iqr": compiled.iqr_s * 1e3,
+                         "speedup": table.speedup(label), "fastest_speedup": fastest_eager.median_s / compiled.median_s,
+                         "error": group["errors"][label], "word": word, "said": table.describe(label)})
 
 print(f"{'model':<27} {'setting':<14} {'first call':>10} {'eager ms (IQR)':>15} {'compiled ms (IQR)':>18} "
       f"{'speed-up':>8} {'error':>8}")
@@ -1036,7 +1064,8 @@ eager_spread = {}
 for row in rows:
     low, high = eager_spread.get(row["model"], (math.inf, 0.0))
     eager_spread[row["model"]] = (min(low, row["eager_ms"]), max(high, row["eager_ms"]))
-moved = max(eager_spread.items(), key=lambda item: item[1][1] / item[1][0])
+most = max(eager_spread.items(), key=lambda item: item[1][1] / item[1][0])
+rough_models = list(dict.fromkeys(row["model"] for row in rows if row["word"] == "undecided"))
 
 
 def spread_cause(table):
@@ -1049,20 +1078,30 @@ def spread_cause(table):
         return (f"other programs were using about {load:.1f} cores just after the timings, so treat them as rough "
                 f"and, when the machine is quiet, {rerun}")
     return (f"other programs were nearly idle just after the timings (about {load:.1f} cores), so the calls "
-            f"themselves varied; treat them as rough and {rerun}")
+            f"themselves varied or a burst of other work had ended before the sample; treat them as rough and {rerun}")
 
 
 noisy = [(name, setting, group["table"].spread_note(cause=spread_cause(group["table"]))) for name, r in real.items()
          for setting, group in r["groups"].items() if group["table"].spread_note()]
 for name, setting, note in noisy:  # groups with a row whose IQR exceeds 20% of its median
     print(f"{name}, {setting} group: {note}")
-if moved[1][1] > moved[1][0]:
-    print(f"eager is timed again in each group, and its median moves between groups (most for {moved[0]}: "
-          f"{moved[1][0]:.1f} to {moved[1][1]:.1f} ms): read each speed-up against its own row's eager")
+if most[1][1] > most[1][0]:
+    print(f"eager is timed again in each group, and its median moves between groups (most for {most[0]}: "
+          f"{most[1][0]:.1f} to {most[1][1]:.1f} ms); " + (
+              f"the rows of {', '.join(rough_models)} give no verdict below, since there eager moved more than 10% "
+              "between the groups or a verdict over the model's fastest eager differs from the one over the row's own"
+              if rough_models else "within 10% for every model, and each verdict is the same over the model's fastest eager"))
 print("verdicts on this machine, with the share of eager's operator time in library kernels (convolutions, "
       "matrix multiplies, attention), the part that compiling hands to library kernels rather than generating "
       "code for:")
 for row in rows:
+    if row["word"] == "undecided":
+        low, high = eager_spread[row["model"]]
+        over = (f"{row['speedup']:.2f}x over this group's eager, which was the model's fastest" if row["eager_ms"] == low else
+                f"{row['speedup']:.2f}x over this group's eager, {row['fastest_speedup']:.2f}x over the model's fastest")
+        print(f"- {row['model']}, {row['setting']}: rough: eager moved between this model's groups (medians {low:.1f} "
+              f"to {high:.1f} ms), so no verdict ({over}) | library share {real[row['model']]['library']:.0%}")
+        continue
     saved_s = (row["eager_ms"] - row["ms"]) / 1e3
     repaid = (f"; the first call is repaid after about {math.ceil(row['first_s'] / saved_s)} calls"
               if row["word"] == "faster" else "")
@@ -1073,7 +1112,8 @@ ax.barh([f"{row['model']}, {row['setting']}" for row in rows], [row["speedup"] f
         color=[COLOURS[row["word"]] for row in rows])
 ax.axvline(1.0, color="black", lw=1)
 ax.set_xscale("log")
-ax.set_xlabel("speed-up over eager (log scale): green faster, grey no clear difference, red slower")
+ax.set_xlabel("speed-up over eager (log scale): green faster, grey no clear difference, red slower"
+              + (", orange no verdict (eager moved)" if rough_models else ""))
 ax.invert_yaxis()
 ax.set_title(f"torch.compile on real models, this CPU, batch {REAL_BATCH}")
 fig.tight_layout();
@@ -1084,7 +1124,8 @@ fig.tight_layout();
 # fp32 where bf16 ran (timed side by side in one group) and max-autotune against freezing (two groups,
 # each timed against its own eager, so their speed-ups are compared with a 10% band, and called
 # undecided when eager itself moved more than that between the groups). Then the
-# geometric mean of each kind, beside the published figures.
+# geometric mean of each kind, beside the published figures, called undecided where its verdict
+# changes when each speed-up is taken over the model's fastest eager run instead of its own group's.
 
 # %%
 def geomean(values):
@@ -1118,10 +1159,14 @@ for name, r in real.items():
                              band=0.1)
         templates = r["groups"]["max-autotune"]["templates"]
         if word == "undecided":
+            # Name other programs only where a group's own load sample found them busy.
+            busy = max((frozen_table, tuned_table), key=lambda t: t.other_load or 0.0).load_note()
+            rerun = (f"{busy}; rerun the cell that compiles and times the models when the machine is quiet" if busy
+                     else "rerun the cell that compiles and times the models")
             head = (f"undecided on this run: {tuned:.2f}x against {plain:.2f}x over eager, but eager itself moved "
                     f"{eager_ms[0]:.1f} -> {eager_ms[1]:.1f} ms between the two groups, more than the 10% band "
                     f"(compiled: {frozen_table.row('freezing').median_s * 1e3:.1f} ms frozen, "
-                    f"{tuned_table.row('max-autotune').median_s * 1e3:.1f} ms max-autotune; rerun on a quiet machine)")
+                    f"{tuned_table.row('max-autotune').median_s * 1e3:.1f} ms max-autotune; {rerun})")
         elif inside_spread:
             head = (f"{tuned:.2f}x against {plain:.2f}x over eager, no clear difference: beyond the 10% band, but the "
                     "compiled rows' spreads overlap (" + ", ".join(
@@ -1142,21 +1187,29 @@ PUBLISHED = {"TorchBench": (1.39, 1.29), "Hugging Face": (1.20, 1.15), "TIMM": (
 SUITES = {"vision": ("TorchBench", "TIMM"), "hf": ("Hugging Face",)}
 geo = {}
 for kind, suites in SUITES.items():
-    speedups = {s: [row["speedup"] for row in rows if row["kind"] == kind and row["setting"] == s]
-                for s in ("default", "freezing")}
-    geo[kind] = {s: geomean(v) for s, v in speedups.items() if v}
+    picked = {s: [row for row in rows if row["kind"] == kind and row["setting"] == s] for s in ("default", "freezing")}
+    geo[kind] = {s: geomean([row["speedup"] for row in v]) for s, v in picked.items() if v}
     if not geo[kind]:
         continue
+    # The same means with each speed-up taken over its model's fastest eager run (the cell above)
+    geo_fastest = {s: geomean([row["fastest_speedup"] for row in v]) for s, v in picked.items() if v}
     best = "freezing" if "freezing" in geo[kind] else "default"
-    n_models = len(speedups["default"])
+    n_models = len(picked["default"])
     print(f"\n{kind}, {n_models} model{'s' if n_models != 1 else ''}, geometric mean over eager: "
-          + ", ".join(f"{s} {g:.2f}x" for s, g in geo[kind].items()))
+          + ", ".join(f"{s} {g:.2f}x" for s, g in geo[kind].items())
+          + ("" if geo_fastest == geo[kind] else
+             "; over each model's fastest eager: " + ", ".join(f"{s} {g:.2f}x" for s, g in geo_fastest.items())))
     for suite in suites:
         socket, one_thread = PUBLISHED[suite]
-        word = bench.band_verdict(geo[kind][best], one_thread, band=0.1,
-                                  name=f"compile.real.geomean.{kind}.vs_{suite.lower().replace(' ', '_')}_one_thread")
+        own, fastest = (bench.band_verdict(g[best], one_thread, band=0.1) for g in (geo[kind], geo_fastest))
+        word = bench.record_verdict(f"compile.real.geomean.{kind}.vs_{suite.lower().replace(' ', '_')}_one_thread",
+                                    own if own == fastest else "undecided", value=geo[kind][best], other=one_thread,
+                                    band=0.1, value_over_fastest_eager=geo_fastest[best])
+        said = (f"{word} (10% band)" if word != "undecided" else
+                f"undecided: {own} over each group's own eager ({geo[kind][best]:.2f}x), {fastest} over each "
+                f"model's fastest eager ({geo_fastest[best]:.2f}x), 10% band")
         print(f"    published for {suite}: {socket:.2f}x on a socket, {one_thread:.2f}x on one thread; "
-              f"ours ({best}) against the one-thread figure: {word} (10% band)")
+              f"ours ({best}) against the one-thread figure: {said}")
 print(f"\nhere: {torch.get_num_threads()} torch threads on {os.cpu_count()} cores, {cpu.cpu_model()} ({cpu.cpu_class()}), "
       f"batch {REAL_BATCH}, {len(real)} model{'s' if len(real) != 1 else ''}, torch {torch.__version__.split('+')[0]}, "
       "Inductor's settings of today; "
