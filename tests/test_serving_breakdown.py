@@ -12,8 +12,8 @@ import pytest
 
 from course_utils.models.checkpoint import load_tiny_gpt
 from course_utils.serving import ServeSettings
-from course_utils.serving.extras.breakdown import (WALL_PARTS, Breakdown, Snapshot, _metric_values, measure, own_core_plan,
-                                           pin_process, pinned, thread_cpu_seconds)
+from course_utils.serving.extras.breakdown import (WALL_PARTS, Breakdown, Snapshot, _metric_values, core_busy, core_times,
+                                           measure, own_core_plan, pin_process, pinned, thread_cpu_seconds)
 from course_utils.serving.server.metrics import ServingMetrics
 from course_utils.serving.server.runner import ThreadedServer
 
@@ -113,6 +113,28 @@ def test_wall_seconds_split_the_run_from_the_floor_to_the_idle_time():
         b.wall_seconds(0.0)
 
 
+def test_core_busy_is_each_cores_busy_share_between_two_readings_whoever_used_it():
+    from collections import namedtuple
+
+    Times = namedtuple("Times", "user nice system idle iowait irq softirq steal guest guest_nice")
+    before = [Times(10, 0, 5, 100, 1, 0, 0, 0, 0, 0), Times(20, 0, 0, 50, 0, 0, 0, 0, 0, 0)]
+    # core 0: 3 s user + 1 s system busy, 3 s idle + 1 s I/O wait not; core 1: 2 s user, of it 2 s
+    # guest (already in user), and 6 s idle; core 2 only in the later reading
+    after = [Times(13, 0, 6, 103, 2, 0, 0, 0, 0, 0), Times(22, 0, 0, 56, 0, 0, 0, 0, 2, 0),
+             Times(1, 0, 0, 1, 0, 0, 0, 0, 0, 0)]
+    busy = core_busy(before, after)
+    assert busy == pytest.approx({0: 0.5, 1: 0.25})
+    assert core_busy(before, before) == {}  # no time passed: nothing to say
+    b = Breakdown(wall_s=1.0, phases_s={}, steps=0, mean_rows=0.0, prefills=0, mean_prefill_size=0.0, tokens=0,
+                  core_busy=busy)
+    assert b.busy_cores({0}) == pytest.approx(0.5) and b.busy_cores([0, 1]) == pytest.approx(0.75)
+    assert b.busy_cores({2}) is None and b.busy_cores([]) is None
+    assert Breakdown(**{**b.__dict__, "core_busy": {}}).busy_cores({0}) is None
+    now = core_times()  # this machine: one reading per core, each fraction between 0 and 1
+    time.sleep(0.05)
+    assert all(0.0 <= f <= 1.0 for f in core_busy(now, core_times()).values())
+
+
 def test_breakdown_of_a_real_server_counts_the_tokens_it_streamed():
     model, tok = load_tiny_gpt()
     with ThreadedServer(ServeSettings(embed=False, threads=1), model=model, tokenizer=tok) as srv:
@@ -125,3 +147,5 @@ def test_breakdown_of_a_real_server_counts_the_tokens_it_streamed():
     assert statuses == [200, 200]
     assert b.tokens == 10 and b.prefills == 2 and b.steps == 10  # each request: 1 pass with its prompt, 4 more
     assert b.phases_s["forward"] > 0 and b.wall_s > 0
+    if core_times():  # psutil reads each core's times here
+        assert b.core_busy and all(0.0 <= f <= 1.0 for f in b.core_busy.values())

@@ -806,11 +806,28 @@ if breakdown.worker_on_cpu() is None:
     print("(this OS does not report CPU seconds per thread, so waiting cannot be told from working)")
 print(f"largest loss on this machine: {breakdown.largest_loss(bare32)}")
 if len(breakdown.thread_cpu_s) >= 2 and EFF_THREADS == 1:
+    # Pinned, the server's core over the run: its busy share (psutil's per-core times, every process)
+    # minus the server's own threads is other programs' share, named as a cause only from
+    # bench.BUSY_LOAD (half a core, here half of that core's time).
+    server_share = breakdown.share(sum(breakdown.thread_cpu_s))
+    server_core = breakdown.busy_cores(plan[0]) if is_pinned else None
+    if not is_pinned:
+        rest = "the rest was a wait for a core, shared with the load generator and anything else running"
+    elif server_core is None:
+        rest = ("the rest was a wait for its core (this OS does not report each core's busy time, so this cell "
+                "cannot tell what else ran there)")
+    else:
+        server_core = max(server_core, server_share)
+        others = server_core - server_share
+        split = f"the core busy {server_core:.0%} of the run, the server's threads {server_share:.0%}"
+        rest = (f"the rest was a wait for its core, where other programs ran {others:.0%} of the run ({split})"
+                if others >= bench.BUSY_LOAD else
+                f"other programs ran only {others:.0%} of the run on its core ({split}), so this cell does not "
+                "measure what the rest of the wait was")
     print(f"the second-busiest server thread, the event loop (HTTP, JSON, SSE; the worker runs one torch thread "
           f"here, so no thread of its own comes second), ran {breakdown.share(breakdown.thread_cpu_s[1]):.0%} of the "
-          "wall time: at most that much of the worker's wait was for the GIL; the rest was a wait for a core, "
-          "which on a busy machine other programs take (the notebook's first line shows BUSY when other programs "
-          "were using the CPUs as it started)")
+          f"wall time: about that much of the worker's wait was for the GIL (more if the event loop was preempted "
+          f"while holding it); {rest}")
 elif len(breakdown.thread_cpu_s) >= 2:
     print(f"the second-busiest server thread ran {breakdown.share(breakdown.thread_cpu_s[1]):.0%} of the wall time; "
           f"with {EFF_THREADS} torch threads it can be one of the worker's own rather than the event loop, so this "
@@ -839,6 +856,9 @@ assert sum(parts.values()) <= 1.05 * breakdown.wall_s + 0.05, parts
 #   vLLM runs its engine in a separate process from its API server for the first reason;
 #   `ServeSettings(engine_process=True)` (`serve --engine-process`) does the same for the course's
 #   server, and the next cell measures what that buys on this machine.
+# - **Worker idle.** No request is in the engine at all: the batch finished and the clients' next
+#   requests are still on their way through the clients and the event loop; the share grows when
+#   those wait for a core.
 #
 # Every cost above is per step or per token, so a model with more work per token makes them a smaller
 # part of the whole. A GPU works the other way for a model this small: it shortens the model's own
@@ -883,7 +903,8 @@ def overlap_text(a: list[float], b: list[float], word: str = "no clear differenc
         return ""
     if not (min(a) <= max(b) and min(b) <= max(a)):
         return "; the two ranges do not overlap" + (
-            ": one server was ahead in every run, by less than the band" if word == "no clear difference" else "")
+            ": one server's every run beat the other's every run, though the medians differ by less than the band"
+            if word == "no clear difference" else "")
     if word == "no clear difference":
         return "; the two ranges overlap"
     return f"; but the two ranges overlap, so {min(len(a), len(b))} runs each do not settle it: rerun the cell"
@@ -922,7 +943,8 @@ print(f"(the table further up served iteration mode at 32 clients at {reports['i
 # - the rows per forward pass, and the requests outside the batch: of the 32 requests the clients
 #   keep going, those not being decoded at that moment (in the clients, in the HTTP side, on the
 #   pipe to the engine, or waiting in its queue);
-# - how much of a core each part of the system used.
+# - how much of a core each part of the system used, and how busy the load generator's core was
+#   in all, other programs included.
 #
 # Its last line says what these figures point to on this machine, and when they do not settle it.
 # (The server's default stays one process: simpler to read, to debug and to stop.)
@@ -991,24 +1013,43 @@ else:
     engine_share, http_share = own.share(engine_s), own.share(http_s)
     client_share = own_client_s / own_run.wall_s
     shared = (http_share + client_share) / n_other  # how busy the HTTP side and the clients kept their cores
+    # Everything that ran on those cores over the run (psutil's per-core times, every process); what the
+    # two processes did not use of it is other programs', named as a cause only from bench.BUSY_LOAD
+    # (half a core's worth).
+    measured = own.busy_cores(plan[1])
+    busy = shared if measured is None else max(shared, measured / n_other)
+    others_named = measured is not None and (busy - shared) * n_other >= bench.BUSY_LOAD
+    their, was = ("their core", "was") if n_other == 1 else (f"their {n_other} cores", "were")
     print(f"CPU used, as a share of the wall time: before, server {before_server:.0%} (on its core) and load "
           f"generator {before_client:.0%} (on the other {cores_word}); after, engine {engine_share:.0%} (on its core), "
           f"HTTP side {http_share:.0%} + load generator {client_share:.0%} on the other {cores_word}, "
           f"i.e. {shared:.0%} of {'it' if n_other == 1 else 'them'} (each process's threads together, from just "
           "before to just after the run; the breakdown above lists single threads)")
+    if measured is None:
+        print(f"(this OS does not report each core's busy time, so this cell cannot tell what else ran on the "
+              f"{cores_word} of the HTTP side and the load generator)")
+    else:
+        print(f"{their.replace('their', 'that' if n_other == 1 else 'those')} over the run, every process: busy "
+              f"{busy:.0%} (HTTP side and load generator {shared:.0%}, other programs {busy - shared:.0%}), "
+              f"idle {1 - busy:.0%}")
+    busy_text = (f"{their} {was} busy {busy:.0%} of the time"
+                 + (f", other programs {busy - shared:.0%} of it" if others_named else "")
+                 if measured is not None else
+                 f"the HTTP side and the load generator kept {their} busy {shared:.0%} of the time")
     if not pinned_own:
         print("what it points to: nothing certain; the engine could not be pinned apart, so every part shared "
               "every core in this run")
-    elif rows_word == "lower" and shared >= 0.9:
-        print(f"what it points to: more requests were outside the engine's batch, while the HTTP side and the load "
-              f"generator kept their {cores_word} busy {shared:.0%} of the time: requests came back to the engine "
-              f"more slowly than it freed rows, so it ran smaller passes ({breakdown.steps:,} -> {own.steps:,} "
-              f"passes, the engine busy {engine_share:.0%}); the side that sends requests and reads tokens is what "
-              "limits the batch on this machine")
+    elif rows_word == "lower" and busy >= 0.9:
+        print(f"what it points to: more requests were outside the engine's batch, while {busy_text}: requests came "
+              f"back to the engine more slowly than it freed rows, so it ran smaller passes ({breakdown.steps:,} -> "
+              f"{own.steps:,} passes, the engine busy {engine_share:.0%}); the side that sends requests and reads "
+              "tokens" + (", short of CPU beside other programs," if others_named else "")
+              + " is what limits the batch on this machine")
     elif rows_word == "lower":
-        print(f"what it points to: fewer requests were in the engine's batch, but the HTTP side and the load "
-              f"generator used only {shared:.0%} of their {cores_word} (other programs may have taken the rest), "
-              "so these figures do not show where the requests outside the batch waited")
+        print(f"what it points to: fewer requests were in the engine's batch, but {busy_text}, so these figures "
+              "do not show where the requests outside the batch waited")
+    elif rows_word == "higher" and tps_word == "higher":
+        print("what it points to: more rows per forward pass, in line with the higher tokens/s")
     else:
         print("what it points to: the batch held about as many rows as before or more (within the band), "
               + ("so the requests outside it do not explain the change in tokens/s; the shares of the wall time "
@@ -1448,7 +1489,7 @@ fig.tight_layout();
 # the event loop in the same process. LitServe's design buys isolation (a crashed worker does not take the HTTP server down) and scaling to several workers and
 # devices with one setting; on a small CPU the extra hops can show (the verdict above is this machine's).
 #
-# ## A thousand requests
+# ## Many requests at once
 #
 # Throughput means little if requests get lost. The last measurement sends many requests from 64
 # concurrent clients, twice the maximum batch, so more requests are in flight than a batch can hold, and counts
@@ -1612,11 +1653,12 @@ assert [len(text) for text in partial] == list(range(1, 25))
 # server on 127.0.0.1 (it insists on an API key; this server checks none).
 #
 # The streamed completion can come in fewer chunks than it has tokens (the cell prints how many here). The demo page above grew one
-# character per update because `/generate` sends one event per token. The OpenAI stream instead
-# (`_texts` in `openai_api.py`) puts every token of the request that is already waiting when the
-# event loop comes back to it into one chunk, and closes with a chunk that has no text, only the
-# finish reason. How many tokens wait each time depends on how busy the event loop and the machine
-# are, so the number of chunks changes from run to run; the cell prints it and the size of each chunk.
+# character per update because `/generate` sends one event per token. The engine hands tokens to the
+# event loop at most every `stream_interval_ms` (10 ms by default; a request's first token goes at
+# once), and the OpenAI stream (`_texts` in `openai_api.py`) puts every token of the request that has
+# arrived into one chunk, then closes with a chunk that has no text, only the finish reason. So chunk
+# sizes follow the step time, and a busy event loop or machine merges more; the number of chunks
+# changes from run to run, and the cell prints it and the size of each chunk.
 
 # %%
 import openai  # noqa: E402
@@ -1687,7 +1729,7 @@ bench.record("serve.openai.client_ok", client_ok, "flag", client=f"openai {opena
 #   (the KV cache stored in fixed-size blocks, like virtual-memory pages, so sequences of any length
 #   pack without waste), prefix caching, speculative decoding, and an OpenAI-compatible HTTP server.
 #   Use it for LLMs instead of writing your own engine.
-# - **LitServe** (Lightning AI; 0.2.19 is installed here) is a thin, general layer on FastAPI and
+# - **LitServe** (Lightning AI; the course needs 0.2.19 or newer) is a thin, general layer on FastAPI and
 #   uvicorn: the `LitAPI` hooks, batching, streaming, and worker processes per device, as measured above.
 # - **Ray Serve** scales Python deployments over a cluster; its `@serve.batch` decorator batches calls
 #   to an `async` method (`max_batch_size`, `batch_wait_timeout_s`), and a deployment can run vLLM.
@@ -1776,8 +1818,9 @@ else:
 #   `serve.vs_litserve.c32`, `serve.load.lost`, `serve.p99_ms.c32`, `serve.ttft_p50_ms.c32` and
 #   `serve.openai.client_ok` (the official `openai` client against the course's server).
 # - A server's gap to the bare model is per-step and per-token work around the model: partial
-#   batches, prompt tokens in the steps, and a worker that waits for the GIL and for a core (shared with the
-#   event loop and, on a busy machine, with other programs). `course_utils.serving.extras.breakdown` measures each; a separate engine process removes the GIL wait
+#   batches, prompt tokens in the steps, a worker that waits for the GIL and for a core (shared with the
+#   event loop and, on a busy machine, with other programs), and time with no request in the engine while
+#   clients come back (the idle share). `course_utils.serving.extras.breakdown` measures each; a separate engine process removes the GIL wait
 #   where there are cores to spare.
 # - `torch.compile` in a server must be paid before traffic arrives (compile during start-up), and
 #   the compiled region must be free of graph breaks and side effects; then measure whether it pays

@@ -1,8 +1,9 @@
 """Where a server's time goes under load: its threads' CPU seconds, its engine's phases, core pinning.
 
 ``Snapshot.take(url, pid)`` reads a running course server's ``/metrics`` (the worker's seconds per
-phase, steps, rows per step, prefills) and its threads' CPU seconds (psutil); ``later.since(earlier)``
-is a ``Breakdown`` of what happened in between, whose ``wall_seconds(bare_tokens_per_s)`` splits the
+phase, steps, rows per step, prefills), its threads' CPU seconds and each core's CPU times (psutil);
+``later.since(earlier)`` is a ``Breakdown`` of what happened in between (``busy_cores`` says how
+busy given cores were, whoever used them), whose ``wall_seconds(bare_tokens_per_s)`` splits the
 wall time into the bare model's floor and each loss beyond it; ``measure(url, pid, work)`` takes the
 two snapshots around one load run. ``pin_process`` and ``pinned`` put processes on cores of their
 own (Linux), ``engine_child`` finds a server's engine process; where the OS cannot, they say so
@@ -13,10 +14,10 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 import psutil
@@ -118,6 +119,35 @@ def own_core_plan(n_cores: int | None = None) -> tuple[set[int], set[int]] | Non
     return {usable[0]}, set(usable[1:])
 
 
+def core_times() -> list[Any]:
+    """Return ``psutil.cpu_times(percpu=True)``: one entry per online core, in order, so entry ``i`` is
+    core ``i`` (the numbering of ``os.sched_getaffinity``) unless a core below it is offline; [] when
+    psutil cannot tell."""
+    try:
+        return list(psutil.cpu_times(percpu=True))
+    except (psutil.Error, OSError, NotImplementedError):
+        return []
+
+
+def _busy_and_total(times: Any) -> tuple[float, float]:
+    """Return (busy, total) seconds of one core's CPU times, as ``psutil.cpu_percent`` counts them:
+    idle and I/O wait are not busy; guest time is already part of user time on Linux."""
+    total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+    return total - times.idle - getattr(times, "iowait", 0.0), total
+
+
+def core_busy(before: Sequence[Any], after: Sequence[Any]) -> dict[int, float]:
+    """Return {core: fraction of the time it was busy, 0 to 1} between two ``core_times()`` readings,
+    whoever used the core (any process); a core missing from either reading, or without elapsed
+    time, is left out."""
+    out: dict[int, float] = {}
+    for core, (old, new) in enumerate(zip(before, after)):
+        (busy0, total0), (busy1, total1) = _busy_and_total(old), _busy_and_total(new)
+        if total1 - total0 > 0:
+            out[core] = min(1.0, max(0.0, (busy1 - busy0) / (total1 - total0)))
+    return out
+
+
 def _metric_values(text: str) -> dict[str, float]:
     values = {}
     for family in text_string_to_metric_families(text):
@@ -144,6 +174,8 @@ class Breakdown:
     tokens: int
     #: CPU seconds of each server thread that used any, busiest first
     thread_cpu_s: list[float] = field(default_factory=list)
+    #: {core: fraction of the run it was busy, by any process}; {} where the OS does not say
+    core_busy: dict[int, float] = field(default_factory=dict)
 
     def share(self, seconds: float) -> float:
         """Return ``seconds`` as a fraction of the wall time."""
@@ -181,6 +213,16 @@ class Breakdown:
         loss = {k: v for k, v in self.wall_seconds(bare_tokens_per_s).items() if k != WALL_PARTS[0]}
         return max(loss, key=loss.__getitem__)
 
+    def busy_cores(self, cores: Iterable[int]) -> float | None:
+        """Return how many cores' worth of CPU every process together (this server, its clients,
+        other programs) used on ``cores`` over the run: 0.75 for one core busy three quarters of
+        the time; None when a core's busy time is unknown. Subtract what the processes you know
+        used on those cores to get other programs' share."""
+        cores = list(cores)
+        if not cores or any(c not in self.core_busy for c in cores):
+            return None
+        return sum(self.core_busy[c] for c in cores)
+
     def lines(self) -> list[str]:
         """Return a readable report, one finding per line."""
         out = [f"{self.tokens:,} tokens in {self.wall_s:.2f} s: {self.steps:,} forward passes with "
@@ -201,12 +243,15 @@ class Snapshot:
     at: float
     values: dict[str, float]
     threads: dict[int, float]
+    #: ``core_times()`` at that moment
+    cores: list[Any] = field(default_factory=list)
 
     @classmethod
     def take(cls, url: str, pid: int | None = None, timeout: float = 10.0) -> Snapshot:
-        """Read ``url``'s ``/metrics`` and, when ``pid`` is given, its threads' CPU seconds."""
+        """Read ``url``'s ``/metrics``, each core's CPU times and, when ``pid`` is given, its threads'
+        CPU seconds."""
         text = httpx.get(f"{url}/metrics", timeout=timeout, trust_env=False).text
-        return cls(time.perf_counter(), _metric_values(text), thread_cpu_seconds(pid) if pid else {})
+        return cls(time.perf_counter(), _metric_values(text), thread_cpu_seconds(pid) if pid else {}, core_times())
 
     def since(self, earlier: Snapshot) -> Breakdown:
         """Return what happened between ``earlier`` and this snapshot."""
@@ -221,7 +266,8 @@ class Snapshot:
                          prefills=int(prefills),
                          mean_prefill_size=delta("serve_prefill_batch_size_sum") / prefills if prefills else 0.0,
                          tokens=int(delta("serve_tokens_generated_total")),
-                         thread_cpu_s=[c for c in cpu if c > 0.005])
+                         thread_cpu_s=[c for c in cpu if c > 0.005],
+                         core_busy=core_busy(earlier.cores, self.cores))
 
 
 def measure(url: str, pid: int | None, work: Callable[[], T]) -> tuple[T, Breakdown]:
