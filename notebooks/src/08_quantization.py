@@ -750,7 +750,8 @@ print(f"\ntorchao's int8 layer rides on that product: the bare int8 GEMM measure
 # pair sums of AVX2 from saturating. That can cost torch.ao some quality. The final table shows
 # torch.ao's whole loss, which mixes the 7-bit activations with the int8 weights; nothing here
 # separates the two. And the other
-# torchao configurations do not run here at all; the library says why:
+# torchao configurations may not run on this machine; the next cell tries each and prints what the
+# library says:
 #
 
 # %%
@@ -1071,7 +1072,8 @@ pair_full = 2 * 255 * 128    # two products of a uint8 activation and a full-ran
 pair_reduced = 2 * 255 * 64  # the same with reduce_range's 7-bit weights, in [-64, 64]
 print(f"largest pair sum: {pair_full} with 8-bit weights, {pair_reduced} with 7-bit ones; int16 holds {int16_max}")
 assert pair_reduced <= int16_max < pair_full
-# ONNX Runtime reads the CPU itself (a CPU profile does not change its choice).
+# ONNX Runtime reads the CPU itself: a CPU profile without an emulator does not change its choice (under
+# `haswell` it sees the emulated CPU).
 ort_kernels = cpu.onnxruntime_kernels()
 saturates_here = "can saturate" in ort_kernels
 print(f"ONNX Runtime on this CPU uses {ort_kernels}: "
@@ -1578,7 +1580,7 @@ for bits, dtype in ((4, torch.int4), (2, torch.int2)):
     qat_rows[bits] = {"ptq": accuracy(ptq), "qat": accuracy(qat), "bytes": size.serialized_bytes(qat)}
 assert qat_rows[4]["bytes"] == qat_rows[2]["bytes"]  # hence the same size for int4 and int2
 
-print(f"\n{'weights':>8} {'PTQ acc':>8} {'QAT acc':>8} {'QAT - PTQ':>10} {'size vs fp32':>13}")
+print(f"\n{'weights':>8} {'PTQ acc':>8} {'QAT acc':>8} {'QAT - PTQ':>11} {'size vs fp32':>13}")
 fp32_mlp_bytes = size.serialized_bytes(tuned_fp32)
 for bits, r in qat_rows.items():
     print(f"{f'int{bits}':>8} {r['ptq']:>7.2f}% {r['qat']:>7.2f}% {r['qat'] - r['ptq']:>+9.2f}pp "
@@ -1617,8 +1619,8 @@ bench.record("quant.qat.acc_recovered", qat_rows[2]["qat"] - qat_rows[2]["ptq"],
 # (asserted), and the
 # size column is the same for 4 and 2 bits: this configuration keeps each value in a byte of its own
 # (asserted: one byte per small integer in `qdata`), whatever the bit width. Packed layouts that
-# store two or four values per byte come with the kernels of specific backends (int4 needed an
-# extra package above).
+# store two or four values per byte come with the kernels of specific backends (the int4 line above
+# says what it needed here).
 #
 # ## The transformer, every variant side by side
 #
@@ -1677,12 +1679,12 @@ for name, row in rows.items():
 print(f"batch of 16 sentences, {ids16.shape[1]} tokens each after padding")
 
 # %%
-print(f"{'variant':<34} {'size MB':>8} {'vs fp32':>8} {'latency ms':>11} {'IQR ms':>7} {'time vs fp32 eager':>18} "
+print(f"{'variant':<34} {'size MB':>8} {'vs fp32':>8} {'latency ms':>11} {'IQR ms':>7} {'time vs fp32 eager':>20} "
       f"{'cosine':>8} {'top-3 agree':>12}")
 for name, r in rows.items():
     iqr_ms = minilm_table.row(name).iqr_s * 1e3  # the spread the verdicts below weigh
     print(f"{name:<34} {r['size_mb']:>8.1f} {r['size_ratio']:>7.2f}x {r['latency_ms']:>11.1f} {iqr_ms:>7.1f} "
-          f"{r['latency_ratio']:>17.2f}x {r['cosine']:>8.4f} {r['agree']:>11.0%}")
+          f"{r['latency_ratio']:>19.2f}x {r['cosine']:>8.4f} {r['agree']:>12.0%}")
 if minilm_table.spread_note():
     print(minilm_table.spread_note())
 
@@ -1744,8 +1746,11 @@ why_not_int8 = {
              "this CPU has no bf16 dot-product instructions, so its bf16 matmuls widen to float32 and back")
             + (f"; read from the real CPU: oneDNN's bf16 matmuls use its instructions whatever CPU profile "
                f"{real_cpu_profile} caps" if real_cpu_profile and bf16_dot else ""),
-    "compiled": ("on the MLP, the generated code kept eager's library matmul calls and fused the element-wise work "
-                 "around them (the MLP section); MiniLM's generated code is not inspected here" + inductor_code.scalar_note()),
+    # What the MLP section found (same_calls, fp32_loops), not MiniLM's code, which is not inspected here
+    "compiled": (("on the MLP, the generated code kept eager's library matmul calls"
+                  + (" and fused the element-wise work around them" if fp32_loops else "")
+                  if same_calls else "on the MLP, the generated code changed the library matmul calls")
+                 + " (the MLP section); MiniLM's generated code is not inspected here" + inductor_code.scalar_note()),
     "ORT": "ONNX Runtime runs the exported graph with its own float kernels and graph fusions"
            + (f"; ONNX Runtime reads the real CPU, not CPU profile {real_cpu_profile}" if real_cpu_profile else ""),
 }
@@ -1761,6 +1766,8 @@ for name in rows:
                     "; here it ran slower all the same (this notebook does not profile why)")
         elif key == "compiled" and word == "faster":  # the reason is the MLP's; say MiniLM's was not looked into
             why += "; this notebook does not profile where MiniLM's gain came from"
+        elif key == "ORT" and word == "faster":  # two possible sources of the gain, neither measured
+            why += "; this notebook does not profile which of them gave the gain"
         elif key == "bf16" and not bf16_dot and word == "faster":  # the reason says what could cost; say it did not
             why += "; here it ran faster all the same (this notebook does not profile why)"
         elif key == "bf16" and not bf16_dot and word == "no clear difference":
@@ -1793,7 +1800,7 @@ if {"torchao int8 dyn-act", "torchao int8 dyn-act, compiled"} <= set(rows):
 #
 # | CPU class (`cpu.info()`) | torch.ao dynamic (FBGEMM; 7-bit activations on every x86 CPU) | torchao dyn-act, compiled without freezing (`torch._int_mm`) | PT2E static (oneDNN, frozen) | ONNX Runtime int8 (MLAS) |
 # |---|---|---|---|---|
-# | x86 with AMX or AVX-512 VNNI | VNNI kernels | oneDNN's VNNI or AMX kernels | oneDNN's AMX or AVX-512 VNNI kernels | VNNI kernels |
+# | x86 with AMX or AVX-512 VNNI | VNNI kernels | oneDNN's VNNI or AMX kernels | oneDNN's AMX or AVX-512 VNNI kernels | AMX or AVX-512 VNNI kernels |
 # | x86 with AVX-VNNI, no AVX-512 | AVX2 kernels | torch's own plain loop | oneDNN's AVX-VNNI kernels | AVX-VNNI kernels |
 # | x86 with AVX2 only | AVX2 kernels | torch's own plain loop | oneDNN's AVX2 kernels (16-bit pair sums: torchao advises `reduce_range=True` in the quantization config there) | AVX2 kernels (U8S8 pairs can saturate) |
 # | ARM (`arm64`) | QNNPACK engine instead of FBGEMM | depends on the build: measure | not this quantizer: torchao has an ARM one | dot-product kernels where the core has them |
