@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -69,6 +70,8 @@ def resetting_server(head: bytes) -> Iterator[str]:
                     data += chunk
                 if head:
                     conn.sendall(head)
+                    # a reset discards what the client has not read yet: give it time to read the head
+                    time.sleep(1.0)
                 # linger 0: close() sends RST instead of FIN, as a socket closed with unread data does
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
