@@ -806,28 +806,47 @@ if breakdown.worker_on_cpu() is None:
     print("(this OS does not report CPU seconds per thread, so waiting cannot be told from working)")
 print(f"largest loss on this machine: {breakdown.largest_loss(bare32)}")
 if len(breakdown.thread_cpu_s) >= 2 and EFF_THREADS == 1:
-    # Pinned, the server's core over the run: its busy share (psutil's per-core times, every process)
-    # minus the server's own threads is other programs' share, named as a cause only from
-    # bench.BUSY_LOAD (half a core, here half of that core's time).
+    # The worker's wait set against the event loop's running: the gap is the wait that the event loop
+    # does not account for. Pinned, the server's core over the run: its busy share (psutil's per-core
+    # times, every process) minus the server's own threads is other programs' share, named as a cause
+    # only from bench.BUSY_LOAD (half a core, here half of that core's time).
+    loop, wait = breakdown.share(breakdown.thread_cpu_s[1]), breakdown.share(parts[WALL_PARTS[4]])
+    gap = (round(100 * wait) - round(100 * loop)) / 100   # from the whole percents printed, so they add up
     server_share = breakdown.share(sum(breakdown.thread_cpu_s))
     server_core = breakdown.busy_cores(plan[0]) if is_pinned else None
-    if not is_pinned:
-        rest = "the rest was a wait for a core, shared with the load generator and anything else running"
+    split, others = "", 0.0
+    if server_core is not None:
+        # whole percents here too
+        core_pct, server_pct = round(100 * max(server_core, server_share)), round(100 * server_share)
+        others = (core_pct - server_pct) / 100
+        split = f"the core busy {core_pct}% of the run, the server's threads {server_pct}%"
+    head = ("the second-busiest server thread, the event loop (HTTP, JSON, SSE; the worker runs one torch thread "
+            f"here, so no thread of its own comes second), ran {loop:.0%} of the wall time")
+    covers = f"enough to account for {'about ' if gap > 0 else ''}all of the worker's {wait:.0%} wait"
+    gil = ("about that much of the worker's wait was for the GIL (more if the event loop was preempted while "
+           "holding it)")
+    if is_pinned and gap < 0.05:
+        print(f"{head}, {covers}: on one core the worker cannot run while the event loop does"
+              + (f" ({split}, other programs {others:.0%})" if split else ""))
+    elif not is_pinned and gap < 0.05:
+        print(f"{head}, {covers}, for the GIL while the event loop holds it or for a core, which the server shares "
+              "with the load generator and anything else running; this cell does not measure which")
+    elif not is_pinned:
+        print(f"{head}: {gil}; the rest ({gap:.0%} of the wall time) was a wait for a core, shared with the load "
+              "generator and anything else running")
     elif server_core is None:
-        rest = ("the rest was a wait for its core (this OS does not report each core's busy time, so this cell "
-                "cannot tell what else ran there)")
+        print(f"{head}: {gil}; the rest ({gap:.0%} of the wall time) was a wait for its core (this OS does not "
+              "report each core's busy time, so this cell cannot tell what else ran there)")
+    elif others >= bench.BUSY_LOAD:
+        print(f"{head}: {gil}; the rest ({gap:.0%} of the wall time) was a wait for its core, where other "
+              f"programs ran {others:.0%} of the run ({split})")
+    elif others < gap / 2:
+        print(f"{head}: {gil}; other programs ran {others:.0%} of the run on its core ({split}), too little to "
+              f"account for the rest ({gap:.0%} of the wall time), so this cell does not measure what the rest was")
     else:
-        server_core = max(server_core, server_share)
-        others = server_core - server_share
-        split = f"the core busy {server_core:.0%} of the run, the server's threads {server_share:.0%}"
-        rest = (f"the rest was a wait for its core, where other programs ran {others:.0%} of the run ({split})"
-                if others >= bench.BUSY_LOAD else
-                f"other programs ran only {others:.0%} of the run on its core ({split}), so this cell does not "
-                "measure what the rest of the wait was")
-    print(f"the second-busiest server thread, the event loop (HTTP, JSON, SSE; the worker runs one torch thread "
-          f"here, so no thread of its own comes second), ran {breakdown.share(breakdown.thread_cpu_s[1]):.0%} of the "
-          f"wall time: about that much of the worker's wait was for the GIL (more if the event loop was preempted "
-          f"while holding it); {rest}")
+        print(f"{head}: {gil}; other programs ran {others:.0%} of the run on its core ({split}), against a rest of "
+              f"{gap:.0%} of the wall time, but that is under half the core, so this cell does not name them as its "
+              "cause and does not measure what the rest was")
 elif len(breakdown.thread_cpu_s) >= 2:
     print(f"the second-busiest server thread ran {breakdown.share(breakdown.thread_cpu_s[1]):.0%} of the wall time; "
           f"with {EFF_THREADS} torch threads it can be one of the worker's own rather than the event loop, so this "
@@ -1019,21 +1038,28 @@ else:
     measured = own.busy_cores(plan[1])
     busy = shared if measured is None else max(shared, measured / n_other)
     others_named = measured is not None and (busy - shared) * n_other >= bench.BUSY_LOAD
+    busy_pct, shared_pct = round(100 * busy), round(100 * shared)   # whole percents, so that they add up
     their, was = ("their core", "was") if n_other == 1 else (f"their {n_other} cores", "were")
+    after = (f"engine {engine_share:.0%} (on its core), HTTP side {http_share:.0%} + load generator "
+             f"{client_share:.0%} on the other {cores_word}, i.e. {shared:.0%} of {'it' if n_other == 1 else 'them'}"
+             if pinned_own else
+             "not pinned apart: " + (f"engine {engine_share:.0%}, " if child else "engine not found, ")
+             + f"HTTP side {http_share:.0%}, load generator {client_share:.0%}")
     print(f"CPU used, as a share of the wall time: before, server {before_server:.0%} (on its core) and load "
-          f"generator {before_client:.0%} (on the other {cores_word}); after, engine {engine_share:.0%} (on its core), "
-          f"HTTP side {http_share:.0%} + load generator {client_share:.0%} on the other {cores_word}, "
-          f"i.e. {shared:.0%} of {'it' if n_other == 1 else 'them'} (each process's threads together, from just "
-          "before to just after the run; the breakdown above lists single threads)")
-    if measured is None:
+          f"generator {before_client:.0%} (on the other {cores_word}); after, {after} (each process's threads "
+          "together, from just before to just after the run; the breakdown above lists single threads)")
+    if not pinned_own:
+        print("(the engine was not pinned apart, so this cell cannot tell other programs' share of the cores "
+              "from the server's)")
+    elif measured is None:
         print(f"(this OS does not report each core's busy time, so this cell cannot tell what else ran on the "
               f"{cores_word} of the HTTP side and the load generator)")
     else:
         print(f"{their.replace('their', 'that' if n_other == 1 else 'those')} over the run, every process: busy "
-              f"{busy:.0%} (HTTP side and load generator {shared:.0%}, other programs {busy - shared:.0%}), "
-              f"idle {1 - busy:.0%}")
-    busy_text = (f"{their} {was} busy {busy:.0%} of the time"
-                 + (f", other programs {busy - shared:.0%} of it" if others_named else "")
+              f"{busy_pct}% (HTTP side and load generator {shared_pct}%, other programs {busy_pct - shared_pct}%), "
+              f"idle {100 - busy_pct}%")
+    busy_text = (f"{their} {was} busy {busy_pct}% of the time"
+                 + (f", other programs {busy_pct - shared_pct}% of it" if others_named else "")
                  if measured is not None else
                  f"the HTTP side and the load generator kept {their} busy {shared:.0%} of the time")
     if not pinned_own:
@@ -1051,7 +1077,9 @@ else:
     elif rows_word == "higher" and tps_word == "higher":
         print("what it points to: more rows per forward pass, in line with the higher tokens/s")
     else:
-        print("what it points to: the batch held about as many rows as before or more (within the band), "
+        held = ("about as many rows as before (within the band)" if rows_word == "no clear difference" else
+                "more rows than before (beyond the band)")
+        print(f"what it points to: the batch held {held}, "
               + ("so the requests outside it do not explain the change in tokens/s; the shares of the wall time "
                  "above show which part changed" if tps_word != "no clear difference" else
                  "and tokens/s did not clearly change: the engine process alone on a core made no clear difference "

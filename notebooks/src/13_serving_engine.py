@@ -1605,17 +1605,21 @@ cores, replica_threads = os.cpu_count() or 2, replica_cfg.torch_threads
 # Other programs' CPU use, sampled just after the rounds (Ray's own processes are this kernel's children: not counted)
 others = other_load()
 busy = others is not None and others >= bench.BUSY_LOAD
-free = cores - (others if busy else 0.0)
-# each replica's threads on cores of their own, and at least one core left for the proxy, controller and load generator
-own_cores = free >= 2 * replica_threads + 1
+# to one decimal, as printed, so that the figures printed add up
+free = cores - (round(others, 1) if busy else 0.0)
+# cores left over once each replica's threads have cores of their own, for the proxy, controller and load generator
+left = round(free - 2 * replica_threads, 1)
 print(f"verdict on this machine: two Ray replicas served {word} tokens/s than one course server process "
       f"({tps[RAY_NAME] / tps[COURSE_NAME]:.2f}x; {bench.band_text(0.15)})")
 print(f"cores: each replica (and the single process) runs {replica_threads} torch "
       f"thread{'s' if replica_threads > 1 else ''}, so the two replicas' threads alone need {2 * replica_threads} "
-      f"of this machine's {cores} cores" + (f", of which other programs used about {others:.1f} just after the "
-                                            f"rounds (about {free:.1f} free)" if busy else "") + ", " + (
+      f"of this machine's {cores} cores" + (f"; other programs used about {round(others, 1):.1f} of the {cores} "
+                                            f"cores just after the rounds (about {free:.1f} free)" if busy else "")
+      + ", " + (
           "with at least one left for the proxy, the controller and the load generator: each replica can "
-          "compute on cores of its own here" if own_cores else
+          "compute on cores of its own here" if left >= 1 else
+          f"leaving about {left:.1f} of a core for the proxy, the controller and the load generator, which then "
+          "take turns with the replicas" if left >= 0.1 else
           "leaving none for the proxy, the controller and the load generator: the second replica has no core "
           "of its own here, so two replicas cannot add compute on this machine, only share it"))
 
