@@ -1,12 +1,15 @@
 """How do I write a count in a sentence? ``counted(3, "loop")`` gives ``"3 loops"``.
 
 Printed lines read better as "1 graph" and "2 graphs" than as "1 graph(s)"; the notebooks
-use :func:`counted` wherever a cell prints a number it measured beside a noun.
+use :func:`counted` wherever a cell prints a number it measured beside a noun, and
+:func:`whole_percents` where a column of percents must add up.
 """
 
 from __future__ import annotations
 
+import math
 import numbers
+from collections.abc import Sequence
 
 
 def counted(n: int, noun: str, plural: str | None = None) -> str:
@@ -23,3 +26,21 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
         raise ValueError(f"counted() needs a noun, got {noun!r}")
     word = noun if n == 1 else (plural if plural is not None else noun + "s")
     return f"{int(n):,} {word}"
+
+
+def whole_percents(shares: Sequence[float]) -> list[int]:
+    """Return ``shares`` (fractions such as 0.874) as whole percents that add up, as a table needs.
+
+    Each is rounded down, then the points left over go to the largest remainders, so the percents
+    sum to the rounded percent of the shares' sum: ``whole_percents([0.874, 0.003, 0.052, 0.071])``
+    is ``[88, 0, 5, 7]`` (rounding each gives 87 + 0 + 5 + 7 = 99). Shares must be finite and zero or more.
+    """
+    values = [float(s) for s in shares]
+    if any(not math.isfinite(v) or v < 0 for v in values):
+        raise ValueError(f"whole_percents() needs finite shares of zero or more, got {list(shares)!r}")
+    raw = [100 * v for v in values]
+    out = [math.floor(r) for r in raw]
+    left = round(sum(raw)) - sum(out)
+    for i in sorted(range(len(raw)), key=lambda i: raw[i] - out[i], reverse=True)[:max(0, left)]:
+        out[i] += 1
+    return out

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from course_utils.text import counted
+from course_utils.text import counted, whole_percents
 
 
 @pytest.mark.parametrize(("n", "expected"), [(0, "0 loops"), (1, "1 loop"), (2, "2 loops"), (1024, "1,024 loops")])
@@ -28,3 +28,21 @@ def test_counted_rejects_negative_counts_and_empty_nouns() -> None:
         counted(-1, "loop")
     with pytest.raises(ValueError, match="needs a noun"):
         counted(2, " ")
+
+
+@pytest.mark.parametrize("shares, expected", [
+    ([0.874, 0.003, 0.052, 0.071], [88, 0, 5, 7]),   # rounding each would give 99 in all
+    ([1 / 3] * 3, [34, 33, 33]),
+    ([0.5, 0.5], [50, 50]),
+    ([0.2, 0.3], [20, 30]),                          # shares that sum below 1 keep their own total
+    ([], []),
+])
+def test_whole_percents_add_up_to_the_rounded_total(shares: list[float], expected: list[int]) -> None:
+    out = whole_percents(shares)
+    assert out == expected and sum(out) == round(100 * sum(shares))
+
+
+@pytest.mark.parametrize("bad", [[-0.1, 0.5], [float("nan")], [float("inf")]])
+def test_whole_percents_rejects_negative_or_non_finite_shares(bad: list[float]) -> None:
+    with pytest.raises(ValueError, match="finite shares"):
+        whole_percents(bad)

@@ -1620,7 +1620,7 @@ bench.record("quant.qat.acc_recovered", qat_rows[2]["qat"] - qat_rows[2]["ptq"],
 # size column is the same for 4 and 2 bits: this configuration keeps each value in a byte of its own
 # (asserted: one byte per small integer in `qdata`), whatever the bit width. Packed layouts that
 # store two or four values per byte come with the kernels of specific backends (the int4 line above
-# says what it needed here).
+# says whether it ran here and, if not, what it lacked).
 #
 # ## The transformer, every variant side by side
 #

@@ -125,6 +125,7 @@ from course_utils.serving.extras.bare import bare_decode_tokens_per_s
 from course_utils.serving.server.loadgen import run_load
 from course_utils.serving.server.process import serve_in_subprocess
 from course_utils.serving.server.settings import default_threads
+from course_utils.text import whole_percents
 
 print(session.start(seed=0))
 APPS = config.build_dir() / "nb10"   # the programs this notebook writes (%%writefile cells) go here
@@ -798,8 +799,10 @@ assert breakdown.tokens == eff_run.n_ok * NEW_TOKENS, "the server counted other 
 FLOOR_LABEL = "forward passes, worker on a CPU (at most the bare model's time for these tokens)"
 part_label = {WALL_PARTS[0]: FLOOR_LABEL}
 parts = breakdown.wall_seconds(bare32)
-for name, seconds in parts.items():
-    print(f"{breakdown.share(seconds):5.0%}  {part_label.get(name, name)}")
+# whole percents that add up to the total (largest remainders), as in any table of shares
+part_pct = dict(zip(parts, whole_percents([breakdown.share(seconds) for seconds in parts.values()])))
+for name, pct in part_pct.items():
+    print(f"{pct:4d}%  {part_label.get(name, name)}")
 print(f"the bare model needs {breakdown.share(breakdown.tokens / bare32):.0%} of this wall time for these tokens; "
       "its figure, taken on this machine, includes its own waits")
 if breakdown.worker_on_cpu() is None:
@@ -810,8 +813,10 @@ if len(breakdown.thread_cpu_s) >= 2 and EFF_THREADS == 1:
     # does not account for. Pinned, the server's core over the run: its busy share (psutil's per-core
     # times, every process) minus the server's own threads is other programs' share, named as a cause
     # only from bench.BUSY_LOAD (half a core, here half of that core's time).
-    loop, wait = breakdown.share(breakdown.thread_cpu_s[1]), breakdown.share(parts[WALL_PARTS[4]])
-    gap = (round(100 * wait) - round(100 * loop)) / 100   # from the whole percents printed, so they add up
+    loop, wait = breakdown.share(breakdown.thread_cpu_s[1]), part_pct[WALL_PARTS[4]] / 100
+    gap = (part_pct[WALL_PARTS[4]] - round(100 * loop)) / 100   # from the whole percents printed, so they add up
+    # the event loop accounts for the wait when the gap is small, both in points and next to the wait itself
+    covered = gap < min(0.05, 0.2 * wait)
     server_share = breakdown.share(sum(breakdown.thread_cpu_s))
     server_core = breakdown.busy_cores(plan[0]) if is_pinned else None
     split, others = "", 0.0
@@ -825,10 +830,10 @@ if len(breakdown.thread_cpu_s) >= 2 and EFF_THREADS == 1:
     covers = f"enough to account for {'about ' if gap > 0 else ''}all of the worker's {wait:.0%} wait"
     gil = ("about that much of the worker's wait was for the GIL (more if the event loop was preempted while "
            "holding it)")
-    if is_pinned and gap < 0.05:
+    if is_pinned and covered:
         print(f"{head}, {covers}: on one core the worker cannot run while the event loop does"
               + (f" ({split}, other programs {others:.0%})" if split else ""))
-    elif not is_pinned and gap < 0.05:
+    elif not is_pinned and covered:
         print(f"{head}, {covers}, for the GIL while the event loop holds it or for a core, which the server shares "
               "with the load generator and anything else running; this cell does not measure which")
     elif not is_pinned:
@@ -1003,8 +1008,10 @@ else:
     print("\n".join(own.lines()))
     first, alone = breakdown.wall_seconds(bare32), own.wall_seconds(bare32)
     print("\nshare of the wall time     thread, server on one core | engine process alone on one core")
-    for name in WALL_PARTS:
-        print(f"{breakdown.share(first[name]):>27.0%} | {own.share(alone[name]):>5.0%}   {part_label.get(name, name)}")
+    first_pct = whole_percents([breakdown.share(first[name]) for name in WALL_PARTS])
+    alone_pct = whole_percents([own.share(alone[name]) for name in WALL_PARTS])
+    for name, a, b in zip(WALL_PARTS, first_pct, alone_pct):
+        print(f"{a:>26d}% | {b:>4d}%   {part_label.get(name, name)}")
     loss_before, loss_after = breakdown.largest_loss(bare32), own.largest_loss(bare32)
     print(f"largest loss, unchanged: {loss_after}" if loss_before == loss_after else
           f"largest loss: {loss_before} -> {loss_after}")

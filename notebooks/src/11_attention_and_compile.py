@@ -680,7 +680,9 @@ for n in DEPTHS:
         r = cold[(how, n)] = fresh.run_script(COLD_START, [how, n, DIM, TOKENS], cold=True)
         print(f"{how:<14} {n:2} blocks: cold first call {r['first_s']:6.1f} s (C++ compiler time, summed over "
               f"builds that overlap: {r['cpp_build_s']:5.1f} s; "
-              + (f"the rest: {r['first_s'] - r['cpp_build_s']:5.1f} s" if r["first_s"] > r["cpp_build_s"] else
+              # the rest from the figures as printed (to 0.1 s), so that the line adds up
+              + (f"the rest: {round(r['first_s'], 1) - round(r['cpp_build_s'], 1):5.1f} s"
+                 if r["first_s"] > r["cpp_build_s"] else
                  "more than the cold start, since builds overlapped")
               + ") | "
               f"graphs {r['graphs']}, operations traced {r['ops_traced']}")
@@ -721,15 +723,18 @@ for n, ratio in ratios.items():
                                   ratio=ratio, target=2.0)
     traced = (cold[("whole model", n)]["ops_traced"], cold[("regional", n)]["ops_traced"])
     # In quick mode one block's work is a fraction of a second above a floor of many seconds that moves as much.
-    above = (f"above the floor: {w - floor_s:.1f} s against {r - floor_s:.1f} s" if r - floor_s >= 0.1 * floor_s
+    # Differences from the figures as printed (to 0.1 s), so that the printed numbers add up.
+    w1, r1, floor1 = round(w, 1), round(r, 1), round(floor_s, 1)
+    above = (f"above the floor: {w1 - floor1:.1f} s against {r1 - floor1:.1f} s" if r - floor_s >= 0.1 * floor_s
              else f"regional's cold start is within 10% of the floor ({floor_s:.1f} s), or below it: one block's "
                   "work is too small to separate from it")
     print(f"{n:2} blocks: whole model {w:.1f} s, regional {r:.1f} s: regional's cold start is {said} (10% band; "
           f"whole/regional {ratio:.2f}x, {target} the 2x target), for "
           f"{traced[0]} against {traced[1]} operations traced; {above}")
     cpp_w, cpp_r = cold[("whole model", n)]["cpp_build_s"], cold[("regional", n)]["cpp_build_s"]
-    print(f"    whole model - regional = {w - r:.1f} s: " + (
-        f"C++ compiler time {cpp_w - cpp_r:+.1f} s, the rest {(w - cpp_w) - (r - cpp_r):+.1f} s" if w > cpp_w and r > cpp_r
+    cpp_diff = round(cpp_w, 1) - round(cpp_r, 1)
+    print(f"    whole model - regional = {w1 - r1:.1f} s: " + (
+        f"C++ compiler time {cpp_diff:+.1f} s, the rest {(w1 - r1) - cpp_diff:+.1f} s" if w > cpp_w and r > cpp_r
         else "no split, since the overlapping builds' summed time exceeds a cold start"))
 if len(DEPTHS) > 1:
     deeper = bench.band_verdict(ratios[DEPTHS[-1]], ratios[DEPTHS[0]], band=0.1,
@@ -1064,7 +1069,7 @@ bf16_ran = any(row["setting"] == "bf16 autocast" for row in rows)
 print(f"\nevery output within {FP32_TOL:g} (fp32)" + (f" or {BF16_TOL:g} (bf16)" if bf16_ran else "")
       + " of eager's, relative")
 print(f"the table took {table_s:.0f} s on this machine: {first_calls_s:.0f} s in the {len(rows)} first calls (compiling), "
-      f"{table_s - first_calls_s:.0f} s in timing, error checks and profiling")
+      f"{round(table_s) - round(first_calls_s)} s in timing, error checks and profiling")
 bench.record("compile.real.table_s", table_s, "s", first_calls_s=first_calls_s, rows=len(rows), models=len(real),
              batch=REAL_BATCH, threads=torch.get_num_threads())
 eager_spread = {}
