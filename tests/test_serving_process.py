@@ -54,6 +54,18 @@ def test_a_server_that_never_gets_healthy_is_stopped_and_its_log_removed():
         with server:
             pass
     assert server.proc.returncode is not None and not server.log_path.exists()
+    assert "waiting forever" in server.log_tail()  # kept for an assert after the with block
+
+
+def test_a_closed_server_keeps_the_end_of_its_log_for_log_tail():
+    cmd = [sys.executable, "-c", "print('x' * 10000 + ' last words', flush=True); import time; time.sleep(120)"]
+    server = ServerProcess(cmd, f"http://127.0.0.1:{free_port()}/health", startup_timeout_s=2, stop_timeout_s=5)
+    with pytest.raises(ServerStartError):
+        with server:
+            pass
+    tail = server.log_tail()
+    assert not server.log_path.exists() and "last words" in tail  # (then the SIGINT traceback)
+    assert len(tail) <= 4000 and len(server.log_tail(20_000)) <= 8000  # at most KEPT_LOG_CHARS are kept
 
 
 def test_subprocess_server_streams_and_stops_cleanly_with_streams_in_flight():

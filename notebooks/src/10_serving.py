@@ -762,7 +762,7 @@ with serve_in_subprocess({"batching": "iteration", "embed": False, "max_batch_si
     eff_run, breakdown = measure(server.url, server.proc.pid, lambda: run_load(
         server.url, concurrency=32, n_requests=32 * EFF_ROUNDS, prompts=PROMPTS, max_new_tokens=NEW_TOKENS))
     client_s = time.process_time() - cpu
-assert eff_run.n_lost == 0, eff_run.errors[:3]
+assert eff_run.n_lost == 0, (eff_run.errors[:3], server.log_tail(1500))  # the server's log, kept after it stopped
 bare32 = bare_decode_tokens_per_s(model, batch_size=32, prompt_len=8, new_tokens=NEW_TOKENS,
                                   repeats=config.pick(3, 5), threads=EFF_THREADS)
 efficiency = eff_run.tokens_per_s / bare32
@@ -905,7 +905,7 @@ with serve_in_subprocess({"batching": "iteration", "embed": False, "threads": EF
         for name, srv in servers.items():
             r = run_load(srv.url, concurrency=32, n_requests=32 * EFF_ROUNDS, prompts=PROMPTS,
                          max_new_tokens=NEW_TOKENS)
-            assert r.n_lost == 0, (name, r.errors[:3])
+            assert r.n_lost == 0, (name, r.errors[:3], srv.log_tail(1500))
             ep_rates.setdefault(name, []).append(r.tokens_per_s)
 # Two servers taking turns, a median of a few runs each: this cell and the two pairs below (the
 # compiled server, LitServe) use one rule for such pairs, a ratio of the medians between 1/1.15 and
@@ -1000,7 +1000,7 @@ else:
                 server.url, concurrency=32, n_requests=32 * EFF_ROUNDS, prompts=PROMPTS, max_new_tokens=NEW_TOKENS))
             engine_s, http_s, own_client_s = (cpu_seconds(child) - cpu0[0], cpu_seconds(server.proc.pid) - cpu0[1],
                                               time.process_time() - cpu0[2])
-    assert own_run.n_lost == 0, own_run.errors[:3]
+    assert own_run.n_lost == 0, (own_run.errors[:3], server.log_tail(1500))
     assert own.tokens == own_run.n_ok * NEW_TOKENS, "the engine counted other tokens than the clients received"
     print(("engine process alone on one core, HTTP side and load generator on the other" if pinned_own else
            "the engine could not be pinned apart here, so this run shares every core") +
@@ -1129,7 +1129,7 @@ else:
                 for name in (list(pair) if round_ % 2 == 0 else list(pair)[::-1]):
                     report = run_load(pair[name].url, concurrency=32, n_requests=32 * ROUNDS,
                                       prompts=PROMPTS, max_new_tokens=NEW_TOKENS)
-                    assert report.n_lost == 0, (name, report.errors[:3])
+                    assert report.n_lost == 0, (name, report.errors[:3], pair[name].log_tail(1500))
                     rates[name].append(report.tokens_per_s)
     median = {name: statistics.median(r) for name, r in rates.items()}
     compile_band = bench.band_verdict(median["compiled"], median["eager"], band=PAIR_BAND,
@@ -1480,7 +1480,7 @@ with litserve_process(max_batch_size=32, batch_timeout=0.005) as lit, \
             url, path = targets[name]
             r = run_load(url, concurrency=32, n_requests=32 * ROUNDS, prompts=PROMPTS, max_new_tokens=NEW_TOKENS,
                          path=path, keep_texts=name == "LitServe")
-            assert r.n_lost == 0, (name, r.errors[:3])
+            assert r.n_lost == 0, (name, r.errors[:3], {"ours": ours_srv, "LitServe": lit}[name].log_tail(1500))
             lit_runs[name].append(r)
 lit32 = lit_runs["LitServe"][0]
 assert lit32.texts[1] == complete(PROMPTS[1], NEW_TOKENS), "LitServe must serve the same greedy text"
@@ -1529,6 +1529,8 @@ fig.tight_layout();
 # Throughput means little if requests get lost. The last measurement sends many requests from 64
 # concurrent clients, twice the maximum batch, so more requests are in flight than a batch can hold, and counts
 # every request that failed or whose stream was malformed (wrong order, missing tokens, no `end`).
+# If any is lost, the assert shows the first errors (each with the error under httpx's, such as a
+# reset connection, and when it came) and the end of the server's log.
 
 # %%
 N_LOAD = config.pick(quick=192, full=1000)
@@ -1541,7 +1543,7 @@ print(f"{load.n_requests} requests, 64 clients: {load.n_ok} ok, {load.n_failed} 
       f"statuses {load.statuses}")
 bench.record("serve.load.lost", load.n_lost, "requests", requests=N_LOAD, concurrency=64,
              new_tokens=LOAD_TOKENS, note="quick mode sends fewer than 1,000 requests" if config.is_quick() else "")
-assert load.n_lost == 0, load.errors[:5]
+assert load.n_lost == 0, (load.errors[:5], server.log_tail(1500))  # the server's log, kept after it stopped
 
 # %% [markdown]
 # ## The demo page, against the real server

@@ -29,6 +29,9 @@ from ... import config
 from .instance import INSTANCE_ENV, INSTANCE_HEADER, PORT_FILE_ENV, new_token, read_reported_port
 from .settings import ServeSettings
 
+#: How much of a stopped server's log ``ServerProcess.close`` keeps for ``log_tail``.
+KEPT_LOG_CHARS = 8000
+
 
 class ServerStartError(RuntimeError):
     """The server process exited or never became healthy; the message holds its log tail."""
@@ -63,6 +66,7 @@ class ServerProcess:
         self.cwd = cwd
         self.proc: subprocess.Popen[bytes] | None = None
         self._log = tempfile.NamedTemporaryFile(prefix="course-server-", suffix=".log", delete=False)
+        self._kept_log = ""
         self.log_path = Path(self._log.name)
         self.port_file: Path | None = None
         own = {INSTANCE_ENV: self.instance}
@@ -74,11 +78,12 @@ class ServerProcess:
         self.env = {**os.environ, **(env or {}), **own}
 
     def log_tail(self, n_chars: int = 4000) -> str:
-        """Return the end of the server's combined stdout/stderr."""
+        """Return the end of the server's combined stdout/stderr; after ``close`` (which deletes the
+        log file), the end it kept, so an assert after the ``with`` block can still show it."""
         try:
             return self.log_path.read_text(errors="replace")[-n_chars:]
         except OSError:
-            return ""
+            return self._kept_log[-n_chars:]
 
     def _failure(self, headline: str) -> ServerStartError:
         tail = self.log_tail()
@@ -149,9 +154,11 @@ class ServerProcess:
         return proc.returncode
 
     def close(self) -> None:
-        """Stop the process (if running) and delete its log file."""
+        """Stop the process (if running) and delete its log file, keeping its last ``KEPT_LOG_CHARS``
+        characters for ``log_tail``."""
         self.stop()
         self._log.close()
+        self._kept_log = self.log_tail(KEPT_LOG_CHARS)
         for path in (self.log_path, self.port_file):
             try:
                 if path is not None:
