@@ -13,6 +13,7 @@ from course_utils.serving import ServeSettings
 from course_utils.models.checkpoint import load_tiny_gpt
 from course_utils.serving.server.loadgen import SSEParser, run_load
 from course_utils.serving.server.runner import ThreadedServer
+from raw_socket import recv_until
 
 TIMEOUT = httpx.Timeout(30.0)
 
@@ -152,12 +153,7 @@ def test_a_50_mb_body_is_refused_with_413_before_it_is_read(server):
             b"Content-Length: 50000000\r\n\r\n")
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(head + b'{"prompt": "' + b"a" * 60_000)
-        reply = b""
-        while b"}" not in reply:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            reply += chunk
+        reply = recv_until(sock, lambda data: b"}" in data)
     head, _, body = reply.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 413"), reply[:200]
     assert b"larger than 1048576 bytes" in body

@@ -13,6 +13,7 @@ from course_utils.serving import ServeSettings
 from course_utils.models.checkpoint import load_tiny_gpt
 from course_utils.serving.server.guards import host_name
 from course_utils.serving.server.runner import ThreadedServer, exposure_warning
+from raw_socket import recv_until
 from course_utils.serving.server.settings import add_cli_arguments, settings_from_args
 
 TIMEOUT = httpx.Timeout(30.0)
@@ -33,12 +34,7 @@ def raw_exchange(url: str, data: bytes) -> tuple[bytes, bytes]:
     port = int(url.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(data)
-        reply = b""
-        while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            reply += chunk
+        reply = recv_until(sock, lambda data: b"\r\n\r\n" in data and data.rstrip().endswith(b"}"))
     head, _, body = reply.partition(b"\r\n\r\n")
     return head.split(b"\r\n")[0], body
 

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from course_utils.serving.server.loadgen import describe_error, run_load
+from raw_socket import recv_until
 
 
 def test_describe_error_names_the_causes_under_a_message_less_error():
@@ -62,12 +63,7 @@ def resetting_server(head: bytes) -> Iterator[str]:
                 return
             with conn:
                 conn.settimeout(5)
-                data = b""
-                while b"\r\n\r\n" not in data:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        break
-                    data += chunk
+                recv_until(conn, lambda data: b"\r\n\r\n" in data)  # the request head
                 if head:
                     conn.sendall(head)
                     # a reset discards what the client has not read yet: give it time to read the head
