@@ -138,6 +138,17 @@ def active_profile() -> str | None:
     return name or None
 
 
+def settings_only_profile() -> str | None:
+    """Return the active CPU profile's name where it works through settings alone, else None.
+
+    Such a profile (``avx2``, ``default``) caps torch's own code, while the libraries that ask the
+    CPU itself (oneDNN, ONNX Runtime's MLAS) still see the real CPU: the profile a "reads the real
+    CPU" remark is about. None with no profile, and under an emulating profile (``haswell``), where
+    every library sees the emulated CPU.
+    """
+    return None if emulator() else active_profile()
+
+
 def classify(arch: str, caps: Mapping[str, bool], torch_capability: str,
              system: str = sys.platform) -> tuple[str, str | None]:
     """Return (CPU class, int8 dot-product instruction set or None) for these facts.

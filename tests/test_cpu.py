@@ -174,3 +174,15 @@ def test_last_level_cache_reads_the_highest_data_cache_linux_lists(tmp_path):
     (tmp_path / "index3" / "size").write_text("odd\n")  # unreadable sizes are skipped, not guessed
     assert last_level_cache(tmp_path) == (2, 2048 * 2**10)
     assert last_level_cache(tmp_path / "missing") is None  # macOS, Windows: nothing listed
+
+
+@pytest.mark.parametrize("profile, emulator, expected", [
+    ("", "", None),                                    # the real CPU, no profile
+    ("avx2", "", "avx2"),                              # settings only: oneDNN and ORT still see the real CPU
+    ("haswell", "qemu-x86_64 -cpu Haswell", None),     # emulated: every library sees the emulated CPU
+])
+def test_settings_only_profile_names_a_profile_only_where_libraries_still_see_the_real_cpu(
+        monkeypatch, profile, emulator, expected):
+    monkeypatch.setenv("COURSE_CPU_PROFILE", profile)
+    monkeypatch.setenv("COURSE_EMULATOR", emulator)
+    assert cpu.settings_only_profile() == expected

@@ -149,9 +149,9 @@ print(session.start(seed=0))
 print(f"torchao {torchao.__version__}, onnxruntime {ort.__version__}")
 cpu_facts = cpu.info()
 print("CPU class:", cpu_facts.line())
-# A CPU profile without an emulator caps only torch's own code: oneDNN and ONNX Runtime still read the real CPU.
-# Under an emulated CPU (`haswell`) every library sees the emulated one, so this stays None there.
-real_cpu_profile = cpu_facts.profile if cpu_facts.profile and not cpu.emulator() else None
+# A CPU profile without an emulator caps only torch's own code: oneDNN and ONNX Runtime still read the real CPU
+# (None with no profile, and under an emulated CPU such as `haswell`, which every library sees).
+real_cpu_profile = cpu.settings_only_profile()
 BUILD = config.build_dir() / "nb08"
 BUILD.mkdir(parents=True, exist_ok=True)
 

@@ -555,11 +555,11 @@ if amx_below_avx512:
 native = [name for name in ("avx512_bf16", "amx_bf16", "bf16") if caps.get(name)]   # "bf16": Arm's
 no_native = "none (bf16 products are computed through float32 conversions)"
 print(f"native bf16 instructions on this CPU: {', '.join(native) if native else no_native}"
-      + (f"; the {cpu.active_profile()} profile leaves oneDNN, which runs these products, on the real CPU and "
-         "those instructions" if cpu.active_profile() and native else ""))
-where = (f"the {cpu.active_profile()} profile, with oneDNN's bf16 products on the real CPU's {', '.join(native)}: "
-         f"a real {cpu.cpu_class()} CPU, without bf16 instructions, can differ" if cpu.active_profile() and native
-         else cpu.cpu_class())
+      + (f"; the {cpu.settings_only_profile()} profile leaves oneDNN, which runs these products, on the real CPU "
+         "and those instructions" if cpu.settings_only_profile() and native else ""))
+where = (f"the {cpu.settings_only_profile()} profile, with oneDNN's bf16 products on the real CPU's "
+         f"{', '.join(native)}: a real {cpu.cpu_class()} CPU, without bf16 instructions, can differ"
+         if cpu.settings_only_profile() and native else cpu.cpu_class())
 print(f"verdict on this machine ({where}): bf16 is "
       f"{amp.describe('bf16 autocast compiled', name='compile.bf16.block.vs_fp32')}"
       + ("" if native else " (without native bf16 instructions, every product converts to and from bf16)"))
