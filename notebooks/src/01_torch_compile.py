@@ -1300,9 +1300,15 @@ fig.tight_layout();
 # function adds the gradients to the model's `.grad`, as `loss.backward()` does, so an optimizer loop
 # around it stays as it is.
 #
-# The API is new and its docstring marks parts as planned (a Dynamo-based tracer instead of
-# `make_fx`), so expect it to change. Do not confuse it with its sibling `torch.compiler.load_compiled_function`,
-# which loads what `torch.compile(fn, fullgraph=True).aot_compile(...)` saved: that route keeps Dynamo's capture,
+# The API is a prototype, and it has already moved: torch 2.15 made `precompile` a module. There
+# `with torch.compiler.precompile.capture(fn, artifact_path="f.py", cache_path="f.bin") as cap:`
+# followed by `cap(*example_inputs)` inside the block runs `fn` once, for real (a training step's
+# gradients stay on the model, where 2.14's capture leaves none), and writes the same two things to
+# those files when the block ends; `torch.compiler.precompile.load("f.py", "f.bin")` takes the two
+# paths. The cell below defines `capture` and `load` with one branch for each spelling (the course
+# pins torch 2.14.1); everything after them is the same on both releases.
+#
+# Do not confuse `precompile` with its sibling `torch.compiler.load_compiled_function`, which loads what `torch.compile(fn, fullgraph=True).aot_compile(...)` saved: that route keeps Dynamo's capture,
 # and its loaded function checks Dynamo's guards on every call and raises when one fails (its source says so;
 # this notebook does not run it). The cell below captures an MLP's forward pass (for inference)
 # and a training step (forward, loss, backward) in this process. Its Inductor cache directory is the
@@ -1310,9 +1316,31 @@ fig.tight_layout();
 # again later, and the fresh processes below load from it.
 
 # %%
-PRECOMPILE = hasattr(torch.compiler, "precompile")  # in torch 2.14; skipped on an older torch that lacks it
+PRECOMPILE = hasattr(torch.compiler, "precompile")  # new in torch 2.14; skipped on an older torch that lacks it
 PRE_ROOT = CACHE_ROOT / "precompile"
 DIMS, PRE_BATCH = (64, 192, 10), 32   # a shape no earlier cell compiled
+
+
+def capture(fn, *inputs, name: str, backend: str = "inductor") -> tuple[str, bytes]:
+    """Capture `fn` on `inputs`, save the pair as PRE_ROOT/<name>.py and <name>.bin, return their contents."""
+    code_path, cache_path = PRE_ROOT / f"{name}.py", PRE_ROOT / f"{name}.bin"
+    if callable(torch.compiler.precompile):        # torch 2.14: a function that returns the pair
+        code, cache = torch.compiler.precompile(fn, *inputs, backend=backend)
+        code_path.write_text(code)
+        cache_path.write_bytes(cache)
+    else:                                          # torch 2.15: a module; capture() writes the two files
+        with torch.compiler.precompile.capture(fn, artifact_path=code_path, cache_path=cache_path,
+                                               backend=backend) as cap:
+            cap(*inputs)                           # runs fn for real, once, and records it
+    return code_path.read_text(), cache_path.read_bytes()
+
+
+def load(code_name: str, cache_name: str | None = None):
+    """Load PRE_ROOT/<code_name>.py with the cache <cache_name>.bin (by default the one captured with it)."""
+    code_path, cache_path = PRE_ROOT / f"{code_name}.py", PRE_ROOT / f"{cache_name or code_name}.bin"
+    if callable(torch.compiler.precompile):        # torch 2.14: load() takes the contents
+        return torch.compiler.precompile.load(code_path.read_text(), cache_path.read_bytes())
+    return torch.compiler.precompile.load(code_path, cache_path)   # torch 2.15: it takes the paths
 
 
 def predict(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -1332,19 +1360,22 @@ if PRECOMPILE:
     PRE_CACHE_DIR = Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or inductor_cache_dir())
     start = time.perf_counter()
     with torch.no_grad():
-        predict_code, predict_cache = torch.compiler.precompile(predict, pre_model, pre_x)
+        predict_code, predict_cache = capture(predict, pre_model, pre_x, name="predict")
     middle = time.perf_counter()
-    step_code, step_cache = torch.compiler.precompile(train_step, pre_model, pre_x, pre_t)
+    step_code, step_cache = capture(train_step, pre_model, pre_x, pre_t, name="step")
     capture_s = {"forward": middle - start, "training step": time.perf_counter() - middle}
     # load() warns on every call that it is about to execute the code it is given (see the limits below)
-    predict_here = torch.compiler.precompile.load(predict_code, predict_cache)
+    predict_here = load("predict")
     logging.getLogger("torch._precompile").setLevel(logging.ERROR)  # the warning has been shown once
     with torch.no_grad():
         torch.testing.assert_close(predict_here(pre_model, pre_x), predict(pre_model, pre_x), rtol=1e-4, atol=1e-5)
-    assert all(p.grad is None for p in pre_model.parameters()), "capturing a step must not leave gradients behind"
-    for name, code, cache in (("predict", predict_code, predict_cache), ("step", step_code, step_cache)):
-        (PRE_ROOT / f"{name}.py").write_text(code)
-        (PRE_ROOT / f"{name}.bin").write_bytes(cache)
+    if callable(torch.compiler.precompile):        # 2.14 traces the step without leaving gradients behind
+        assert all(p.grad is None for p in pre_model.parameters()), "capturing a step must not leave gradients"
+        grads_said = "the capture left no gradients on the model"
+    else:                                          # 2.15's cap(...) ran the step for real: it did call .backward()
+        assert all(p.grad is not None for p in pre_model.parameters()), "2.15's capture runs the step for real"
+        pre_model.zero_grad(set_to_none=True)      # the cells below start from a model without gradients
+        grads_said = "the capture ran the step for real and left its gradients on the model (cleared here)"
     torch.save({"dims": DIMS, "weights": pre_model.state_dict(), "x": pre_x, "target": pre_t}, PRE_ROOT / "inputs.pt")
     for what, seconds in capture_s.items():
         print(f"captured the {what} in {seconds:.1f} s (in this process, whose compiler was already loaded, "
@@ -1352,7 +1383,7 @@ if PRECOMPILE:
     print(f"files: predict.py {len(predict_code) / 1e3:.0f} kB + predict.bin {len(predict_cache) / 1e3:.0f} kB, "
           f"step.py {len(step_code) / 1e3:.0f} kB + step.bin {len(step_cache) / 1e3:.0f} kB; "
           f"the model's weights alone are {sum(p.numel() for p in pre_model.parameters()) * 4 / 1e3:.0f} kB")
-    print("loaded back in this process: matches predict() within rtol=1e-4, atol=1e-5")
+    print(f"{grads_said}; loaded back in this process: matches predict() within rtol=1e-4, atol=1e-5")
     other_weights = MLP(*DIMS)                      # same structure, new random weights: no weights are in the artifact
     with torch.no_grad():
         torch.testing.assert_close(predict_here(other_weights, pre_x), other_weights(pre_x), rtol=1e-4, atol=1e-5)
@@ -1433,12 +1464,18 @@ model = MLP(*saved["dims"])
 model.load_state_dict(saved["weights"])
 x, target = saved["x"], saved["target"]
 
+
+def load(name):                                    # as in the capture cell: 2.14 takes the contents, 2.15 the paths
+    code, cache = folder / f"{name}.py", folder / f"{name}.bin"
+    if callable(torch.compiler.precompile):
+        return torch.compiler.precompile.load(code.read_text(), cache.read_bytes())
+    return torch.compiler.precompile.load(code, cache)
+
+
 start = time.perf_counter()                        # the route: from nothing compiled to the first result
 with torch.no_grad():
     if route == "precompiled":
-        predict = torch.compiler.precompile.load((folder / "predict.py").read_text(),
-                                                 (folder / "predict.bin").read_bytes())
-        out = predict(model, x)
+        out = load("predict")(model, x)
     else:                                          # torch.compile, after installing the bundle for "mega-cache"
         if route == "mega-cache":
             torch.compiler.load_cache_artifacts((folder / "mega_cache.bin").read_bytes())
@@ -1447,7 +1484,7 @@ first_s = time.perf_counter() - start
 
 result = {"out": out}
 if with_step:
-    step = torch.compiler.precompile.load((folder / "step.py").read_text(), (folder / "step.bin").read_bytes())
+    step = load("step")
     step(model, x, target)                         # returns None; the gradients are on model's .grad
     result["grads"] = [p.grad.clone() for p in model.parameters()]
     step(model, x, target)                         # no zero_grad() in between: they should add up
@@ -1676,8 +1713,8 @@ def soft_scores(x: torch.Tensor) -> torch.Tensor:
 
 if PRECOMPILE:
     xt = torch.randn(4, 8)
-    temp_code, temp_cache = torch.compiler.precompile(soft_scores, xt, backend="eager")
-    temp_loaded = torch.compiler.precompile.load(temp_code, temp_cache)
+    temp_code, temp_cache = capture(soft_scores, xt, name="soft_scores", backend="eager")
+    temp_loaded = load("soft_scores")
     torch._dynamo.reset()
     counters.clear()
     temp_compiled = torch.compile(soft_scores, backend="eager")
@@ -1697,7 +1734,7 @@ if PRECOMPILE:
         "float64 input": lambda: predict_here(pre_model, pre_x.double()),
         "the same input, transposed layout": lambda: predict_here(pre_model, pre_x.t().contiguous().t()),
         "a wider model": lambda: predict_here(MLP(DIMS[0], 2 * DIMS[1], DIMS[2]), pre_x),
-        "code and cache of two captures": lambda: torch.compiler.precompile.load(predict_code, step_cache),
+        "code and cache of two captures": lambda: load("predict", "step"),
     }
     for what, call in refused.items():
         try:
@@ -1707,7 +1744,7 @@ if PRECOMPILE:
             message = str(err).removeprefix("precompile: ")
             print(f"{what:<34} PrecompileError: {message[:100]}...")
     try:
-        torch.compiler.precompile(clipped_step, xs, backend="eager")  # section 2's data-dependent `if`
+        capture(clipped_step, xs, name="clipped_step", backend="eager")  # section 2's data-dependent `if`
         raise AssertionError("expected the data-dependent branch to be refused")
     except RuntimeError as err:
         assert "data-dependent" in str(err)
