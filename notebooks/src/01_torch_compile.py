@@ -1234,7 +1234,7 @@ print(f"The warm run found the graph in the cache ({counted(warm['graph_hits'], 
       f"({libraries['cold']} built by the cold run; its C++ compiler time {warm['cpp_build_s']:.2f} s against "
       f"{cold['cpp_build_s']:.2f} s cold, the compiler checking Inductor's shared header, which every process does; "
       f"no kernel was compiled): first call {warm['first_s']:.2f} s against {cold['first_s']:.2f} s "
-      f"cold, {warm_word} (10% band; cold/warm {warm_speedup:.1f}x): " + {
+      f"cold, {warm_word} ({bench.band_text(0.1)}; cold/warm {warm_speedup:.1f}x): " + {
           "lower": "it skipped the lowering, code generation and the kernels' C++ build",
           "no clear difference": "what it skipped was small next to the rest of the first call on this machine",
           "higher": "something else slowed this run down more than the cache saved"}[warm_word])
@@ -1248,7 +1248,7 @@ if ARTIFACT_RUN:
     print(f"Loading the artifacts into an empty directory gave graph-cache hits ({art['graph_hits']}), "
           f"but the C++ was rebuilt ({libraries['empty dir + artifacts']} libraries, as the cold run built "
           f"{libraries['cold']}): first call {art['first_s']:.2f} s against {cold['first_s']:.2f} s cold, {art_word} "
-          f"(25% band); outside the C++ build, which both ran, {art['first_s'] - art['cpp_build_s']:.2f} s against "
+          f"({bench.band_text(0.25)}); outside the C++ build, which both ran, {art['first_s'] - art['cpp_build_s']:.2f} s against "
           f"{cold['first_s'] - cold['cpp_build_s']:.2f} s.")
     same = "The same" if libraries["empty dir + artifacts"] == libraries["cold"] else "The"
     print("The artifacts do not carry the built libraries on a CPU, so they can save only the tracing and code "
@@ -1302,11 +1302,14 @@ fig.tight_layout();
 #
 # The API is a prototype, and it has already moved: torch 2.15 made `precompile` a module. There
 # `with torch.compiler.precompile.capture(fn, artifact_path="f.py", cache_path="f.bin") as cap:`
-# followed by `cap(*example_inputs)` inside the block runs `fn` once, for real (a training step's
-# gradients stay on the model, where 2.14's capture leaves none), and writes the same two things to
-# those files when the block ends; `torch.compiler.precompile.load("f.py", "f.bin")` takes the two
-# paths. The cell below defines `capture` and `load` with one branch for each spelling (the course
-# pins torch 2.14.1); everything after them is the same on both releases.
+# followed by `cap(*example_inputs)` inside the block traces `fn` as 2.14 does, then runs the compiled
+# program once on those inputs and returns its result, so a training step leaves its gradients on the
+# model (2.14 puts each `.grad` back as it found it). A capture takes exactly one call, and the same
+# two things are written to those files when the block ends without an error;
+# `torch.compiler.precompile.load("f.py", "f.bin")` takes the two paths. The cell below defines
+# `capture` and `load` with one branch for each spelling (the course pins torch 2.14.1) and checks
+# the gradients each release leaves; the fresh-process script further down repeats the `load`
+# branch. The rest is the same on both.
 #
 # Do not confuse `precompile` with its sibling `torch.compiler.load_compiled_function`, which loads what `torch.compile(fn, fullgraph=True).aot_compile(...)` saved: that route keeps Dynamo's capture,
 # and its loaded function checks Dynamo's guards on every call and raises when one fails (its source says so;
@@ -1331,7 +1334,7 @@ def capture(fn, *inputs, name: str, backend: str = "inductor") -> tuple[str, byt
     else:                                          # torch 2.15: a module; capture() writes the two files
         with torch.compiler.precompile.capture(fn, artifact_path=code_path, cache_path=cache_path,
                                                backend=backend) as cap:
-            cap(*inputs)                           # runs fn for real, once, and records it
+            cap(*inputs)                           # traces fn, then runs the compiled program on inputs
     return code_path.read_text(), cache_path.read_bytes()
 
 
@@ -1364,7 +1367,7 @@ if PRECOMPILE:
     middle = time.perf_counter()
     step_code, step_cache = capture(train_step, pre_model, pre_x, pre_t, name="step")
     capture_s = {"forward": middle - start, "training step": time.perf_counter() - middle}
-    # load() warns on every call that it is about to execute the code it is given (see the limits below)
+    # load() warns on every call that it is about to execute the code it is given (see "trust" below)
     predict_here = load("predict")
     logging.getLogger("torch._precompile").setLevel(logging.ERROR)  # the warning has been shown once
     with torch.no_grad():
@@ -1372,10 +1375,10 @@ if PRECOMPILE:
     if callable(torch.compiler.precompile):        # 2.14 traces the step without leaving gradients behind
         assert all(p.grad is None for p in pre_model.parameters()), "capturing a step must not leave gradients"
         grads_said = "the capture left no gradients on the model"
-    else:                                          # 2.15's cap(...) ran the step for real: it did call .backward()
+    else:                                          # 2.15's cap(...) ran the compiled step once on its inputs
         assert all(p.grad is not None for p in pre_model.parameters()), "2.15's capture runs the step for real"
         pre_model.zero_grad(set_to_none=True)      # the cells below start from a model without gradients
-        grads_said = "the capture ran the step for real and left its gradients on the model (cleared here)"
+        grads_said = "the capture ran the compiled step once, which left its gradients on the model (cleared here)"
     torch.save({"dims": DIMS, "weights": pre_model.state_dict(), "x": pre_x, "target": pre_t}, PRE_ROOT / "inputs.pt")
     for what, seconds in capture_s.items():
         print(f"captured the {what} in {seconds:.1f} s (in this process, whose compiler was already loaded, "
@@ -1568,8 +1571,8 @@ if PRECOMPILE:
 #
 # The cell counts, for each run, the graphs Dynamo traced, the graph-cache hits and the C++ libraries
 # that appeared in its directory, so the table's last column is checked rather than taken on trust.
-# Each route runs once, so there is no spread to judge it by: a difference counts only beyond a 25%
-# band. The cell also prints how much the identical import step varied across the processes. This
+# Each route runs once, so there is no spread to judge it by: a ratio between 0.80x and 1.25x counts
+# as no clear difference (a 25% band). The cell also prints how much the identical import step varied across the processes. This
 # costs several cold compiles, so it runs in full mode only.
 
 # %%
@@ -1627,6 +1630,7 @@ if PRECOMPILE and not config.is_quick():
         "precompiled_empty_dir_vs_cold": ("precompiled, empty directory", "cold"),
     }
     SHORTER = {"lower": "shorter than", "higher": "longer than", "no clear difference": "not clearly different from"}
+    print(f"one run each, so {bench.band_text(BAND)}:")
 
     for key, (route, against) in PAIRS.items():
         a, b = pre_routes[route], pre_routes[against]
@@ -1638,7 +1642,7 @@ if PRECOMPILE and not config.is_quick():
         # The import step's spread is cited as a reason only when it is a sizeable part of the band.
         import_noisy = import_spread - 1 >= BAND / 2
         varied = f"the import step alone varied {import_spread:.2f}x across the {len(pre_routes)} processes"
-        inside = f"the gap stays inside the {BAND:.0%} band that one run each needs"
+        inside = "the ratio stays inside the band that one run each needs"
         if not skipped and word != "higher":  # nothing skipped to credit or to blame
             did += f": {inside}" if word == "no clear difference" else ", so the cell does not measure why it was shorter"
         elif word == "higher" and same_build:
@@ -1663,7 +1667,7 @@ if PRECOMPILE and not config.is_quick():
             did += ("; that did not show" +
                     (f" beyond the band in one run each ({varied})" if import_noisy else f": {inside}"))
         print(f"- {route}: first result {a['first_s']:.2f} s, {SHORTER[word]} {against} ({b['first_s']:.2f} s; "
-              f"{a['first_s'] / b['first_s']:.2f}x its time, {BAND:.0%} band): {did}")
+              f"{a['first_s'] / b['first_s']:.2f}x its time): {did}")
     pre = pre_routes["precompiled"]
     cold_ratio = cold_s / pre["first_s"]
     with_imports = (cold_s + pre_routes["cold"]["imports_s"]) / (pre["first_s"] + pre["imports_s"])
@@ -1675,12 +1679,16 @@ if PRECOMPILE and not config.is_quick():
     print(f"\nrecorded compile.precompile.cold_ratio = {cold_ratio:.1f}x (cold compile / precompiled load and first call; "
           f"the course's target of 5x: {target_word}); counting the compiler's imports in both, {with_imports:.1f}x")
     empty = pre_routes["precompiled, empty directory"]
-    print(f"on another machine (an empty directory) the precompiled forward built its "
-          f"{counted(empty['kernels_built'], 'kernel library', 'kernel libraries')} from the source it carries, as the "
-          f"cold compile built {pre_routes['cold']['kernels_built']}, and {counted(empty['probes_built'], 'CPU probe')}: "
-          + ("on a CPU the bundle does not carry built libraries, so there it can save at most the tracing and code "
-             "generation; one run each cannot separate that saving from run-to-run variation"
-             if empty["kernels_built"] else "its kernels needed no build"))
+    if empty["kernels_built"]:
+        print(f"on another machine (an empty directory) the precompiled forward built its "
+              f"{counted(empty['kernels_built'], 'kernel library', 'kernel libraries')} from the source it carries, as "
+              f"the cold compile built {pre_routes['cold']['kernels_built']}, and "
+              f"{counted(empty['probes_built'], 'CPU probe')}: on a CPU the bundle does not carry built libraries, so "
+              "there it can save at most the tracing and code generation; one run each cannot separate that saving "
+              "from run-to-run variation")
+    else:
+        print(f"on another machine (an empty directory) the precompiled forward built no kernel library (the cold "
+              f"compile built {pre_routes['cold']['kernels_built']}): its kernels needed no build there")
 
     fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.45 * len(pre_routes)))
     built_any = ["tab:orange" if r["libraries_built"] else "tab:blue" for r in pre_routes.values()]
@@ -1697,8 +1705,8 @@ if PRECOMPILE and not config.is_quick():
 # #### What it does not check, and what must match
 #
 # `torch.compile` guards every graph (section 2): when something it read changes, it compiles again.
-# A precompiled artifact has no guards. Its driver checks what it can see cheaply, the shape, dtype
-# and device of each input and the names and shapes of the model's parameters, and raises
+# A precompiled artifact has no guards. Its driver checks what it can see cheaply, the shape, dtype,
+# device and layout (strides) of each input and the names and shapes of the model's parameters, and raises
 # `torch.compiler.PrecompileError` when they differ; everything else that `fn` read during the capture
 # is baked in. The cell below shows both, with `backend="eager"` for the new captures (no Inductor, so no
 # C++ to build: the capture works the same way).
@@ -1771,6 +1779,9 @@ if PRECOMPILE:
 #   compiler flags;
 # - **shapes, dtypes, devices, layouts and the model's structure**, as shown above.
 #
+# And **trust**: `load()` executes `python_code` (it warns on every call, as the capture cell's
+# output shows), so load only files that you produced or otherwise trust, as you would any script.
+#
 # The next cell checks the instruction-set point where this machine allows it: when this process
 # runs with AVX-512, it loads the artifacts in a process under the course's `avx2` CPU profile, which
 # caps ATen and Inductor at AVX2, and runs the warm `torch.compile` route under the same profile for
@@ -1799,11 +1810,11 @@ if PRECOMPILE and not config.is_quick() and capability == "AVX512":
         print("the warm route's graph came from the AVX-512 cache entry; the profile cannot show what a real AVX2 "
               "machine does with it: keep one cache folder per CPU class")
     else:
-        print("the warm route did not use its cache: the profile sets TORCHINDUCTOR_CPP_MARCH, one of the settings in "
-              "Inductor's cache key, so it compiled afresh for AVX2. On a real AVX2 machine no such setting changes, so "
-              "this does not show that one cache folder can be shared between CPU classes: keep one folder per "
-              "class")
-    if not all(torch.allclose(r["result"]["out"], pre_expected, rtol=1e-4, atol=1e-5) for r in other_isa.values()):
+        print("the warm route did not use its cache (0 graph-cache hits). The profile sets TORCHINDUCTOR_CPP_MARCH, and "
+              "Inductor's settings are part of its cache key (its source says so), which would explain the miss. On a "
+              "real AVX2 machine no such setting changes, so this does not show that one cache folder can be shared "
+              "between CPU classes: keep one folder per class")
+    if not torch.allclose(other_isa["precompiled"]["result"]["out"], pre_expected, rtol=1e-4, atol=1e-5):
         print("-> a precompiled artifact belongs to the CPU class it was captured on: capture it on (or for) the machines "
               "that will load it")
 elif PRECOMPILE:
@@ -1818,8 +1829,9 @@ elif PRECOMPILE:
 #   machine, or an image of it, runs the program again. Nothing changes in your code, guards still
 #   protect you, and the built libraries are reused.
 # - **Mega-cache artifacts** move the graph-level work to other machines of the same kind; on a CPU they
-#   leave the C++ build to the machine that loads them (measured twice in this section).
-# - **`torch.compiler.precompile`** when a process must start with no compiler work at all, for a
+#   leave the C++ build to the machine that loads them (measured twice in this section, in full mode).
+# - **`torch.compiler.precompile`** when a process must start without tracing, lowering or code
+#   generation (it still imports the compiler's modules: compare the two ratios printed above), for a
 #   computation whose shapes are fixed and whose Python has no value-dependent behaviour: a serving
 #   worker that starts often, or a training step you ship to identical machines. Keep the cache
 #   directory beside it (or build it once per machine class), or the C++ is built on first load.
@@ -1839,7 +1851,7 @@ elif PRECOMPILE:
 # | every run starts slowly | cold compile cache | keep `TORCHINDUCTOR_CACHE_DIR` between runs (section 7) |
 # | `PrecompileError` when calling a precompiled artifact | another batch size, dtype, layout or model structure than at capture | capture once per shape you run; pass inputs like the example's (section 7) |
 # | a precompiled artifact ignores a changed setting | values read during capture are baked in; there are no guards | pass the value as a tensor argument, or capture again (section 7) |
-# | a precompiled artifact loaded on another machine can give wrong results without an error (section 7's check shows this on an AVX-512 machine), or builds C++ for a long time | its kernels are C++ source written for the capture CPU's vector width; the libraries are not in the bundle | capture on the CPU class that loads it, and ship or keep the cache directory beside it (section 7) |
+# | a precompiled artifact loaded on another machine can give wrong results without an error (section 7's check tests this on an AVX-512 machine), or builds C++ for a long time | its kernels are C++ source written for the capture CPU's vector width; the libraries are not in the bundle | capture on the CPU class that loads it, and ship or keep the cache directory beside it (section 7) |
 #
 # The ragged-last-batch recompile, shown with the cheap `eager` backend:
 
