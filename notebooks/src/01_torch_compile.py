@@ -1234,7 +1234,8 @@ print(f"The warm run found the graph in the cache ({counted(warm['graph_hits'], 
       f"({libraries['cold']} built by the cold run; its C++ compiler time {warm['cpp_build_s']:.2f} s against "
       f"{cold['cpp_build_s']:.2f} s cold, the compiler checking Inductor's shared header, which every process does; "
       f"no kernel was compiled): first call {warm['first_s']:.2f} s against {cold['first_s']:.2f} s "
-      f"cold, {warm_word} ({bench.band_text(0.1)}; cold/warm {warm_speedup:.1f}x): " + {
+      f"cold, warm/cold {warm['first_s'] / cold['first_s']:.3f}x, {warm_word} ({bench.band_text(0.1)}; "
+      f"cold/warm {warm_speedup:.1f}x): " + {
           "lower": "it skipped the lowering, code generation and the kernels' C++ build",
           "no clear difference": "what it skipped was small next to the rest of the first call on this machine",
           "higher": "something else slowed this run down more than the cache saved"}[warm_word])
@@ -1247,7 +1248,8 @@ if ARTIFACT_RUN:
     art_word = bench.band_verdict(art["first_s"], cold["first_s"], band=0.25, name="compile.cache.artifacts_vs_cold")
     print(f"Loading the artifacts into an empty directory gave graph-cache hits ({art['graph_hits']}), "
           f"but the C++ was rebuilt ({libraries['empty dir + artifacts']} libraries, as the cold run built "
-          f"{libraries['cold']}): first call {art['first_s']:.2f} s against {cold['first_s']:.2f} s cold, {art_word} "
+          f"{libraries['cold']}): first call {art['first_s']:.2f} s against {cold['first_s']:.2f} s cold "
+          f"({art['first_s'] / cold['first_s']:.3f}x), {art_word} "
           f"({bench.band_text(0.25)}); outside the C++ build, which both ran, {art['first_s'] - art['cpp_build_s']:.2f} s against "
           f"{cold['first_s'] - cold['cpp_build_s']:.2f} s.")
     same = "The same" if libraries["empty dir + artifacts"] == libraries["cold"] else "The"
@@ -1376,7 +1378,7 @@ if PRECOMPILE:
         assert all(p.grad is None for p in pre_model.parameters()), "capturing a step must not leave gradients"
         grads_said = "the capture left no gradients on the model"
     else:                                          # 2.15's cap(...) ran the compiled step once on its inputs
-        assert all(p.grad is not None for p in pre_model.parameters()), "2.15's capture runs the step for real"
+        assert all(p.grad is not None for p in pre_model.parameters()), "2.15's capture runs the compiled step once and leaves its gradients"
         pre_model.zero_grad(set_to_none=True)      # the cells below start from a model without gradients
         grads_said = "the capture ran the compiled step once, which left its gradients on the model (cleared here)"
     torch.save({"dims": DIMS, "weights": pre_model.state_dict(), "x": pre_x, "target": pre_t}, PRE_ROOT / "inputs.pt")
@@ -1667,7 +1669,7 @@ if PRECOMPILE and not config.is_quick():
             did += ("; that did not show" +
                     (f" beyond the band in one run each ({varied})" if import_noisy else f": {inside}"))
         print(f"- {route}: first result {a['first_s']:.2f} s, {SHORTER[word]} {against} ({b['first_s']:.2f} s; "
-              f"{a['first_s'] / b['first_s']:.2f}x its time): {did}")
+              f"{a['first_s'] / b['first_s']:.3f}x its time): {did}")
     pre = pre_routes["precompiled"]
     cold_ratio = cold_s / pre["first_s"]
     with_imports = (cold_s + pre_routes["cold"]["imports_s"]) / (pre["first_s"] + pre["imports_s"])
@@ -1681,14 +1683,15 @@ if PRECOMPILE and not config.is_quick():
     empty = pre_routes["precompiled, empty directory"]
     if empty["kernels_built"]:
         print(f"on another machine (an empty directory) the precompiled forward built its "
-              f"{counted(empty['kernels_built'], 'kernel library', 'kernel libraries')} from the source it carries, as "
-              f"the cold compile built {pre_routes['cold']['kernels_built']}, and "
-              f"{counted(empty['probes_built'], 'CPU probe')}: on a CPU the bundle does not carry built libraries, so "
+              f"{counted(empty['kernels_built'], 'kernel library', 'kernel libraries')} (the cold compile built "
+              f"{pre_routes['cold']['kernels_built']}) and {counted(empty['probes_built'], 'CPU probe')} from the source "
+              "it carries: on a CPU the bundle does not carry built libraries, so "
               "there it can save at most the tracing and code generation; one run each cannot separate that saving "
               "from run-to-run variation")
     else:
-        print(f"on another machine (an empty directory) the precompiled forward built no kernel library (the cold "
-              f"compile built {pre_routes['cold']['kernels_built']}): its kernels needed no build there")
+        print(f"on another machine (an empty directory) the precompiled forward built no kernel library, unlike what "
+              f"the table above expects (the cold compile built {pre_routes['cold']['kernels_built']}; CPU probes: "
+              f"{empty['probes_built']}): its kernels needed no build there")
 
     fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.45 * len(pre_routes)))
     built_any = ["tab:orange" if r["libraries_built"] else "tab:blue" for r in pre_routes.values()]
@@ -1705,10 +1708,11 @@ if PRECOMPILE and not config.is_quick():
 # #### What it does not check, and what must match
 #
 # `torch.compile` guards every graph (section 2): when something it read changes, it compiles again.
-# A precompiled artifact has no guards. Its driver checks what it can see cheaply, the shape, dtype,
-# device and layout (strides) of each input and the names and shapes of the model's parameters, and raises
-# `torch.compiler.PrecompileError` when they differ; everything else that `fn` read during the capture
-# is baked in. The cell below shows both, with `backend="eager"` for the new captures (no Inductor, so no
+# A precompiled artifact has no guards. Its driver checks what it can see cheaply, the shape, dtype
+# and device of each input and the names and shapes of the model's parameters, and raises
+# `torch.compiler.PrecompileError` when they differ; with the inductor backend the generated code also
+# checks each input's strides, so another layout is refused too (the source says so; an eager artifact
+# does not check layout). Everything else that `fn` read during the capture is baked in. The cell below shows both, with `backend="eager"` for the new captures (no Inductor, so no
 # C++ to build: the capture works the same way).
 
 # %%
@@ -1777,7 +1781,8 @@ if PRECOMPILE:
 #   shows the step written into a loop, where this CPU gets vector code), and the loading machine
 #   builds that source with its own
 #   compiler flags;
-# - **shapes, dtypes, devices, layouts and the model's structure**, as shown above.
+# - **shapes, dtypes, devices, layouts (with the inductor backend) and the model's structure**, as
+#   shown above.
 #
 # And **trust**: `load()` executes `python_code` (it warns on every call, as the capture cell's
 # output shows), so load only files that you produced or otherwise trust, as you would any script.
@@ -1785,7 +1790,7 @@ if PRECOMPILE:
 # The next cell checks the instruction-set point where this machine allows it: when this process
 # runs with AVX-512, it loads the artifacts in a process under the course's `avx2` CPU profile, which
 # caps ATen and Inductor at AVX2, and runs the warm `torch.compile` route under the same profile for
-# comparison, printing whether its graph cache was used (full mode only: each builds its kernels
+# comparison, printing whether its graph cache was used (full mode only: each may build its kernels
 # again).
 
 # %%
@@ -1817,6 +1822,12 @@ if PRECOMPILE and not config.is_quick() and capability == "AVX512":
     if not torch.allclose(other_isa["precompiled"]["result"]["out"], pre_expected, rtol=1e-4, atol=1e-5):
         print("-> a precompiled artifact belongs to the CPU class it was captured on: capture it on (or for) the machines "
               "that will load it")
+    else:
+        print("-> the precompiled artifact matched eager under the profile; the profile caps ATen and Inductor on this "
+              "AVX-512 CPU, it is not a real AVX2 machine, so this does not show the artifact is safe on one")
+    if not torch.allclose(other_isa["warm torch.compile"]["result"]["out"], pre_expected, rtol=1e-4, atol=1e-5):
+        print("-> the warm torch.compile route differed from eager under the profile: a cache folder, too, belongs to "
+              "one CPU class")
 elif PRECOMPILE:
     print(f"skipped: this process runs with CPU capability {capability}"
           + (" in quick mode" if config.is_quick() else "")
@@ -1831,7 +1842,7 @@ elif PRECOMPILE:
 # - **Mega-cache artifacts** move the graph-level work to other machines of the same kind; on a CPU they
 #   leave the C++ build to the machine that loads them (measured twice in this section, in full mode).
 # - **`torch.compiler.precompile`** when a process must start without tracing, lowering or code
-#   generation (it still imports the compiler's modules: compare the two ratios printed above), for a
+#   generation (it still imports the compiler's modules: in full mode, compare the two ratios printed above), for a
 #   computation whose shapes are fixed and whose Python has no value-dependent behaviour: a serving
 #   worker that starts often, or a training step you ship to identical machines. Keep the cache
 #   directory beside it (or build it once per machine class), or the C++ is built on first load.
@@ -1849,7 +1860,7 @@ elif PRECOMPILE:
 # | "compiling made it slower" | timed the first call; or little to gain: matmul-bound (extra time in the glue or around the library calls) or tiny calls (guard checks and entering the wrapper cost as much as the work) | time the steady state separately; notebook 09's profiler shows where the time goes (section 5) |
 # | `RuntimeError: Either mode or options...` | both given | put the mode's settings into `options` (section 2) |
 # | every run starts slowly | cold compile cache | keep `TORCHINDUCTOR_CACHE_DIR` between runs (section 7) |
-# | `PrecompileError` when calling a precompiled artifact | another batch size, dtype, layout or model structure than at capture | capture once per shape you run; pass inputs like the example's (section 7) |
+# | `PrecompileError` when calling a precompiled artifact | another batch size, dtype, layout (inductor backend) or model structure than at capture | capture once per shape you run; pass inputs like the example's (section 7) |
 # | a precompiled artifact ignores a changed setting | values read during capture are baked in; there are no guards | pass the value as a tensor argument, or capture again (section 7) |
 # | a precompiled artifact loaded on another machine can give wrong results without an error (section 7's check tests this on an AVX-512 machine), or builds C++ for a long time | its kernels are C++ source written for the capture CPU's vector width; the libraries are not in the bundle | capture on the CPU class that loads it, and ship or keep the cache directory beside it (section 7) |
 #
