@@ -1250,7 +1250,8 @@ if ARTIFACT_RUN:
           f"but the C++ was rebuilt ({libraries['empty dir + artifacts']} libraries, as the cold run built "
           f"{libraries['cold']}): first call {art['first_s']:.2f} s against {cold['first_s']:.2f} s cold "
           f"({art['first_s'] / cold['first_s']:.3f}x), {art_word} "
-          f"({bench.band_text(0.25)}); outside the C++ build, which both ran, {art['first_s'] - art['cpp_build_s']:.2f} s against "
+          f"({bench.band_text(0.25)}); outside the C++ build, which both ran, "
+          f"{art['first_s'] - art['cpp_build_s']:.2f} s against "
           f"{cold['first_s'] - cold['cpp_build_s']:.2f} s.")
     same = "The same" if libraries["empty dir + artifacts"] == libraries["cold"] else "The"
     print("The artifacts do not carry the built libraries on a CPU, so they can save only the tracing and code "
@@ -1313,7 +1314,8 @@ fig.tight_layout();
 # the gradients each release leaves; the fresh-process script further down repeats the `load`
 # branch. The rest is the same on both.
 #
-# Do not confuse `precompile` with its sibling `torch.compiler.load_compiled_function`, which loads what `torch.compile(fn, fullgraph=True).aot_compile(...)` saved: that route keeps Dynamo's capture,
+# Do not confuse `precompile` with its sibling `torch.compiler.load_compiled_function`, which loads
+# what `torch.compile(fn, fullgraph=True).aot_compile(...)` saved: that route keeps Dynamo's capture,
 # and its loaded function checks Dynamo's guards on every call and raises when one fails (its source says so;
 # this notebook does not run it). The cell below captures an MLP's forward pass (for inference)
 # and a training step (forward, loss, backward) in this process. Its Inductor cache directory is the
@@ -1378,7 +1380,8 @@ if PRECOMPILE:
         assert all(p.grad is None for p in pre_model.parameters()), "capturing a step must not leave gradients"
         grads_said = "the capture left no gradients on the model"
     else:                                          # 2.15's cap(...) ran the compiled step once on its inputs
-        assert all(p.grad is not None for p in pre_model.parameters()), "2.15's capture runs the compiled step once and leaves its gradients"
+        assert all(p.grad is not None for p in pre_model.parameters()), \
+            "2.15's capture runs the compiled step once and leaves its gradients"
         pre_model.zero_grad(set_to_none=True)      # the cells below start from a model without gradients
         grads_said = "the capture ran the compiled step once, which left its gradients on the model (cleared here)"
     torch.save({"dims": DIMS, "weights": pre_model.state_dict(), "x": pre_x, "target": pre_t}, PRE_ROOT / "inputs.pt")
@@ -1573,9 +1576,10 @@ if PRECOMPILE:
 #
 # The cell counts, for each run, the graphs Dynamo traced, the graph-cache hits and the C++ libraries
 # that appeared in its directory, so the table's last column is checked rather than taken on trust.
-# Each route runs once, so there is no spread to judge it by: a ratio between 0.80x and 1.25x counts
-# as no clear difference (a 25% band). The cell also prints how much the identical import step varied across the processes. This
-# costs several cold compiles, so it runs in full mode only.
+# Each route runs once, so there is no spread to judge it by: the verdicts use a 25% band, whose
+# ratio interval the cell prints first (it is not symmetric in percent). The cell also prints how
+# much the identical import step varied across the processes. This costs several cold compiles, so
+# it runs in full mode only.
 
 # %%
 if PRECOMPILE and not config.is_quick():
@@ -1712,8 +1716,9 @@ if PRECOMPILE and not config.is_quick():
 # and device of each input and the names and shapes of the model's parameters, and raises
 # `torch.compiler.PrecompileError` when they differ; with the inductor backend the generated code also
 # checks each input's strides, so another layout is refused too (the source says so; an eager artifact
-# does not check layout). Everything else that `fn` read during the capture is baked in. The cell below shows both, with `backend="eager"` for the new captures (no Inductor, so no
-# C++ to build: the capture works the same way).
+# does not check layout). Everything else that `fn` read during the capture is baked in. The cell
+# below shows both, with `backend="eager"` for the new captures (no Inductor, so no C++ to build: the
+# capture works the same way).
 
 # %%
 TEMPERATURE = 1.0
