@@ -113,3 +113,22 @@ def test_make_reference_keeps_verdicts_and_dates_and_update_replaces_only_what_w
     again = make_reference.merge(merged, {**new, "machine": {**machine, "date": "2026-12-02"}})
     assert again["machine"]["date"] == "2026-11-30 to 2026-12-01", "a span merged again stays one span"
     json.dumps(merged)
+
+
+def test_class_only_files_another_machine_under_its_class_and_replaces_a_profile_section_whole(make_reference):
+    machine = {"description": "ref", "date": "2026-11-30", "mode": "full", "cpu_class": "x86-amx"}
+    profiled = {"how": "this machine under a CPU profile",
+                "results": {"a.x": {"value": 1.0, "unit": "x", "mode": "full", "date": "2026-11-30"},
+                            "old.only": {"value": 5.0, "unit": "x", "mode": "full", "date": "2026-11-30"}},
+                "verdicts": {}}
+    old = {"machine": machine, "results": {"a.x": {"value": 9.0, "unit": "x", "mode": "full", "date": "2026-11-30"}},
+           "verdicts": {}, "classes": {"x86-avx2": profiled}}
+    native = {"how": "native: AMD laptop, torch 2.14.1",
+              "results": {"a.x": {"value": 2.0, "unit": "x", "mode": "full", "date": "2026-12-06"}}, "verdicts": {}}
+    merged = make_reference.merge(old, {"classes": {"x86-avx2": native}})
+    assert merged["machine"] == machine and merged["results"] == old["results"], "the reference's own figures stay"
+    assert merged["classes"]["x86-avx2"]["how"] == native["how"]
+    assert merged["classes"]["x86-avx2"]["results"] == native["results"], "no profile figure is left beside native ones"
+    again = make_reference.merge(merged, {"classes": {"x86-avx2": {**native, "results": {
+        "b.x": {"value": 3.0, "unit": "x", "mode": "full", "date": "2026-12-07"}}}}})
+    assert set(again["classes"]["x86-avx2"]["results"]) == {"a.x", "b.x"}, "the same provenance is updated by name"

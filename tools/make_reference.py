@@ -2,6 +2,7 @@
 
     python tools/make_reference.py build/report/results.jsonl build/workshop/results.jsonl
     python tools/make_reference.py --update build/results-08.jsonl     # re-ran one notebook
+    python tools/make_reference.py --class-only build/report/results.jsonl  # a machine of another class
 
 Reads one or more results files; keeps the latest full-mode record of each headline name (a
 quick-mode one only where no full-mode run recorded it), plus a description of this machine
@@ -16,6 +17,11 @@ full-mode one of each name, with the cores, threads, mode and spread flag that c
 Every figure carries the date it was measured. ``--update`` keeps what the file holds and
 replaces only the names the given files record (after re-running some notebooks); the machine's
 ``date`` then spans the figures' dates.
+
+``--class-only`` files a run made natively on a machine of another CPU class (a real AVX2 laptop,
+say) under ``classes`` alone, described as that machine, and leaves the reference machine's own
+figures as they are. A class section measured another way (under a profile before, natively now)
+is replaced whole, so one section never mixes the two.
 """
 
 from __future__ import annotations
@@ -83,9 +89,14 @@ def merge(old: dict, new: dict) -> dict:
     for key in ("results", "verdicts"):
         out.setdefault(key, {}).update(new.get(key, {}))
     for cls, section in new.get("classes", {}).items():
-        mine = out.setdefault("classes", {}).setdefault(cls, {"how": section["how"]})
+        classes = out.setdefault("classes", {})
+        if classes.get(cls, {}).get("how") != section["how"]:  # measured another way: replace it whole
+            classes[cls] = {"how": section["how"]}
+        mine = classes[cls]
         for key in ("results", "verdicts"):
             mine.setdefault(key, {}).update(section.get(key, {}))
+    if "machine" not in new:  # --class-only: the reference machine's own figures stay as they were
+        return out
     dates = sorted({e["date"] for key in ("results", "verdicts") for e in out[key].values() if e.get("date")}
                    | set(old["machine"].get("date", "").split(" to ")) - {""})  # the old span's two ends
     modes = "/".join(sorted({e["mode"] for e in out["results"].values() if e.get("mode")}))
@@ -97,7 +108,8 @@ def merge(old: dict, new: dict) -> dict:
 def main() -> None:
     args = sys.argv[1:]
     update = "--update" in args
-    args = [a for a in args if a != "--update"]
+    class_only = "--class-only" in args
+    args = [a for a in args if a not in ("--update", "--class-only")]
     if not args:
         sys.exit(__doc__)
     every = [rec for path in args for rec in bench.read_results(path)]
@@ -126,6 +138,17 @@ def main() -> None:
                              "results": table(pick(recs)), "verdicts": verdict_table(recs)}
                        for cls, recs in sorted(by_class.items())}}
     path = ROOT / "data" / report.REFERENCE_FILE
+    if class_only:
+        if not path.exists():
+            sys.exit(f"--class-only adds a class to {path}, which does not exist yet")
+        native_recs = by_class.get(native) or every
+        out = {"classes": {native: {"how": f"native: {machine['description']}, torch {machine['torch']}",
+                                    "results": table(pick(native_recs)), "verdicts": verdict_table(native_recs)}}}
+        path.write_text(json.dumps(merge(json.loads(path.read_text(encoding="utf-8")), out), indent=1) + "\n",
+                        encoding="utf-8")
+        print(f"wrote {path}: class {native} only ({len(out['classes'][native]['results'])} results, "
+              f"{len(out['classes'][native]['verdicts'])} verdicts), {machine['description']}")
+        return
     if update and path.exists():
         out = merge(json.loads(path.read_text(encoding="utf-8")), out)
     path.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
