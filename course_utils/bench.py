@@ -2,6 +2,7 @@
 
 - ``time_fn``: warm up, then a median and IQR over many timed blocks.
 - ``first_call``: seconds for one call (what a first ``torch.compile`` call costs).
+- ``page_faults_per_call``: minor page faults per call (fresh memory touched for the first time).
 - ``compare``: several variants timed side by side in one run, with ratios.
 - ``band_verdict``: higher / lower / no clear difference for figures without a spread.
 - ``record``: append a headline result to the ``COURSE_RESULTS`` file (the ledger lives in
@@ -119,6 +120,30 @@ def first_call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> float:
     fn(*args, **kwargs)
     _sync_all()
     return time.perf_counter() - start
+
+
+def page_faults_per_call(fn: Callable[..., Any], *args: Any, calls: int = 10, **kwargs: Any) -> float | None:
+    """Return the minor page faults this process took per call of ``fn``, over ``calls`` calls after one
+    warm call; None where the OS does not count them for Python (``resource`` is missing on Windows).
+
+    A minor fault is the first touch of a fresh page of memory: the kernel maps and zeroes it. A call
+    whose new tensors come straight from the operating system pays one per 4 KiB page of them; one whose
+    allocator reuses freed memory pays none. The count is the whole process's, so other threads' faults
+    meanwhile count too.
+    """
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    if calls < 1:
+        raise ValueError(f"calls must be at least 1, got {calls}")
+    fn(*args, **kwargs)
+    _sync_all()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(calls):
+        fn(*args, **kwargs)
+    _sync_all()
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / calls
 
 
 #: What Inductor's on-disk FX graph cache can do with one compiled graph: find it from an earlier run (hit),

@@ -283,3 +283,25 @@ def test_first_call_and_cache_counts_what_inductors_graph_cache_did():
     torch._dynamo.reset()
     assert cold["miss"] >= 1 and cold["hit"] == 0, cold
     assert warm["hit"] >= 1 and warm["miss"] == 0, warm
+
+
+def test_page_faults_per_call_counts_fresh_pages_and_not_reused_memory():
+    import mmap
+
+    pytest.importorskip("resource", reason="the OS counts page faults for Python only where `resource` exists")
+
+    def touch_fresh_pages() -> None:  # 64 fresh anonymous pages, each written once
+        with mmap.mmap(-1, 64 * mmap.PAGESIZE) as m:
+            for off in range(0, len(m), mmap.PAGESIZE):
+                m[off] = 1
+
+    buf = bytearray(64 * mmap.PAGESIZE)
+
+    def reuse() -> None:  # the same, already touched memory
+        for off in range(0, len(buf), mmap.PAGESIZE):
+            buf[off] = 1
+
+    assert bench.page_faults_per_call(touch_fresh_pages, calls=5) >= 60
+    assert bench.page_faults_per_call(reuse, calls=5) < 30
+    with pytest.raises(ValueError, match="calls"):
+        bench.page_faults_per_call(reuse, calls=0)

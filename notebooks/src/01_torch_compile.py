@@ -384,12 +384,15 @@ print(f"uses of at::vec::Vectorized in the C++: default {n_vec}, with cpp.simdle
 assert n_scalar == 0
 torch.testing.assert_close(scalar_fn(xv), activation_chain(xv), rtol=1e-5, atol=1e-5)
 
+sec2_eager = None  # (eager's median, its page faults per call), kept for section 5
 if n_vec > 0:
     simd_table = bench.compare({"eager": activation_chain, "vectorised": vector_fn,
                                 "cpp.simdlen=1": scalar_fn}, xv)
     print(simd_table)
     print(f"without SIMD the compiled chain took {simd_table.ratio('cpp.simdlen=1', 'vectorised'):.2f}x "
           "as long as with it")
+    # Kept for section 5, which times eager on this same chain again: page faults per eager call, now.
+    sec2_eager = (simd_table.row("eager").median_s, bench.page_faults_per_call(activation_chain, xv))
 else:
     print(f"Inductor wrote no vector code here even by default (torch's CPU capability: "
           f"{torch.backends.cpu.get_cpu_capability()}), so cpp.simdlen=1 has nothing to switch off")
@@ -860,7 +863,8 @@ def measure(fn, args):
     out, (source, *_) = captured["result"]
     torch.testing.assert_close(out, fn(*args), rtol=1e-4, atol=1e-4)
     table = bench.compare({"eager": fn, "compiled": compiled}, *args)
-    return dict(first_s=first_s, table=table, speedup=table.speedup("compiled"),
+    faults = {name: bench.page_faults_per_call(f, *args) for name, f in (("eager", fn), ("compiled", compiled))}
+    return dict(first_s=first_s, table=table, speedup=table.speedup("compiled"), faults=faults,
                 eager_s=table.row("eager").median_s, ops=counters["stats"]["calls_captured"],
                 loops=len(inductor_code.kernel_calls(source)), library=counters["inductor"]["extern_calls"])
 
@@ -949,6 +953,26 @@ tensor_mb = N * N * 4 / 1e6
 print(f"\nMemory traffic of the chain: eager runs {chain['ops']} operations that each read and write a "
       f"{tensor_mb:.1f} MB tensor (at least {2 * chain['ops'] * tensor_mb:.0f} MB per call); "
       f"the fused loop reads x once and writes the result once ({2 * tensor_mb:.0f} MB).")
+faults = chain["faults"]
+if faults["eager"] is None:
+    print("(this OS does not count page faults for Python, so the next check is skipped)")
+else:
+    page_mb = 4096 / 1e6
+    print(f"page faults per call, counted just after the timing: eager {faults['eager']:,.0f} "
+          f"(about {faults['eager'] * page_mb / tensor_mb:.1f} tensors' worth of fresh 4 KiB pages), "
+          f"compiled {faults['compiled']:,.0f}")
+    if sec2_eager is not None and sec2_eager[1] is not None:
+        before_s, before_faults = sec2_eager
+        moved = bench.band_verdict(chain["eager_s"], before_s, band=0.2)
+        print(f"eager ran this same chain on a tensor of the same size in section 2: {before_s * 1e3:.2f} ms a call, with "
+              f"{before_faults:,.0f} page faults per call; here {chain['eager_s'] * 1e3:.2f} ms with "
+              f"{faults['eager']:,.0f} -> {'no clear difference' if moved == 'no clear difference' else moved} "
+              f"({bench.band_text(0.2)})" + (
+                  "" if moved == "no clear difference" else
+                  ": the faults moved with the time, so whether eager's intermediates got fresh pages is part of "
+                  "this ratio" if (faults["eager"] > before_faults) == (moved == "higher")
+                  and abs(faults["eager"] - before_faults) * page_mb > tensor_mb else
+                  ": the faults do not account for it, and this cell does not measure what does"))
 
 # %%
 fusion, tiny = results["element-wise chain"], results["tiny MLP, 1 example"]
@@ -961,6 +985,14 @@ print(f"recorded: fusion {fusion['speedup']:.2f}x ({fusion['table'].verdict('com
       f"first call of the fusion model {fusion['first_s']:.2f} s")
 
 # %% [markdown]
+# One cost in eager's column is not arithmetic at all. Every intermediate tensor eager creates is
+# new memory: the C library's allocator either reuses memory the process freed earlier or takes
+# fresh pages from the operating system, and the first touch of each fresh 4 KiB page is a *page
+# fault* (the kernel maps the page and zeroes it). Which of the two happens depends on what the
+# process allocated and freed before, so eager's time for the same chain can change from one cell to
+# the next; the compiled loop creates one tensor per call instead of one per operation. The lines
+# under the reasons above count the faults per call and set this eager time beside section 2's.
+#
 # The rule of thumb for a CPU follows from where the time goes. Fusion removes **memory traffic
 # between simple operations** (element-wise chains, normalisations, activations, the glue of a
 # model), so that is where compiling has the most memory traffic to save; whether that shows as time
@@ -1099,6 +1131,8 @@ if epoch_word == "faster":
     print(f"compiling pays for itself after about {counted(epochs_needed, 'epoch')} of this size" +
           (f"; this run trained {counted(EPOCHS, 'epoch')}, so the compile does not pay back within it"
            if epochs_needed > EPOCHS else f", within this run's {counted(EPOCHS, 'epoch')}"))
+elif epoch_word == "slower":
+    print("compiled epochs took longer here, so on this machine the compile never pays back, however long the run")
 else:
     print("compiled epochs were not clearly faster here, so the compile does not pay for itself in this run")
 
@@ -1690,8 +1724,8 @@ if PRECOMPILE and not config.is_quick():
               f"{counted(empty['kernels_built'], 'kernel library', 'kernel libraries')} (the cold compile built "
               f"{pre_routes['cold']['kernels_built']}) and {counted(empty['probes_built'], 'CPU probe')} from the source "
               "it carries: on a CPU the bundle does not carry built libraries, so "
-              "there it can save at most the tracing and code generation; one run each cannot separate that saving "
-              "from run-to-run variation")
+              "there it can save at most the tracing and code generation (its line in the table above says whether "
+              "its first result came out shorter than the cold compile's)")
     else:
         print(f"on another machine (an empty directory) the precompiled forward built no kernel library, unlike what "
               f"the table above expects (the cold compile built {pre_routes['cold']['kernels_built']}; CPU probes: "
@@ -1953,9 +1987,11 @@ exercises.check("01.cache_env", cache_env)
 # - On a CPU compiling has the most to save where fusion removes memory traffic, provided the
 #   generated loops keep up with eager's kernels (section 5's verdicts say whether they did here), and
 #   can have little where matrix multiplies and convolutions dominate (they run in the same libraries
-#   either way: only the glue around them is fused); on tiny calls its own per-call checks weigh as
-#   much as the work, or more. Measure the steady state and the first call separately, in the same
-#   run, and read the verdict for your machine.
+#   either way: only the glue around them is fused); on tiny calls its own per-call checks compete
+#   with the little work there is, and whether they cost more than they save depends on how many
+#   operations one call fuses (section 5's tiny MLP and notebook 00's chain on 8 numbers each print
+#   their verdict). Measure the steady state and the first call separately, in the same run, and read
+#   the verdict for your machine.
 # - The first call is paid again in every new process unless the on-disk cache is warm; keep
 #   `TORCHINDUCTOR_CACHE_DIR`. `torch.compiler.precompile` captures a whole computation (a training
 #   step included) once, as a Python file plus a cache bundle, that a new process loads without running

@@ -163,8 +163,9 @@ assert explanation.graph_count == 2 and explanation.graph_break_count == 1
 # %% [markdown]
 # The `print` split the function in two: graph 1 holds the ReLU, the `print` ran as plain
 # Python, and graph 2 takes `y` as an input and does the matrix product. Each graph is compiled
-# and optimised on its own, and that has three costs (the end of the notebook measures what they
-# add up to):
+# and optimised on its own, and that has three costs (the end of the notebook times a function
+# with and without its breaks: on a tiny input these costs are all there is; on a large tensor the
+# one fused loop is different code from the separate ones, and the comparison can go either way):
 #
 # - **no fusion across the break**: a value that crosses it is written to memory in full and read
 #   back, instead of staying in registers inside one fused loop;

@@ -1197,10 +1197,13 @@ for n in SIZES:
 #   lines set its extra time beside the buffers and kernels its boundary adds.
 # - **When `where` does not pay.** `where` evaluates both branches on every call. With two cheap
 #   branches that costs little; with an expensive branch that is rarely taken (the router's deep
-#   block), computing it every time costs far more than a branch, and `cond` is the right tool.
+#   block), computing it every time can cost more than the branch saves, and `cond` is the tool to
+#   try (time both on your model: nothing here times the router).
 #
 # Read the first-call times together with the cache events beside them. A *hit* skips code
-# generation and the C++ build, so that version's first call is mostly tracing; only between
+# generation and the C++ build, so that version's first call is what is left: tracing and loading
+# the stored code (the cell does not split the two, and how long they take varies a lot between
+# machines); only between
 # versions that both compiled their graphs in this run (a miss or a bypass) do the times show that
 # `cond`'s first call compiles both branches up front, while the Python-if version compiles only the branch it took and pays for one more graph
 # the first time the other branch runs (section 1; here, inside the correctness checks).

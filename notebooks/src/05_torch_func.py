@@ -954,8 +954,9 @@ def ensemble_reason(r: dict) -> str:
     table = ens_tables[r["n"]]
     rough = " (its timings were rough: see the note below)" if table.spread_note() else ""
     busy = f"; {table.load_note()}" if table.load_note() else ""
-    # Both times grow with the members: a row whose time is above a larger ensemble's (or below a smaller one's)
-    # was not set by the counts alone.
+    # Neither time should fall as members are added (the loop runs more operations, vmap the same ones on
+    # more data): a row clearly above a larger ensemble's time (or below a smaller one's), beyond the 5% margin
+    # and outside both timing spreads, was not set by the counts alone. A flat vmap time is what its counts predict.
     at = {row["n"]: row for row in ens_rows}
     bigger = min((n for n in at if n > r["n"]), default=None)
     smaller = max((n for n in at if n < r["n"]), default=None)
@@ -963,7 +964,9 @@ def ensemble_reason(r: dict) -> str:
         if other is None:
             continue
         for side in ("loop", "vmap"):
-            if sign * (r[f"{side}_ms"] - at[other][f"{side}_ms"]) > 0:
+            hi, lo = (r, at[other]) if sign > 0 else (at[other], r)  # the row that should not be above the other
+            if (hi[f"{side}_ms"] > lo[f"{side}_ms"] * (1 + bench.VERDICT_MARGIN)
+                    and hi[f"{side}_ms"] - hi[f"{side}_iqr"] / 2 > lo[f"{side}_ms"] + lo[f"{side}_iqr"] / 2):
                 return counts + (f": out of line with the neighbouring sizes ({side} {r[f'{side}_ms']:.3f} ms here, "
                                  f"{at[other][f'{side}_ms']:.3f} ms at {counted(other, 'member')}), so its size does not "
                                  "explain this row; this cell does not measure what does"

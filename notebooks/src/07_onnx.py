@@ -20,8 +20,8 @@
 # - how to prove parity (maximum absolute and relative error) on random and on real inputs, and that
 #   retrieval rankings do not change;
 # - how eager PyTorch and ONNX Runtime compare at batch 1 and batch 32, how much of the batch-1 gap is a
-#   cost per call that does not grow with the tokens, where a profiler says that cost goes, and what
-#   the one-off costs are;
+#   cost per call that does not grow with the tokens, what a profiler can and cannot say about that
+#   cost, and what the one-off costs are;
 # - that a torchaudio front end (`MelSpectrogram`) exports inside a model;
 # - what to do when an operator has no ONNX translation: a custom translation or a rewrite.
 #
@@ -1260,8 +1260,10 @@ exercises.check("07.ort_feeds", to_feeds)
 #   (`onnx.minilm.speedup.b1`, `onnx.minilm.speedup.b32`); timing a 2-token input beside the query
 #   can split the batch-1 gap into the cost of a call that does not grow with the tokens (Python and
 #   dispatch, and reading every weight matrix once) and the part that does (the cell's verdict says
-#   whether this run's timings allowed it), and the two profilers (`torch.profiler`, ONNX Runtime's
-#   `enable_profiling`) split that cost further.
+#   whether this run's timings allowed it). The two profilers (`torch.profiler`, ONNX Runtime's
+#   `enable_profiling`) show how each runtime's own call splits, as shares of its profile; profiling
+#   stretches such short calls, so whether they can place the gap between the runtimes is a line the
+#   cell prints for your run.
 #   Export and session creation are one-off costs that a short-lived process may never earn back.
 # - A torchaudio `MelSpectrogram` front end exports to ONNX's `STFT` operator inside the model.
 # - An operator without a translation (`aten.median.dim`, or your own `torch.library.custom_op`) is

@@ -1159,9 +1159,11 @@ bench.bar_chart(digits_table, title="digits CNN, batch 256, CPU");
 # export show how many of each the file has. Static QDQ quantization fixes the scales ahead of
 # time, and ONNX Runtime fuses each `DequantizeLinear → Conv → QuantizeLinear` pattern into one
 # integer convolution that keeps activations in 8 bits from layer to layer. The verdict lines above say
-# what that was worth on this CPU. Read them with the model's size in mind: a call on 8×8 images
-# does little arithmetic, so the fixed costs of a call weigh more here than in a larger image
-# network, which gives the integer kernels more work to speed up.
+# what that was worth on this CPU. Read them with two things in mind: a call on 8×8 images does
+# little arithmetic, so the fixed costs of a call weigh more here than in a larger image network;
+# and whether the integer kernels gain anything at all depends on the kernels ONNX Runtime has for
+# this CPU (the line on ONNX Runtime's kernels above says which), so a larger network gives them
+# more work, not necessarily a gain.
 #
 # On accuracy: the course uses `reduce_range=True` because it is safe on every x86 CPU. If you
 # quantize with full 8-bit weights, check the accuracy on the oldest CPU you deploy to: a loss from
@@ -1400,10 +1402,12 @@ for other, key in (("fp32 eager", "vs_fp32_eager"), ("fp32 compiled (freezing)",
         print(f"PT2E int8 MLP: {pt2e_mlp_table.describe(pt2e_label, other, name=f'quant.pt2e.mlp.{key}')}")
 torchao_frozen = "torchao int8 dyn-act, compiled (freezing)"
 if torchao_frozen in pt2e_mlp_variants:
-    print("why, against torchao's dynamic MLP: the census above counts the int8 calls each runs; PT2E's activation "
-          "scales were fixed at calibration, while torchao's dynamic ones are computed from each batch on every call, "
-          + {"faster": "work PT2E does not do (this notebook does not profile how much of the gap it accounts for)",
-             "no clear difference": "and that per-call work did not show as a clear difference here",
+    print("why, against torchao's dynamic MLP: the census above counts the int8 calls each runs, not which of "
+          "oneDNN's kernels ran; PT2E quantized the activations with scales fixed at calibration (unsigned 8-bit), "
+          "torchao quantizes them per row on every call (signed 8-bit), so besides that per-call work the two can "
+          "take different int8 kernels, "
+          + {"faster": "and this notebook does not profile which of the two accounts for the gap",
+             "no clear difference": "and neither showed as a clear difference here",
              "slower": "so the difference lies elsewhere (compare the census lines)"}[
               pt2e_mlp_table.verdict(pt2e_label, torchao_frozen)])
     if torchao_frozen in unasserted_gap:
@@ -1414,8 +1418,14 @@ if config.is_quick():
 pt2e_base = "fp32 compiled (freezing)" if frozen_mlps else "fp32 eager"
 pt2e_word = pt2e_mlp_table.verdict(pt2e_label, pt2e_base)  # recorded above
 print(f"why, against {pt2e_base}: " + {
-    "faster": f"oneDNN's int8 kernels read a quarter of the weight bytes, and on this CPU (oneDNN: {route['isa']}) "
-              + ("do several 8-bit multiply-adds per instruction" if onednn_dot else "that outweighs their extra steps"),
+    "faster": (f"oneDNN's int8 kernels on this CPU (oneDNN: {route['isa']}) "
+               + ("do several 8-bit multiply-adds per instruction" if onednn_dot else
+                  "have no 8-bit dot-product instruction, yet their 16-bit pair sums still multiply-add more "
+                  "numbers per instruction than float32 does")
+               + ("; they also read a quarter of the weight bytes, but the single-layer timing above found that layer "
+                  "not limited by memory here, so that is not what made the difference" if mem_word == "lower" else
+                  "; they also read a quarter of the weight bytes")
+               + "; this cell does not time the kernels' parts"),
     "no clear difference": "no clear difference at batch 16 here; this cell does not time the int8 kernels' parts",
     "slower": f"oneDNN's int8 kernels on this CPU (oneDNN: {route['isa']}) "
               + ("cost more than the float ones they replace" if onednn_dot else
@@ -1433,9 +1443,12 @@ elif cpu_facts.profile:
 # %% [markdown]
 # With freezing on, torchao's dynamic layers can be rewritten into oneDNN calls as well (the census
 # above shows whether they were here): the freezing passes that torchao registers when its x86
-# quantizer is imported also match the `torch._int_mm` pattern of dynamic quantization. The
-# difference that remains is *static* against *dynamic*: PT2E fixed the activation scales at
-# calibration, torchao computes one per row on every call.
+# quantizer is imported also match the `torch._int_mm` pattern of dynamic quantization. What still
+# differs is how the activations are quantized: PT2E fixed their scales at calibration (*static*,
+# unsigned 8-bit), torchao computes one per row on every call (*dynamic*, signed 8-bit). That is
+# per-call work PT2E does not do, and it can also send the two to different oneDNN kernels: the
+# census counts calls, not kernels, so it cannot say which of the two mattered. The verdict line says
+# how far apart they landed here.
 #
 # ### The digits CNN through PT2E
 #
@@ -1628,7 +1641,9 @@ bench.record("quant.qat.acc_recovered", qat_rows[2]["qat"] - qat_rows[2]["ptq"],
 # (PT2E and QAT were shown on the MLP and the digits models above). Size is the serialized state dict
 # (torch variants) or the ONNX file (ONNX Runtime variants), each compared with fp32 in the same
 # format; latency is a batch of 16 sentences; quality is measured on the whole retrieval set.
-# Quick mode leaves out the compiled variants (compiling MiniLM takes a while).
+# Quick mode leaves out the compiled variants (compiling MiniLM takes a while). On a CPU without
+# VNNI or AMX, torchao's dynamic int8 variants run torch's own int8 loop (the route line near the
+# top says which route yours takes), and then the next cell alone can take a few minutes.
 
 # %%
 def torchao_minilm(linear_config) -> nn.Module:
@@ -1739,6 +1754,9 @@ print(f"on this CPU ({cpu_facts.cpu_class}) the fastest good int8 variant is "
       f"{minilm_table.describe(fastest, 'fp32 eager', name='quant.minilm.int8_fastest_good.vs_fp32_eager')}"
       + (f" (ONNX Runtime reads the real CPU, not CPU profile {real_cpu_profile})"
          if real_cpu_profile and "ORT" in fastest else ""))
+if "ORT" in fastest:  # part of that gain is ONNX Runtime's, not int8's: set it beside the same runtime's fp32 model
+    print("  against ONNX Runtime's own fp32 model, the int8 part of it: "
+          + minilm_table.describe(fastest, "ORT fp32", name="quant.minilm.int8_fastest_good.vs_ort_fp32"))
 # The rows that are not int8 get their verdict too: a ratio in the table is not a direction on its own.
 bf16_dot = any(f in cpu_facts.features for f in ("avx512_bf16", "amx_bf16", "bf16"))
 why_not_int8 = {
@@ -1903,8 +1921,9 @@ else:
 # - Symmetric int8 stores `round(w / scale)`; one scale per output channel keeps the error small
 #   where per-tensor scales suffer from outliers.
 # - Storing int8 is not the same as computing in int8: dequantizing on every call, as the
-#   hand-written layer does, saves bytes and adds work to every call. Speed comes from integer
-#   kernels (int8 × int8 → int32), which need the activations quantized too.
+#   hand-written layer does, saves bytes and adds work to every call. Any speed has to come from
+#   integer kernels (int8 × int8 → int32), which need the activations quantized too, and only where
+#   those kernels are fast on your CPU (next point).
 # - Whether an int8 path is fast depends on the CPU class: integer dot-product instructions
 #   (AVX-512 VNNI, AVX-VNNI, AMX, ARM dot products) and whether the library has kernels for them.
 #   Measure the bare int8 product first; the verdicts above are for your CPU only.

@@ -601,7 +601,9 @@ print(f"{core.steps} forward passes for {len(prompts)} prompts of 24 tokens each
 # every open stream with a clear event, and `/metrics` exposes queue depth, batch sizes, latencies and
 # tokens per second in Prometheus format. Here it runs as a separate process on loopback, started
 # by `serve_in_subprocess`, so the load generator in this kernel does not share an interpreter with
-# it. Each mode serves 1, 8 and 32 concurrent clients.
+# it. Each mode serves 1, 8 and 32 concurrent clients. The cell after the table prints one of the
+# course's targets for this server, met or not met on your machine: at 32 clients, the better of the
+# two batching modes serves at least 4x the tokens per second of no batching.
 
 # %%
 CONCURRENCY = [1, 8, 32]
@@ -679,7 +681,10 @@ for c in (8, 32):
     which = "the slowest" if slowest == 1 else f"the {slowest}{ORDINAL.get(slowest, 'th')} slowest"
     p99_said = (f"no clear difference in p99 ({bench.band_text(0.15, inside=True)})" if lower_p99 == "no clear difference"
                 else f"the lower p99 here is {lower_p99}'s ({bench.band_text(0.15)})")
-    print(f"{c} clients: iteration/static throughput {it.tokens_per_s / st.tokens_per_s:.2f}x, "
+    tput_word = bench.band_verdict(it.tokens_per_s, st.tokens_per_s, band=0.15)
+    tput_said = (f"no clear difference: {bench.band_text(0.15, inside=True)}" if tput_word == "no clear difference"
+                 else f"{'iteration' if tput_word == 'higher' else 'static'} served more: {bench.band_text(0.15)}")
+    print(f"{c} clients: iteration/static throughput {it.tokens_per_s / st.tokens_per_s:.2f}x ({tput_said}), "
           f"median TTFT {it.ttft_ms['p50']:.0f} ms (iteration) vs {st.ttft_ms['p50']:.0f} ms (static), "
           f"p99 latency {it.latency_ms['p99']:.0f} ms vs {st.latency_ms['p99']:.0f} ms ({which} of {n} requests "
           f"in each run): {p99_said}")
@@ -734,7 +739,12 @@ if count and total:
 # The ceiling for a server is the model itself, decoding a batch with no HTTP, no queue and no event
 # loop: `bare_decode_tokens_per_s` times exactly that (prefill plus decoding, KV cache, batch of 32,
 # the same number of torch threads as the server's model worker). The ratio of served to bare tokens
-# per second says how much the serving machinery costs.
+# per second says how much the serving machinery costs. The course's target is 0.7: the server
+# keeps at least 70% of what the model alone can do. It is a goal for the design, not a promise for
+# every machine: with the HTTP side, the event loop and the model worker in one Python process on
+# one core, they take turns on the GIL, and the cell prints whether the target was met here and
+# where the rest of the time went. Further down this section the engine moves into a process of its
+# own, and the same target is printed for that layout.
 #
 # To measure the server rather than the machine, the next cell gives the server process one core
 # and this kernel (the load generator) the others, where the operating system allows it
@@ -1005,6 +1015,8 @@ else:
     print(("engine process alone on one core, HTTP side and load generator on the other" if pinned_own else
            "the engine could not be pinned apart here, so this run shares every core") +
           f": {own_run.tokens_per_s:,.0f} tokens/s -> served / bare {own_run.tokens_per_s / bare32:.2f}")
+    print("course target (efficiency >= 0.7), with the engine in its own process: "
+          + ("met" if own_run.tokens_per_s / bare32 >= 0.7 else "NOT met") + " on this machine")
     print("\n".join(own.lines()))
     first, alone = breakdown.wall_seconds(bare32), own.wall_seconds(bare32)
     print("\nshare of the wall time     thread, server on one core | engine process alone on one core")
