@@ -74,6 +74,15 @@ def test_the_report_lists_each_verdict_that_differs_with_its_likely_cause():
     assert "no verdicts to compare" in report.record_verdict_section(mine, {}).intro
 
 
+def test_reference_verdicts_without_a_cpu_class_take_the_reference_machines():
+    """A reference file written before verdicts carried their class: a flip on another class is
+    still put down to the class, not to chance."""
+    bare = {k: v for k, v in _verdict("a.flip", "faster").items() if k != "cpu_class"}
+    reference = {"machine": {"cpu_class": "x86-amx"}, "verdicts": {"a.flip": bare}}
+    section = report.record_verdict_section([_verdict("a.flip", "slower", "x86-avx2")], reference)
+    assert "a different CPU class (x86-amx against x86-avx2)" in section.items[0], section.items
+
+
 def test_the_report_page_shows_the_section_for_a_results_file_from_another_machine(tmp_path):
     ref = report.load_reference()
     assert ref.get("verdicts"), "data/reference_results.json lost its verdicts: rebuild it with tools/make_reference.py"

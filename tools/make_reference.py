@@ -78,7 +78,7 @@ def verdict_table(records: list[dict]) -> dict[str, dict]:
     """Return the latest verdict of each name (a full-mode one winning over a quick-mode one)."""
     kept = report.latest_verdicts([r for r in records if r.get("mode") == "quick"]
                                   + [r for r in records if r.get("mode") != "quick"])
-    return {n: {**{k: r.get(k) for k in ("verdict", "mode", "cores", "threads", "noisy", "torch")},
+    return {n: {**{k: r.get(k) for k in ("verdict", "mode", "cores", "threads", "noisy", "torch", "cpu_class")},
                 "date": _date(r)} for n, r in sorted(kept.items())}
 
 

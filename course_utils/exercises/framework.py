@@ -271,7 +271,8 @@ def differs(got: Any, expected: Any, rtol: float = 1e-5, atol: float = 1e-6) -> 
         return next((f"{p} for {k!r}" for k in expected if (p := differs(got[k], expected[k], rtol, atol))), None)
     if isinstance(expected, (tuple, list)):
         if not isinstance(got, (tuple, list)) or len(got) != len(expected):
-            return f"{short(got)}, not a {type(expected).__name__} of {len(expected)}"
+            n = len(expected)
+            return f"{short(got)}, not a {type(expected).__name__} of {n} item{'' if n == 1 else 's'}"
         return next((f"{p} in item {i}" for i, (g, e) in enumerate(zip(got, expected))
                      if (p := differs(g, e, rtol, atol))), None)
     if isinstance(expected, numbers.Real) and not isinstance(expected, bool):

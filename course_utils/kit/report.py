@@ -371,8 +371,9 @@ def record_verdict_section(records: Sequence[Any], reference: dict[str, Any]) ->
                               "verdicts to compare them with (`tools/make_reference.py` writes them from a "
                               "reference run).")
     items, kinds, same = [], [], 0
+    ref_class = (reference.get("machine") or {}).get("cpu_class")  # for reference verdicts that do not carry it
     for name in sorted(set(mine) & set(ref)):
-        yours, theirs = mine[name], ref[name]
+        yours, theirs = mine[name], {"cpu_class": ref_class, **ref[name]}
         if yours["verdict"] == theirs.get("verdict"):
             same += 1
             continue

@@ -562,14 +562,17 @@ where = (f"the {cpu.settings_only_profile()} profile, with oneDNN's bf16 product
          if cpu.settings_only_profile() and native else cpu.cpu_class())
 print(f"verdict on this machine ({where}): bf16 is "
       f"{amp.describe('bf16 autocast compiled', name='compile.bf16.block.vs_fp32')}"
-      + ("" if native else " (without native bf16 instructions, every product converts to and from bf16)"))
+      + ("" if native else "; this CPU has no native bf16 instructions, so its bf16 products cannot run on bf16 "
+         "units: they take another, slower route (converting to and from float32 on the way), and this cell does not "
+         "measure which part of that route costs what"))
 assert rel < 2e-2, "bf16 keeps 2 to 3 significant digits: the error should be well under 2%"
 
 # %% [markdown]
 # The error is what bf16's short mantissa predicts, far below what matters for most inference.
 # The speed verdict belongs to your CPU: bf16 products move half the bytes on any CPU; with native
-# bf16 instructions they also run on bf16 units, while without them each product converts to and from
-# bf16, which can cost more than it saves.
+# bf16 instructions they also run on bf16 units, while without them each product has to take another
+# route, converting to and from float32, which can cost far more than it saves (the verdict above
+# says how it came out on yours).
 #
 # ## 4 · Regional compilation: compile the block, not the model
 #
@@ -1041,7 +1044,7 @@ for name, r in real.items():
             assert group["errors"][label] < tol, f"{name}, {label}: relative error {group['errors'][label]:.1e} (bound {tol})"
             table = group["table"]
             eager, compiled = table.row("eager"), table.row(label)
-            word = table.verdict(label)
+            word = own_word = table.verdict(label)
             # The same rule (5% margin, spreads apart) against the fastest eager row, whichever group timed it.
             over_fastest = bench.Comparison("eager", [fastest_eager, compiled]).verdict(label)
             # Where eager moved more than 10% between the groups, or the two baselines give different verdicts,
@@ -1057,7 +1060,8 @@ for name, r in real.items():
                          "ms": compiled.median_s * 1e3,
                          "eager_iqr": eager.iqr_s * 1e3, "iqr": compiled.iqr_s * 1e3,
                          "speedup": table.speedup(label), "fastest_speedup": fastest_eager.median_s / compiled.median_s,
-                         "error": group["errors"][label], "word": word, "said": table.describe(label)})
+                         "error": group["errors"][label], "word": word, "said": table.describe(label),
+                         "own_word": own_word, "fastest_word": over_fastest})
 
 print(f"{'model':<27} {'setting':<14} {'first call':>10} {'eager ms (IQR)':>15} {'compiled ms (IQR)':>18} "
       f"{'speed-up':>8} {'error':>8}")
@@ -1112,8 +1116,12 @@ for row in rows:
         low, high = eager_spread[row["model"]]
         over = (f"{row['speedup']:.2f}x over this group's eager, which was the model's fastest" if row["eager_ms"] == low else
                 f"{row['speedup']:.2f}x over this group's eager, {row['fastest_speedup']:.2f}x over the model's fastest")
-        print(f"- {row['model']}, {row['setting']}: rough: eager moved between this model's groups (medians {low:.1f} "
-              f"to {high:.1f} ms), so no verdict ({over}) | library share {real[row['model']]['library']:.0%}")
+        why = (f"eager moved more than 10% between this model's groups (medians {low:.1f} to {high:.1f} ms)"
+               if bench.band_verdict(high, low, band=0.1) != "no clear difference" else
+               f"the verdict over this group's eager ({row['own_word']}) differs from the one over the model's fastest "
+               f"eager ({row['fastest_word']}); eager's medians were {low:.1f} to {high:.1f} ms")
+        print(f"- {row['model']}, {row['setting']}: rough: {why}, so no verdict ({over}) "
+              f"| library share {real[row['model']]['library']:.0%}")
         continue
     repaid = ""
     if row["word"] == "faster":  # faster over both baselines, so each saves time per call
@@ -1211,6 +1219,7 @@ for kind, suites in SUITES.items():
         continue
     # The same means with each speed-up taken over its model's fastest eager run (the cell above)
     geo_fastest = {s: geomean([row["fastest_speedup"] for row in v]) for s, v in picked.items() if v}
+    # The published CPU figures were measured with freezing on, so ours are compared with freezing's mean.
     best = "freezing" if "freezing" in geo[kind] else "default"
     n_models = len(picked["default"])
     print(f"\n{kind}, {n_models} model{'s' if n_models != 1 else ''}, geometric mean over eager: "
@@ -1226,8 +1235,15 @@ for kind, suites in SUITES.items():
         said = (f"{word} (10% band)" if word != "undecided" else
                 f"undecided: {own} over each group's own eager ({geo[kind][best]:.2f}x), {fastest} over each "
                 f"model's fastest eager ({geo_fastest[best]:.2f}x), 10% band")
+        other = "default" if best == "freezing" and "default" in geo[kind] else None
+        also = ""
+        if other and own == fastest:
+            other_word = bench.band_verdict(geo[kind][other], one_thread, band=0.1)
+            if other_word != own:
+                also = f" (with the default setting, {geo[kind][other]:.2f}x: {other_word}; the setting decides it here)"
         print(f"    published for {suite}: {socket:.2f}x on a socket, {one_thread:.2f}x on one thread; "
-              f"ours ({best}) against the one-thread figure: {said}")
+              f"ours ({best}" + (", the setting the published CPU figures used" if best == "freezing" else "")
+              + f") against the one-thread figure: {said}{also}")
 print(f"\nhere: {torch.get_num_threads()} torch threads on {os.cpu_count()} cores, {cpu.cpu_model()} ({cpu.cpu_class()}), "
       f"batch {REAL_BATCH}, {len(real)} model{'s' if len(real) != 1 else ''}, torch {torch.__version__.split('+')[0]}, "
       "Inductor's settings of today; "

@@ -687,7 +687,11 @@ double_ratio = ttft_cmps[1].speedup("prefix cache")
 load_word = bench.band_verdict(double_ratio, ttft_ratio, band=0.15, name="engine.prefix.ttft_gain.double_load")
 print(f"TTFT gain at twice the load: {double_ratio:.2f}x against {ttft_ratio:.2f}x ({double_ratio / ttft_ratio:.2f}x "
       f"of it) -> {load_word} on this machine ({bench.band_text(0.15)})")
-bench.record("engine.prefix.ttft_ratio", ttft_ratio, "x", shared_tokens=SHARED, requests=N_PREFIX, every_steps=2);
+bench.record("engine.prefix.ttft_ratio", ttft_ratio, "x", shared_tokens=SHARED, requests=N_PREFIX, every_steps=2)
+target_word = bench.record_verdict("engine.prefix.ttft_target", "met" if ttft_ratio >= 3 else "not met",
+                                   ratio=round(ttft_ratio, 3), target=3)
+print(f"course target: TTFT at least 3x shorter with the prefix cache, one request every 2 steps -> "
+      f"{'met' if target_word == 'met' else 'NOT met'} on this machine ({ttft_ratio:.2f}x)");
 
 # %% [markdown]
 # The work saved is exact (asserted to the token): the system prompt is computed once, by the first
@@ -695,8 +699,10 @@ bench.record("engine.prefix.ttft_ratio", ttft_ratio, "x", shared_tokens=SHARED, 
 # TTFT depends on what else the step that prefills a newcomer does: it also decodes one token for
 # every running sequence (and our `read` copies their blocks), which costs the same with or without
 # prefix caching. The more sequences decode
-# meanwhile, the larger that shared part, which can dilute the gain; the last line above says whether
-# twice the load changed it on this machine.
+# meanwhile, the larger that shared part, which can dilute the gain; the line on twice the load above
+# says whether it changed the gain on this machine. The course's target for this engine is a median
+# TTFT at least 3x shorter at the lighter load; it is a goal, not a promise, since the shared decoding work above
+# sets how much of the saved prefill can show.
 #
 # ### Prefix caching in the course's engine
 #
