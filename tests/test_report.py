@@ -362,3 +362,12 @@ def test_a_vacuously_true_flag_says_so():
     assert row.verdict.startswith("in the expected range") and row.verdict.endswith("(vacuously: every shape tied)")
     plain = next(r for r in report.build_rows([{**rec, "context": {}}], ref) if r.name == rec["name"])
     assert "vacuously" not in plain.verdict
+
+
+def test_a_result_measured_only_on_some_machines_says_so_when_missing():
+    only = {"only_where": "a CPU with native bf16 instructions", "cpu": [0.3, 10]}
+    rng, verdict = report.judge(None, only, "cpu", "x86-avx2")
+    assert rng is None and "measured only on a CPU with native bf16 instructions" in verdict
+    assert report.judge(None, {"cpu": [0.3, 10]}, "cpu")[1].startswith("not measured yet")
+    entry = report.load_reference()["expected"]["compile.real.bf16_speedup"]
+    assert "native bf16" in entry["only_where"], "notebook 11 records it only where the CPU has native bf16"

@@ -216,6 +216,9 @@ def judge(value: float | None, expected: dict[str, Any] | None, kind: str,
           cpu_class: str | None = None) -> tuple[tuple[float, float] | None, str]:
     """Return the expected range for this kind of machine (and CPU class) and a one-line verdict."""
     if value is None:
+        only = (expected or {}).get("only_where")
+        if isinstance(only, str) and only:  # a result the notebook records only on some machines
+            return None, f"not recorded by this run: it is measured only on {only} (where yours is one, run its notebook)"
         return None, "not measured yet: run the notebook that records it"
     rng, label = expected_range(expected, kind, cpu_class)
     if rng is None:
