@@ -1685,7 +1685,13 @@ print(f"failed attempts: {len(killed_run.errors)} {dict(failures)}; HTTP statuse
          f"{no_status} attempt{'s' if no_status > 1 else ''} failed before any response, so "
          f"{'they have' if no_status > 1 else 'it has'} no status")
       + f"); retries sent: {killed_run.retries}; lost: {killed_run.n_lost}")
-print("answers per replica:", {name: n for name, n in killed_run.served_by.items()})
+# Every replica seen, with the complete answers it gave (0 for one that gave none), the killed one and its
+# replacement marked.
+seen = dict.fromkeys([n.rsplit("#", 1)[-1] for n in before + after] + list(killed_run.served_by))
+roles = {**{n.rsplit("#", 1)[-1]: " (replacement)" for n in set(after) - set(before)},
+         killed.rsplit("#", 1)[-1]: " (killed)"}
+print("complete answers per replica: "
+      + ", ".join(f"{n}{roles.get(n, '')} {killed_run.served_by.get(n, 0)}" for n in seen))
 if not killed_run.errors:
     print("no stream was in flight on the killed replica, so nothing needed sending again" if in_flight else
           "no request was in flight at the kill, so nothing was cut and nothing needed sending again")
