@@ -563,7 +563,7 @@ where = (f"the {cpu.settings_only_profile()} profile, with oneDNN's bf16 product
 print(f"verdict on this machine ({where}): bf16 is "
       f"{amp.describe('bf16 autocast compiled', name='compile.bf16.block.vs_fp32')}"
       + ("" if native else "; this CPU has no native bf16 instructions, so its bf16 products cannot run on bf16 "
-         "units: they take another, slower route (converting to and from float32 on the way), and this cell does not "
+         "units: they take another route (converting to and from float32 on the way), and this cell does not "
          "measure which part of that route costs what"))
 assert rel < 2e-2, "bf16 keeps 2 to 3 significant digits: the error should be well under 2%"
 

@@ -701,8 +701,8 @@ print(f"course target: TTFT at least 3x shorter with the prefix cache, one reque
 # prefix caching. The more sequences decode
 # meanwhile, the larger that shared part, which can dilute the gain; the line on twice the load above
 # says whether it changed the gain on this machine. The course's target for this engine is a median
-# TTFT at least 3x shorter at the lighter load; it is a goal, not a promise, since the shared decoding work above
-# sets how much of the saved prefill can show.
+# TTFT at least 3x shorter at the lighter load; it is a goal, not a promise, since the shared
+# decoding work above sets how much of the saved prefill can show.
 #
 # ### Prefix caching in the course's engine
 #
