@@ -961,7 +961,10 @@ else:
     print(f"page faults per call, counted just after the timing: eager {faults['eager']:,.0f} "
           f"(about {faults['eager'] * page_mb / tensor_mb:.1f} tensors' worth of fresh 4 KiB pages), "
           f"compiled {faults['compiled']:,.0f}")
-    if sec2_eager is not None and sec2_eager[1] is not None:
+    if sec2_eager is None:
+        print("(section 2 timed no eager run here: Inductor wrote no vector code, so that cell compared nothing, "
+              "and there is no earlier eager time to set beside this one)")
+    elif sec2_eager[1] is not None:
         before_s, before_faults = sec2_eager
         moved = bench.band_verdict(chain["eager_s"], before_s, band=0.2)
         print(f"eager ran this same chain on a tensor of the same size in section 2: {before_s * 1e3:.2f} ms a call, with "
@@ -970,7 +973,8 @@ else:
               f"({bench.band_text(0.2)})" + (
                   "" if moved == "no clear difference" else
                   ": the faults moved with the time, so whether eager's intermediates got fresh pages is part of "
-                  "this ratio" if (faults["eager"] > before_faults) == (moved == "higher")
+                  f"the chain's {chain['speedup']:.2f}x above (recorded as compile.speedup.fusion)"
+                  if (faults["eager"] > before_faults) == (moved == "higher")
                   and abs(faults["eager"] - before_faults) * page_mb > tensor_mb else
                   ": the faults do not account for it, and this cell does not measure what does"))
 
@@ -985,13 +989,14 @@ print(f"recorded: fusion {fusion['speedup']:.2f}x ({fusion['table'].verdict('com
       f"first call of the fusion model {fusion['first_s']:.2f} s")
 
 # %% [markdown]
-# One cost in eager's column is not arithmetic at all. Every intermediate tensor eager creates is
-# new memory: the C library's allocator either reuses memory the process freed earlier or takes
-# fresh pages from the operating system, and the first touch of each fresh 4 KiB page is a *page
-# fault* (the kernel maps the page and zeroes it). Which of the two happens depends on what the
-# process allocated and freed before, so eager's time for the same chain can change from one cell to
-# the next; the compiled loop creates one tensor per call instead of one per operation. The lines
-# under the reasons above count the faults per call and set this eager time beside section 2's.
+# One cost in eager's column is not arithmetic at all. Every intermediate tensor eager creates needs
+# memory of its own: the C library's allocator either reuses memory the process freed earlier or
+# takes fresh pages from the operating system, and the first touch of each fresh 4 KiB page is a
+# *page fault* (the kernel maps the page and zeroes it). Which of the two happens depends on what
+# the process allocated and freed before, so eager's time for the same chain can change from one
+# cell to the next; the compiled loop creates one tensor per call instead of one per operation. The
+# lines under the reasons above count the faults per call and, where section 2 timed eager, set this
+# eager time beside section 2's.
 #
 # The rule of thumb for a CPU follows from where the time goes. Fusion removes **memory traffic
 # between simple operations** (element-wise chains, normalisations, activations, the glue of a
@@ -1724,7 +1729,7 @@ if PRECOMPILE and not config.is_quick():
               f"{counted(empty['kernels_built'], 'kernel library', 'kernel libraries')} (the cold compile built "
               f"{pre_routes['cold']['kernels_built']}) and {counted(empty['probes_built'], 'CPU probe')} from the source "
               "it carries: on a CPU the bundle does not carry built libraries, so "
-              "there it can save at most the tracing and code generation (its line in the table above says whether "
+              "there it can save at most the tracing and code generation (its line in the list above says whether "
               "its first result came out shorter than the cold compile's)")
     else:
         print(f"on another machine (an empty directory) the precompiled forward built no kernel library, unlike what "
@@ -1868,9 +1873,9 @@ if PRECOMPILE and not config.is_quick() and capability == "AVX512":
         print("-> the warm torch.compile route differed from eager under the profile: a cache folder, too, belongs to "
               "one CPU class")
 elif PRECOMPILE:
-    print(f"skipped: this process runs with CPU capability {capability}"
-          + (" in quick mode" if config.is_quick() else "")
-          + "; the check loads an AVX-512 capture under the avx2 profile, in full mode")
+    print(f"skipped: the check needs an AVX-512 CPU and full mode (it captures with AVX-512 and loads under the avx2 "
+          f"profile); this process runs with CPU capability {capability}"
+          + (" in quick mode" if config.is_quick() else ""))
 
 # %% [markdown]
 # When to use which, on a CPU:

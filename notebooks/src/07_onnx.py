@@ -1262,8 +1262,8 @@ exercises.check("07.ort_feeds", to_feeds)
 #   dispatch, and reading every weight matrix once) and the part that does (the cell's verdict says
 #   whether this run's timings allowed it). The two profilers (`torch.profiler`, ONNX Runtime's
 #   `enable_profiling`) show how each runtime's own call splits, as shares of its profile; profiling
-#   stretches such short calls, so whether they can place the gap between the runtimes is a line the
-#   cell prints for your run.
+#   can stretch such short calls (the cell checks whether it did), so whether they can place the gap
+#   between the runtimes is a line the cell prints for your run.
 #   Export and session creation are one-off costs that a short-lived process may never earn back.
 # - A torchaudio `MelSpectrogram` front end exports to ONNX's `STFT` operator inside the model.
 # - An operator without a translation (`aten.median.dim`, or your own `torch.library.custom_op`) is

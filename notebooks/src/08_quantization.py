@@ -1403,7 +1403,8 @@ for other, key in (("fp32 eager", "vs_fp32_eager"), ("fp32 compiled (freezing)",
 torchao_frozen = "torchao int8 dyn-act, compiled (freezing)"
 if torchao_frozen in pt2e_mlp_variants:
     print("why, against torchao's dynamic MLP: the census above counts the int8 calls each runs, not which of "
-          "oneDNN's kernels ran; PT2E quantized the activations with scales fixed at calibration (unsigned 8-bit), "
+          "oneDNN's kernels ran; PT2E quantized the activations with scales fixed at calibration (unsigned, "
+          + ("8-bit" if onednn_dot else "7-bit on this CPU") + "), "
           "torchao quantizes them per row on every call (signed 8-bit), so besides that per-call work the two can "
           "take different int8 kernels, "
           + {"faster": "and this notebook does not profile which of the two accounts for the gap",
@@ -1420,8 +1421,8 @@ pt2e_word = pt2e_mlp_table.verdict(pt2e_label, pt2e_base)  # recorded above
 print(f"why, against {pt2e_base}: " + {
     "faster": (f"oneDNN's int8 kernels on this CPU (oneDNN: {route['isa']}) "
                + ("do several 8-bit multiply-adds per instruction" if onednn_dot else
-                  "have no 8-bit dot-product instruction, yet their 16-bit pair sums still multiply-add more "
-                  "numbers per instruction than float32 does")
+                  "have no 8-bit dot-product instruction; their 16-bit pair sums still put more products into one "
+                  "instruction than a float32 multiply-add does, though adding them up takes further instructions")
                + ("; they also read a quarter of the weight bytes, but the single-layer timing above found that layer "
                   "not limited by memory here, so that is not what made the difference" if mem_word == "lower" else
                   "; they also read a quarter of the weight bytes")
@@ -1445,7 +1446,8 @@ elif cpu_facts.profile:
 # above shows whether they were here): the freezing passes that torchao registers when its x86
 # quantizer is imported also match the `torch._int_mm` pattern of dynamic quantization. What still
 # differs is how the activations are quantized: PT2E fixed their scales at calibration (*static*,
-# unsigned 8-bit), torchao computes one per row on every call (*dynamic*, signed 8-bit). That is
+# unsigned; 7-bit on a CPU without VNNI), torchao computes one per row on every call (*dynamic*,
+# signed 8-bit). That is
 # per-call work PT2E does not do, and it can also send the two to different oneDNN kernels: the
 # census counts calls, not kernels, so it cannot say which of the two mattered. The verdict line says
 # how far apart they landed here.
@@ -1642,8 +1644,9 @@ bench.record("quant.qat.acc_recovered", qat_rows[2]["qat"] - qat_rows[2]["ptq"],
 # (torch variants) or the ONNX file (ONNX Runtime variants), each compared with fp32 in the same
 # format; latency is a batch of 16 sentences; quality is measured on the whole retrieval set.
 # Quick mode leaves out the compiled variants (compiling MiniLM takes a while). On a CPU without
-# VNNI or AMX, torchao's dynamic int8 variants run torch's own int8 loop (the route line near the
-# top says which route yours takes), and then the next cell alone can take a few minutes.
+# AVX-512 VNNI or AMX (AVX-VNNI alone is not enough), torchao's dynamic int8 variants run torch's
+# own int8 loop (the route line near the top says which route yours takes), and then the next cell
+# alone can take a few minutes.
 
 # %%
 def torchao_minilm(linear_config) -> nn.Module:

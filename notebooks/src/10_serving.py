@@ -601,7 +601,7 @@ print(f"{core.steps} forward passes for {len(prompts)} prompts of 24 tokens each
 # every open stream with a clear event, and `/metrics` exposes queue depth, batch sizes, latencies and
 # tokens per second in Prometheus format. Here it runs as a separate process on loopback, started
 # by `serve_in_subprocess`, so the load generator in this kernel does not share an interpreter with
-# it. Each mode serves 1, 8 and 32 concurrent clients. The cell after the table prints one of the
+# it. Each mode serves 1, 8 and 32 concurrent clients. The cell after the plot prints one of the
 # course's targets for this server, met or not met on your machine: at 32 clients, the better of the
 # two batching modes serves at least 4x the tokens per second of no batching.
 
