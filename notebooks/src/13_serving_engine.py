@@ -641,8 +641,8 @@ print(f"wall time, paged against rows: {runs['paged'][2] / runs['rows'][2]:.2f}x
 # top, holds it with a question and a short answer; the cell asserts that), then a different
 # question for each request. Requests keep arriving while earlier ones decode: one every second
 # step, and then, for comparison, one every step (twice the load). Time to first token (TTFT) with
-# and without prefix caching, same loop, same blocks. The course's target for this engine: a median
-# TTFT at least 3x shorter with the cache at the lighter load (the cell prints whether yours met it).
+# and without prefix caching, same loop, same blocks. The course sets a target for this engine's TTFT
+# gain at the lighter load; the cell prints it and whether yours met it.
 
 # %%
 SHARED, NEW = 448, 8
@@ -701,7 +701,7 @@ print(f"course target: TTFT at least 3x shorter with the prefix cache, one reque
 # every running sequence (and our `read` copies their blocks), which costs the same with or without
 # prefix caching. The more sequences decode
 # meanwhile, the larger that shared part, which can dilute the gain; the line on twice the load above
-# says whether it changed the gain on this machine. The 3x target is a goal, not a promise: the
+# says whether it changed the gain on this machine. The target is a goal, not a promise: the
 # shared decoding work sets how much of the saved prefill can show, and how much prefill costs next
 # to a decoding step differs from machine to machine.
 #
