@@ -50,6 +50,16 @@ def test_runner_passes_a_good_notebook_and_records_the_mode(tmp_path):
     assert executed.cells[0].outputs[0]["text"] == "hi\n"
 
 
+def test_runner_keeps_figures_in_the_executed_copy(tmp_path, monkeypatch):
+    monkeypatch.setenv("MPLBACKEND", "Agg")  # as under pytest: the kernel must not inherit it
+    nb = _notebook(tmp_path / "01_plot.ipynb",
+                   "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3]);")
+    run = runner.run_notebook(nb, quick=True, out_dir=tmp_path / "out")
+    assert run.ok, run.error
+    outputs = nbformat.read(tmp_path / "out" / "01_plot.ipynb", as_version=4).cells[0].outputs
+    assert any("image/png" in o.get("data", {}) for o in outputs), outputs
+
+
 def test_runner_reports_a_failing_cell(tmp_path):
     nb = _notebook(tmp_path / "02_bad.ipynb", "x = 1", "raise ValueError('planted failure')")
     run = runner.run_notebook(nb, quick=False)

@@ -42,6 +42,10 @@ class NotebookRun:
     output_tail: list[str] | None = None
 
 
+#: matplotlib's backend in a Jupyter kernel: figures become image outputs of their cell
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
+
+
 def course_notebooks(folder: Path | None = None) -> list[Path]:
     """Return the course notebooks (``NN_*.ipynb``) in order."""
     folder = folder or config.REPO_ROOT / "notebooks"
@@ -51,7 +55,9 @@ def course_notebooks(folder: Path | None = None) -> list[Path]:
 @contextmanager
 def _environment(quick: bool, blocked: bool, results: Path | None) -> Iterator[None]:
     """Set the variables the kernel inherits, and restore them afterwards."""
-    changes = {"COURSE_QUICK": "1" if quick else "0", "MPLBACKEND": "Agg",
+    # the inline backend, as in Jupyter, so the executed copies keep their figures (a test run's
+    # MPLBACKEND=Agg, inherited, would drop them)
+    changes = {"COURSE_QUICK": "1" if quick else "0", "MPLBACKEND": INLINE_BACKEND,
                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     changes.update({k: os.environ.get(k, v) for k, v in KERNEL_ENV.items()})  # thread policy
     changes["COURSE_PROGRESS"] = os.devnull  # the shipped stubs' "Not yet" is nobody's progress
