@@ -1,8 +1,9 @@
 """How do I write a count in a sentence? ``counted(3, "loop")`` gives ``"3 loops"``.
 
 Printed lines read better as "1 graph" and "2 graphs" than as "1 graph(s)"; the notebooks
-use :func:`counted` wherever a cell prints a number it measured beside a noun, and
-:func:`whole_percents` where a column of percents must add up.
+use :func:`counted` wherever a cell prints a number it measured beside a noun,
+:func:`about` where a count is an estimate whose last digits mean nothing ("about 190,000 calls"),
+and :func:`whole_percents` where a column of percents must add up.
 """
 
 from __future__ import annotations
@@ -26,6 +27,26 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
         raise ValueError(f"counted() needs a noun, got {noun!r}")
     word = noun if n == 1 else (plural if plural is not None else noun + "s")
     return f"{int(n):,} {word}"
+
+
+def about(n: float, noun: str, plural: str | None = None, digits: int = 2) -> str:
+    """Return an estimated count rounded to ``digits`` significant figures, with its noun:
+    ``about(185_942, "call")`` gives ``"about 190,000 calls"``, ``about(14.2, "call")`` ``"about 14 calls"``.
+
+    For counts worked out from measured times (a break-even point, say), whose precision is that of
+    the times: printing 185,942 claims six digits the measurement does not have. Counts below
+    ``10 ** digits`` keep every digit; a count rounds up to at least 1. ``n`` must be finite and
+    zero or more.
+    """
+    if isinstance(n, bool) or not isinstance(n, numbers.Real) or not math.isfinite(n) or n < 0:
+        raise ValueError(f"about() needs a finite count of zero or more, got {n!r}")
+    if not isinstance(digits, int) or digits < 1:
+        raise ValueError(f"about() needs digits >= 1, got {digits!r}")
+    whole = max(1, math.ceil(n)) if n > 0 else 0
+    if whole >= 10 ** digits:
+        step = 10 ** (len(str(whole)) - digits)
+        whole = round(whole / step) * step
+    return "about " + counted(whole, noun, plural)
 
 
 def whole_percents(shares: Sequence[float]) -> list[int]:

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from course_utils.text import counted, whole_percents
+from course_utils.text import about, counted, whole_percents
 
 
 @pytest.mark.parametrize(("n", "expected"), [(0, "0 loops"), (1, "1 loop"), (2, "2 loops"), (1024, "1,024 loops")])
@@ -46,3 +46,20 @@ def test_whole_percents_add_up_to_the_rounded_total(shares: list[float], expecte
 def test_whole_percents_rejects_negative_or_non_finite_shares(bad: list[float]) -> None:
     with pytest.raises(ValueError, match="finite shares"):
         whole_percents(bad)
+
+
+@pytest.mark.parametrize("n, text", [(185_942, "about 190,000 calls"), (1_225, "about 1,200 calls"),
+                                     (474, "about 470 calls"), (14, "about 14 calls"), (13.2, "about 14 calls"),
+                                     (0.3, "about 1 call"), (0, "about 0 calls"), (99.5, "about 100 calls"),
+                                     (995, "about 1,000 calls")])
+def test_about_rounds_an_estimate_to_two_figures(n, text):
+    assert about(n, "call") == text
+
+
+def test_about_keeps_more_digits_when_asked_and_rejects_bad_counts():
+    assert about(185_942, "call", digits=3) == "about 186,000 calls"
+    for bad in (-1, float("nan"), float("inf"), True, "12"):
+        with pytest.raises(ValueError, match="finite count"):
+            about(bad, "call")
+    with pytest.raises(ValueError, match="digits"):
+        about(10, "call", digits=0)

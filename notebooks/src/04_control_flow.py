@@ -94,6 +94,7 @@ else:
 import contextlib
 import io
 import re
+import textwrap
 import warnings
 
 import matplotlib.pyplot as plt
@@ -125,7 +126,8 @@ def key_line(err: Exception, match: str) -> str:
     line = next(ln for ln in str(err).splitlines() if re.search(match, ln, flags=re.I))
     quoted = re.search(r"got \w+\((['\"])(.*?)\1\)", line)  # Dynamo quotes the original error
     text = quoted.group(2) if quoted else line.strip()
-    return f"{type(err).__name__}: {' '.join(text.replace(chr(92) + 'n', ' ').split())[:180]}"
+    text = textwrap.shorten(text.replace(chr(92) + "n", " "), width=180, placeholder=" ...")  # whole words
+    return f"{type(err).__name__}: {text}"
 
 
 # %% [markdown]
@@ -236,7 +238,8 @@ print("\nthe strict error ends with this hint:",
 #   data-dependent branch and suggests `torch.cond`;
 # - **non-strict** export runs your Python for real, but on *fake* tensors that carry shapes and
 #   dtypes and no values. `h.norm() > LIMIT` becomes a boolean with an unknown value (the symbol `u0`
-#   in the message), and Python's `if` needs a definite `True` or `False`: export cannot "guard on" it.
+#   in the message; `Eq(u0, 1)` asks "is it true?"), and Python's `if` needs a definite `True` or
+#   `False`: export cannot "guard on" it.
 #
 # Either way the message is about the same thing: export would have to pick one branch from the
 # example input and silently bake it in, which would be wrong for every input that goes the other

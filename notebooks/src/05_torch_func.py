@@ -98,6 +98,7 @@ else:
 # %%
 import copy
 import math
+import textwrap
 import warnings
 
 import matplotlib.pyplot as plt
@@ -112,7 +113,7 @@ from course_utils import bench, config, exercises, session
 from course_utils.data import load_digits_split
 from course_utils.device import accelerator, requires_accelerator
 from course_utils.models import MLP
-from course_utils.text import counted
+from course_utils.text import about, counted
 
 # The first forward-mode call (jacfwd, jvp, hessian) makes torch load a few internal rules through
 # TorchScript, which warns about its own deprecation. The warning concerns torch's internals, not
@@ -302,7 +303,8 @@ try:
     raise AssertionError("train-mode BatchNorm cannot update unbatched running statistics under vmap")
 except RuntimeError as err:
     assert "running_mean or running_var" in str(err)
-    print(f"train mode, one minibatch per mapped item: RuntimeError: {str(err).splitlines()[0][:90]}...")
+    print("train mode, one minibatch per mapped item: RuntimeError:",
+          textwrap.shorten(str(err).splitlines()[0], width=90, placeholder=" ..."))
 torch.func.replace_all_batch_norm_modules_(bn_net)  # in place: stop tracking running statistics
 per_item = vmap(bn_net)(minibatches)
 torch.testing.assert_close(per_item[0], bn_net(minibatches[0]))
@@ -331,7 +333,7 @@ for what, (fn, expected_text) in cases.items():
         raise AssertionError(f"{what} should fail under vmap")
     except RuntimeError as err:
         assert expected_text in str(err), str(err)
-        print(f"{what:<35} RuntimeError: {str(err).splitlines()[0][:95]}")
+        print(f"{what:<35} RuntimeError: {textwrap.shorten(str(err).splitlines()[0], width=95, placeholder=' ...')}")
 
 # The fixes: torch.where instead of `if`, and say what randomness you want.
 torch.testing.assert_close(vmap(lambda t: torch.where(t.sum() > 0, t, -t))(x6),
@@ -1093,7 +1095,7 @@ compile_word = compile_table.verdict("compiled vmap(grad)", "eager vmap(grad)")
 payback = {"faster": "pays", "no clear difference": "cannot say", "slower": "does not pay"}[compile_word]
 bench.record_verdict("func.compile.payback", payback, compile_s=round(compile_s, 3))
 if payback == "pays":
-    print(f"the {compile_s:.1f} s compile pays for itself after about {math.ceil(compile_s / saved_s):,} calls"
+    print(f"the {compile_s:.1f} s compile pays for itself after {about(compile_s / saved_s, 'call')}"
           + (" (with the code from the cache; longer on a first run)" if from_disk else ""))
 elif payback == "cannot say" and compile_table.within_margin("compiled vmap(grad)", "eager vmap(grad)"):
     print(f"the compiled calls' median was within 5% of eager's: at batch {PSG_BATCH} compiling saves nothing "

@@ -122,7 +122,7 @@ from course_utils.data import (evaluate, load_retrieval_set, ranking_agreement, 
 from course_utils.deploy import onnx_tools
 from course_utils.device import requires_cuda, skip_cell
 from course_utils.models import load_minilm
-from course_utils.text import counted
+from course_utils.text import about
 
 print(session.start(seed=0))
 print(f"onnx {onnx.__version__}, onnxruntime {ort.__version__}, torchaudio {torchaudio.__version__}")
@@ -766,8 +766,8 @@ else:
     per_process = math.ceil(session_s / saved_s)
     with_export = math.ceil((export_s + session_s) / saved_s)
     print(f"each call at batch 1 saves {saved_s * 1e3:.1f} ms")
-    print(f"opening a session ({session_s:.2f} s) pays back after {counted(per_process, 'call')} in that process")
-    print(f"export + session ({export_s + session_s:.1f} s) pay back after {counted(with_export, 'call')}")
+    print(f"opening a session ({session_s:.2f} s) pays back after {about(per_process, 'call')} in that process")
+    print(f"export + session ({export_s + session_s:.1f} s) pay back after {about(with_export, 'call')}")
 
 # %% [markdown]
 # **Graph optimisations: do they pay here?** The fusions counted earlier remove nodes and the

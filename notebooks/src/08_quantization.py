@@ -1117,8 +1117,8 @@ if saturates_here and extra > ACC_BAND:
     print(f"  on this CPU the full-range variant's pair sums can saturate, and it lost {extra:.2f} points more")
 elif saturates_here:
     print(f"  on this CPU the full-range variant's pair sums can saturate, but no extra loss showed here (within "
-          f"{ACC_BAND} points): saturating needs large activations meeting large weights of the same sign, and this "
-          "model and test set did not produce enough of them")
+          f"{ACC_BAND} points): a pair saturates only where large activations meet large weights of the same sign, "
+          "and this cell does not count how often that happened, only that accuracy did not show it")
 else:
     print("  on this CPU nothing saturates, so the two differ only by the 7-bit weights' coarser steps")
 print("ORT static int8 (reduce_range): "
@@ -1264,9 +1264,11 @@ print("int8 tensors it reads:", int8_tensors)
 with torch.inference_mode():
     reference_out = mlp_pt2e(x_mlp)
     pt2e_err = ((reference_out - mlp(x_mlp)).norm() / mlp(x_mlp).norm()).item()
-print(f"relative error of the reference int8 graph against fp32: {pt2e_err:.4f}")
+PT2E_ERR_MAX = 0.05  # asserted below: int8 with calibrated scales keeps this MLP's output within 5%
+print(f"relative error of the reference int8 graph against fp32: {pt2e_err:.4f} (the cell asserts it stays "
+      f"below {PT2E_ERR_MAX}: {pt2e_err / PT2E_ERR_MAX:.0%} of that limit)")
 assert graph_ops["quantize_per_tensor"] == graph_ops["linear"] == 2 and len(int8_tensors) == 2
-assert pt2e_err < 0.05
+assert pt2e_err < PT2E_ERR_MAX
 
 
 # %% [markdown]

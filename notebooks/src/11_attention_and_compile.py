@@ -359,6 +359,19 @@ sliding_window = and_masks(causal_mask, window_mask)
 document_causal = and_masks(causal_mask, same_document)
 compiled_flex = torch.compile(flex_attention)
 
+
+def cache_counts() -> tuple[int, int]:
+    """Inductor's FX-graph cache hits and misses so far in this kernel."""
+    return counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
+
+
+def first_call_label(before: tuple[int, int]) -> str:
+    """What a first call did since `before` (a `cache_counts()`): compiled, or traced and loaded its code."""
+    hits, misses = (now - then for now, then in zip(cache_counts(), before))
+    if hits and not misses:
+        return "traced, code from the cache"
+    return f"compiles; {hits} of {hits + misses} graphs from the cache" if hits else "compiles"
+
 # %% [markdown]
 # Each variant's reference is SDPA with the equivalent dense inputs, built from the same rule on a
 # grid of indices: a boolean mask for the masks, and for ALiBi a float `attn_mask` holding the bias
@@ -384,7 +397,7 @@ FLEX_TOL = 1e-5
 flex = compiled_flex
 matches = 0
 for name, (block_mask, score_mod, reference) in variants.items():
-    start = time.perf_counter()
+    before, start = cache_counts(), time.perf_counter()
     try:
         out = flex(qf, kf, vf, score_mod=score_mod, block_mask=block_mask)
     except Exception as err:  # Inductor has no CPU FlexAttention without AVX2, nor on macOS
@@ -400,7 +413,7 @@ for name, (block_mask, score_mod, reference) in variants.items():
     err = (out - reference).abs().max().item()
     matches += err < FLEX_TOL
     print(f"{name:<15} max difference from SDPA {err:.1e} | "
-          f"first call ({'compiles' if flex is compiled_flex else 'unfused'}) {first_s:5.1f} s | "
+          f"first call ({first_call_label(before) if flex is compiled_flex else 'unfused'}) {first_s:5.1f} s | "
           f"blocks skipped {block_mask.sparsity():5.1f}%")
 assert matches == len(variants), "every FlexAttention variant must equal its SDPA reference"
 bench.record("attn.flex.variants_equal", matches, "count", variants=len(variants), seq=S_FLEX, tol=FLEX_TOL);
@@ -1354,7 +1367,7 @@ torch._dynamo.reset()
 counters.clear()
 start = time.perf_counter()
 compiled_step()
-print(f"first compiled step (compiles): {time.perf_counter() - start:.1f} s")
+print(f"first compiled step ({first_call_label((0, 0))}): {time.perf_counter() - start:.1f} s")
 eager_step()
 for _ in range(20):
     eager_step()
@@ -1407,7 +1420,7 @@ start = time.perf_counter()
 with torch._dynamo.config.patch(compiled_autograd=True):   # read when torch.compile wraps the function
     compiled_train_step = torch.compile(train_step)
     compiled_train_step(ca_model, xo, yo)
-print(f"first step with compiled autograd (compiles): {time.perf_counter() - start:.1f} s; "
+print(f"first step with compiled autograd ({first_call_label((0, 0))}): {time.perf_counter() - start:.1f} s; "
       f"backward graphs captured by compiled autograd: {counters['compiled_autograd']['captures']}; "
       f"graphs in all: {counters['stats']['unique_graphs']}, operations traced: {counters['stats']['calls_captured']}")
 grad_diff = max((a.grad - b.grad).abs().max().item() for a, b in zip(eager_model.parameters(), ca_model.parameters()))
