@@ -453,16 +453,18 @@ assert len(engine_runs["continuous"][1]) < len(engine_runs["static"][1])
 # padded tensor attention expects; production engines instead use an attention kernel that reads
 # the blocks in place through the table.
 #
-# The class also carries prefix caching (section 4): the `by_hash` table and `commit`.
+# The class also carries prefix caching (section 4): the `by_hash` table, each sequence's `chain`
+# of block hashes, and `commit`.
 
 # %%
 BLOCK = 16
 
 
-def block_hashes(tokens: list[int], block: int = BLOCK) -> list[bytes]:
-    """One hash per FULL block of `tokens`; each covers its block and every token before it."""
-    hashes, h = [], b""
-    for i in range(len(tokens) // block):
+def block_hashes(tokens: list[int], block: int = BLOCK, start: int = 0, prev: bytes = b"") -> list[bytes]:
+    """One hash per FULL block of `tokens` from block `start` on; each covers its block and every
+    token before it (`prev` is the hash of block `start - 1`, so a chain can be continued)."""
+    hashes, h = [], prev
+    for i in range(start, len(tokens) // block):
         h = hashlib.sha256(h + repr(tokens[i * block:(i + 1) * block]).encode()).digest()
         hashes.append(h)
     return hashes
@@ -472,7 +474,8 @@ class PagedKV:
     """KV cache in blocks of `block` positions, handed out from a free list through block tables."""
 
     def __init__(self, n_blocks: int, block: int = BLOCK, prefix_caching: bool = False) -> None:
-        shape = (cfg.n_layer, n_blocks, cfg.n_head, block, HEAD_DIM)
+        # heads before blocks: a gather of whole blocks then turns into attention's layout without a copy
+        shape = (cfg.n_layer, cfg.n_head, n_blocks, block, HEAD_DIM)
         self.k, self.v = torch.zeros(shape), torch.zeros(shape)
         self.block, self.prefix_caching = block, prefix_caching
         self.free = deque(range(n_blocks))      # unused blocks, the longest unused first
@@ -480,11 +483,13 @@ class PagedKV:
         self.table: dict[int, list[int]] = {}   # request id -> its block table
         self.by_hash: dict[bytes, int] = {}     # prefix caching: full blocks whose contents are known
         self.hash_of: dict[int, bytes] = {}
+        self.chain: dict[int, list[bytes]] = {}  # request id -> hashes of its blocks looked at so far
 
     def admit(self, r: Request) -> bool:
         table = self.table[r.rid] = []
         if self.prefix_caching:                 # reuse the longest run of known full blocks (§4)
-            for h in block_hashes(r.prompt, self.block)[:(len(r.prompt) - 1) // self.block]:
+            hashes = block_hashes(r.prompt, self.block)[:(len(r.prompt) - 1) // self.block]
+            for h in hashes:
                 b = self.by_hash.get(h)
                 if b is None:
                     break
@@ -492,6 +497,7 @@ class PagedKV:
                     self.free.remove(b)
                 self.refs[b] += 1
                 table.append(b)
+            self.chain[r.rid] = hashes[:len(table)]
         r.cached = len(table) * self.block
         if self.reserve(r, len(r.tokens())):    # room for its whole prompt now
             return True
@@ -513,6 +519,7 @@ class PagedKV:
         return True
 
     def release(self, r: Request) -> None:
+        self.chain.pop(r.rid, None)
         for b in self.table.pop(r.rid):
             self.refs[b] -= 1
             if self.refs[b] == 0:
@@ -522,9 +529,9 @@ class PagedKV:
         pos = torch.arange(start, start + kv[0][0].shape[2])
         blocks = torch.tensor(self.table[r.rid])[pos // self.block]   # the block table lookup
         offsets = pos % self.block
-        for layer, (k, v) in enumerate(kv):           # k[0]: (heads, T, head_dim) -> (T, heads, head_dim)
-            self.k[layer, blocks, :, offsets] = k[0].transpose(0, 1)
-            self.v[layer, blocks, :, offsets] = v[0].transpose(0, 1)
+        for layer, (k, v) in enumerate(kv):           # k[0]: (heads, T, head_dim), one position per block and offset
+            self.k[layer][:, blocks, offsets] = k[0]
+            self.v[layer][:, blocks, offsets] = v[0]
 
     def read(self, rs: list[Request], length: int) -> list:
         nb = -(-length // self.block)
@@ -532,16 +539,20 @@ class PagedKV:
                             else self.table[r.rid][:nb] for r in rs])   # padding blocks are masked anyway
         out = []
         for cache in (self.k, self.v):
-            g = cache[:, idx]                         # (layers, n, nb, heads, block, head_dim)
-            out.append(g.permute(0, 1, 3, 2, 4, 5).reshape(cfg.n_layer, len(rs), cfg.n_head, nb * self.block,
-                                                            HEAD_DIM)[:, :, :, :length])
+            g = cache[:, :, idx]                      # the one copy: (layers, heads, n, nb, block, head_dim)
+            # (layers, n, heads, nb * block, head_dim): a view, since each sequence's blocks lie side by side
+            out.append(g.transpose(1, 2).reshape(cfg.n_layer, len(rs), cfg.n_head, nb * self.block,
+                                                 HEAD_DIM)[:, :, :, :length])
         return [(out[0][layer], out[1][layer]) for layer in range(cfg.n_layer)]
 
     def commit(self, r: Request) -> None:
-        if self.prefix_caching:                       # make r's full, computed blocks findable (§4)
-            for h, b in zip(block_hashes(r.tokens()[:r.cached], self.block), self.table[r.rid]):
+        if self.prefix_caching:                       # make r's newly full, computed blocks findable (§4)
+            chain = self.chain.setdefault(r.rid, [])  # each block is hashed once, when it fills
+            new = block_hashes(r.tokens()[:r.cached], self.block, start=len(chain), prev=chain[-1] if chain else b"")
+            for h, b in zip(new, self.table[r.rid][len(chain):]):
                 if h not in self.by_hash and b not in self.hash_of:
                     self.by_hash[h], self.hash_of[b] = b, h
+            chain += new
 
 
 # %% [markdown]
@@ -618,8 +629,10 @@ print(f"wall time, paged against rows: {runs['paged'][2] / runs['rows'][2]:.2f}x
 
 # %% [markdown]
 # Fewer, fuller steps (asserted) save the fixed cost of each step, but the paged run also does
-# more of three things that take time. Its `read` gathers every block of a sequence and reorders
-# them into a padded tensor at every step, more copying than the row cache's read of its rows. Its
+# more of three things that take time. Its `read` gathers a sequence's blocks through its table at
+# every step, whole blocks, so it copies up to a block more per sequence than the row cache's read
+# of its rows (the cache keeps heads before blocks so that the gathered blocks are already in
+# attention's layout, with no second copy to reorder them). Its
 # preemptions make it compute some tokens twice (the counts above). And a batched step pads every
 # sequence to the longest one in it, so a step that holds more sequences of different lengths can
 # also compute attention over more padding (not counted here). The wall-time verdict above says how these balance on your
@@ -631,7 +644,9 @@ print(f"wall time, paged against rows: {runs['paged'][2] / runs['rows'][2]:.2f}x
 # Many requests start the same way: a system prompt, a few-shot preamble, a long document asked
 # several questions. With blocks, their keys and values can be shared. Each *full* block gets a
 # hash of its tokens and of everything before it (so equal hashes mean equal keys and values);
-# `commit` files computed blocks under their hash, and `admit` looks a newcomer's blocks up and
+# `commit` hashes each block once, when it fills, continuing the sequence's chain from the last
+# hash, and files it under that hash (hashing the whole chain again at every step would cost time
+# that grows with the sequence, at every step of every sequence); `admit` looks a newcomer's blocks up and
 # takes the longest run it finds, adding one to each block's reference count. The newcomer then
 # starts with `cached` already past the shared part and computes only the rest. (The last prompt
 # token is always computed, since its logits give the first answer token.) A block nobody uses
