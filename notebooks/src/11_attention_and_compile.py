@@ -372,6 +372,7 @@ def first_call_label(before: tuple[int, int]) -> str:
         return "traced, code from the cache"
     return f"compiles; {hits} of {hits + misses} graphs from the cache" if hits else "compiles"
 
+
 # %% [markdown]
 # Each variant's reference is SDPA with the equivalent dense inputs, built from the same rule on a
 # grid of indices: a boolean mask for the masks, and for ALiBi a float `attn_mask` holding the bias
