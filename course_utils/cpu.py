@@ -280,9 +280,10 @@ def onednn_report(timeout_s: float = 120.0) -> dict[str, str]:
     Runs a tiny int8 matrix product with ``ONEDNN_VERBOSE=1`` (about two seconds).
     Keys: ``isa`` (oneDNN's own words, such as "AVX2" or "AVX-512 with AVX512BW, AVX512VL, and
     AVX512DQ extensions", or "not reported") and ``int_mm`` ("oneDNN" when torch's int8 GEMM ran
-    as a oneDNN primitive, else "torch's own loop"). oneDNN starts every x86 ISA name with "Intel",
-    whoever made the CPU (an AMD EPYC reports "Intel AVX2"); that word is dropped here, since it
-    names the instruction set's origin, not this machine's maker.
+    as a oneDNN primitive, else "torch's own loop"). oneDNN brands every x86 ISA name "Intel"
+    ("Intel AVX2", "Intel AVX-512 with Intel DL Boost ..."), whoever made the CPU, so an AMD EPYC
+    reported "Intel AVX2"; that word is dropped here, since it names where the instruction set
+    came from, not this machine's maker.
     """
     env = dict(os.environ, ONEDNN_VERBOSE="1")
     try:
@@ -294,7 +295,7 @@ def onednn_report(timeout_s: float = 120.0) -> dict[str, str]:
     used = "torch's own loop (no oneDNN primitive ran)"
     for line in out.stdout.splitlines():
         if ",info,cpu,isa:" in line:
-            isa = line.split("isa:", 1)[1].strip().removeprefix("Intel ")
+            isa = line.split("isa:", 1)[1].strip().replace("Intel ", "")
         if ",primitive,exec,cpu," in line and "src_s8" in line:
             used = "oneDNN"
     if out.returncode != 0:

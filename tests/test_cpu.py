@@ -99,7 +99,7 @@ def test_exit_status_of_the_command_is_returned():
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="oneDNN's verbose ISA line is checked on x86-64")
 def test_onednn_report_names_the_isa_and_follows_the_profile(monkeypatch):
     native = cpu.onednn_report()
-    assert native["isa"] not in ("", "not reported") and not native["isa"].startswith("Intel"), native
+    assert native["isa"] not in ("", "not reported") and "Intel" not in native["isa"], native
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     capped = cpu.onednn_report()
     assert "AVX-512" not in capped["isa"] and "AVX2" in capped["isa"], capped

@@ -127,6 +127,8 @@ def key_line(err: Exception, match: str) -> str:
     quoted = re.search(r"got \w+\((['\"])(.*?)\1\)", line)  # Dynamo quotes the original error
     text = quoted.group(2) if quoted else line.strip()
     text = textwrap.shorten(text.replace(chr(92) + "n", " "), width=180, placeholder=" ...")  # whole words
+    if text.count("[") > text.count("]") and not text.endswith("..."):   # a tensor printed over several lines
+        text += " ..."
     return f"{type(err).__name__}: {text}"
 
 
@@ -237,9 +239,9 @@ print("\nthe strict error ends with this hint:",
 # - **strict** export runs Dynamo, the same bytecode reader as `torch.compile`, which reports the
 #   data-dependent branch and suggests `torch.cond`;
 # - **non-strict** export runs your Python for real, but on *fake* tensors that carry shapes and
-#   dtypes and no values. `h.norm() > LIMIT` becomes a boolean with an unknown value (the symbol `u0`
-#   in the message; `Eq(u0, 1)` asks "is it true?"), and Python's `if` needs a definite `True` or
-#   `False`: export cannot "guard on" it.
+#   dtypes and no values. `h.norm() > LIMIT` becomes an unknown value, the symbol `u0` in the
+#   message, standing for 0 or 1 (false or true; `Eq(u0, 1)` asks "is it true?"), and Python's `if`
+#   needs a definite `True` or `False`: export cannot "guard on" it.
 #
 # Either way the message is about the same thing: export would have to pick one branch from the
 # example input and silently bake it in, which would be wrong for every input that goes the other
@@ -1206,13 +1208,13 @@ for n in SIZES:
 # Read the first-call times together with the cache events beside them. A *hit* skips code
 # generation and the C++ build, so that version's first call is what is left: tracing and loading
 # the stored code (the cell does not split the two, and how long they take varies a lot between
-# machines); only between
-# versions that both compiled their graphs in this run (a miss or a bypass) do the times show that
-# `cond`'s first call compiles both branches up front, while the Python-if version compiles only the branch it took and pays for one more graph
-# the first time the other branch runs (section 1; here, inside the correctness checks).
-# The cell warmed Inductor up on a throwaway function first, so no variant pays its one-time
-# start-up; which first call is longer still depends on how code generation and C++ builds add up on
-# your machine. The events beside each first call say what Inductor's on-disk graph cache did: *hit*
+# machines). Compare first calls only between versions that both compiled their graphs in this run
+# (a miss or a bypass). `cond`'s first call compiles both branches up front; the Python-if version
+# compiles the graph before the `if` and the branch it took, and pays for one more graph the first
+# time the other branch runs (section 1; here, inside the correctness checks). The cell warmed
+# Inductor up on a throwaway function first, so no variant pays its one-time start-up; which first
+# call is longer depends on how those compiles add up on your machine, and with one sample each, a
+# gap of a few tenths of a second says nothing. The events beside each first call say what Inductor's on-disk graph cache did: *hit*
 # (found from an earlier run, so no code generation or C++ build), *miss* (compiled now and stored,
 # so the next run of the notebook finds it) or *bypass* (not stored; for `cond`'s graph because
 # Inductor declines graphs that hold a higher-order operator it cannot cache). The lines under the tables say, for

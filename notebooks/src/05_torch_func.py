@@ -239,8 +239,8 @@ print(f"inside the mapped function x has shape {seen_shapes[-1]}; "
 # 1. **It maps a model over a batch that the model can already take.** `model(batch)` gives the
 #    same result directly. `vmap` is for functions that *cannot* take a batch as written (like
 #    `score` above) or whose batch structure you need to change (per-sample gradients, ensembles,
-#    below). Wrapping an already-batched call in `vmap` can only add work; the cell below measures
-#    how much it adds here.
+#    below). Wrapping an already-batched call in `vmap` can only add work; the cell below times
+#    what that comes to here.
 # 2. **It teaches that a vmapped function needs a batch dimension.** It does not: inside `vmap`
 #    the function sees one sample, and the `unsqueeze(0)` fakes a batch *of one*. Code that reads
 #    the batch size from `x.shape[0]` inside then reads 1.
@@ -974,9 +974,14 @@ def ensemble_reason(r: dict) -> str:
                                  "explain this row; this cell does not measure what does"
                                  + busy)
     if r["vmap_ops"] > r["loop_ops"]:
-        return counts + (f": vmap ran {counted(r['vmap_ops'] - r['loop_ops'], 'more operation')} than the loop, so it "
-                         "paid more per-operation overhead, not less, on top of its batched kernels; this cell does "
-                         "not split its time further" + busy + rough)
+        more = f": vmap ran {counted(r['vmap_ops'] - r['loop_ops'], 'more operation')} than the loop"
+        return counts + more + {
+            "faster": ", yet it was faster: its batched kernels over the stacked members cost less than the loop's "
+                      "separate ones by more than the extra operations' overhead",
+            "no clear difference": ", and the times stayed within 5% or inside the timing spread: the extra "
+                                   "operations' overhead and the batched kernels about cancel here",
+            "slower": ", so it paid more per-operation overhead, not less, on top of its batched kernels",
+        }[r["verdict"]] + "; this cell does not split its time further" + busy + rough
     if r["vmap_ops"] == r["loop_ops"]:
         return counts + (": vmap ran as many operations as the loop, so it had no per-operation overhead to save; "
                          "this cell does not split its time further" + busy + rough)

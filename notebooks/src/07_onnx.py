@@ -483,8 +483,10 @@ if tables[1].verdict("ONNX Runtime", "eager PyTorch") != "faster":
     print("at batch 1 the two were not clearly different in this run (see the spread), so there is no batch-1 gain "
           "to compare with batch 32; the next cells still time the parts of a batch-1 call")
 elif gain_word == "higher":
-    print("the gain is larger at batch 1 (10% band); the next cells measure how much of the batch-1 gap "
-          "is a cost per call that does not grow with the tokens")
+    gained_32 = tables[32].verdict("ONNX Runtime", "eager PyTorch") == "faster"
+    print(("the gain is larger at batch 1 than at batch 32 (10% band)" if gained_32 else
+           "ONNX Runtime gained at batch 1 and not clearly at batch 32")
+          + "; the next cells measure how much of the batch-1 gap is a cost per call that does not grow with the tokens")
 else:
     print("the gain is not clearly larger at batch 1 on this machine (10% band)")
 from course_utils import cpu
@@ -656,7 +658,7 @@ print(f"  the matrix multiplies read every weight matrix once per call: {linear_
       f"({linear_weights * 4 / 2**20:.0f} MiB), however few the tokens"
       + (f"; eager also runs BERT's pooler ({pooler_weights / 1e6:.2f}M more), whose output nothing uses"
          + (", and the exported graph has it too" if pooler_exported else
-            " and the exported graph leaves out (it has no Tanh node)") if pooler_weights else ""))
+            ", and which the exported graph leaves out (it has no Tanh node)") if pooler_weights else ""))
 sdpa = any("scaled_dot_product" in op for op in aten_self)
 print("  (the two 'matrix multiplies' parts are counted differently: eager's attention products ran inside its "
       "attention operator (scaled_dot_product_attention), under 'other ATen operators', while ONNX Runtime's "

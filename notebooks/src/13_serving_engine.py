@@ -636,8 +636,9 @@ print(f"wall time, paged against rows: {runs['paged'][2] / runs['rows'][2]:.2f}x
 # preemptions make it compute some tokens twice (the counts above). And a batched step pads every
 # sequence to the longest one in it, so a step that holds more sequences of different lengths can
 # also compute attention over more padding (not counted here). The wall-time verdict above says how these balance on your
-# machine. The memory saving is what paging is for: on a GPU, where memory, not arithmetic, limits
-# the batch, more sequences per step is more throughput.
+# machine. The memory saving is what paging is for: on a GPU, where memory rather than arithmetic
+# usually limits the batch, more sequences per step can mean more throughput (section 7's GPU cell,
+# where a GPU is present, times a step of 32 sequences against a step of one).
 #
 # ## 4 · Prefix caching
 #
