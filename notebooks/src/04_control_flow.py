@@ -986,6 +986,10 @@ def cache_words(events: dict[str, int]) -> str:
 for n in SIZES:
     print(f"\n{n:,} elements (first compiled calls, s, and what the graph cache did: "
           + ", ".join(f"{k} {v:.1f} [{cache_words(cache_events[n][k])}]" for k, v in first_calls[n].items()) + ")")
+    compiled_here = [k for k in first_calls[n] if cache_events[n][k].get("miss") or cache_events[n][k].get("bypass")]
+    if len(compiled_here) < 2:   # a hit's first call skips code generation: it does not compare with a compile
+        print("  (" + (f"only {compiled_here[0]} compiled its graphs" if compiled_here else "no version compiled its "
+                       "graphs") + " in this run: these first calls do not compare with each other)")
     print(tables[n])
     if n == max(SIZES):  # on a short vector both memory timings are call overhead, not memory
         print(memory_tables[n])
@@ -1216,7 +1220,8 @@ for n in SIZES:
 # call is longer depends on how those compiles add up on your machine, and with one sample each, a
 # gap of a few tenths of a second says nothing. The events beside each first call say what Inductor's on-disk graph cache did: *hit*
 # (found from an earlier run, so no code generation or C++ build), *miss* (compiled now and stored,
-# so the next run of the notebook finds it) or *bypass* (not stored; for `cond`'s graph because
+# so the next run of the notebook finds it) or *bypass* (not stored, so every run generates its code
+# again, though the C++ builds of its kernels may still be found on disk; for `cond`'s graph because
 # Inductor declines graphs that hold a higher-order operator it cannot cache). The lines under the tables say, for
 # each version, what a second run can expect from it.
 #

@@ -956,26 +956,38 @@ def ensemble_reason(r: dict) -> str:
     table = ens_tables[r["n"]]
     rough = " (its timings were rough: see the note below)" if table.spread_note() else ""
     busy = f"; {table.load_note()}" if table.load_note() else ""
-    # Neither time should fall as members are added (the loop runs more operations, vmap the same ones on
-    # more data): a row clearly above a larger ensemble's time (or below a smaller one's), beyond the 5% margin
-    # and outside both timing spreads, was not set by the counts alone. A flat vmap time is what its counts predict.
+    return counts + count_reason(r, table, busy, rough) + out_of_line(r)
+
+
+def out_of_line(r: dict) -> str:
+    """A note where a time breaks the order the counts predict, against every neighbouring size.
+
+    Neither time should fall as members are added (the loop runs more operations, vmap the same ones on
+    more data): a time clearly above a larger ensemble's (or below a smaller one's), beyond the 5% margin
+    and outside both timing spreads, was not set by the counts alone. With one neighbour, the pair is named
+    without saying which of the two is off."""
     at = {row["n"]: row for row in ens_rows}
-    bigger = min((n for n in at if n > r["n"]), default=None)
-    smaller = max((n for n in at if n < r["n"]), default=None)
-    for other, sign in ((bigger, 1), (smaller, -1)):
-        if other is None:
-            continue
-        for side in ("loop", "vmap"):
-            hi, lo = (r, at[other]) if sign > 0 else (at[other], r)  # the row that should not be above the other
-            if (hi[f"{side}_ms"] > lo[f"{side}_ms"] * (1 + bench.VERDICT_MARGIN)
-                    and hi[f"{side}_ms"] - hi[f"{side}_iqr"] / 2 > lo[f"{side}_ms"] + lo[f"{side}_iqr"] / 2):
-                return counts + (f": out of line with the neighbouring sizes ({side} {r[f'{side}_ms']:.3f} ms here, "
-                                 f"{at[other][f'{side}_ms']:.3f} ms at {counted(other, 'member')}), so its size does not "
-                                 "explain this row; this cell does not measure what does"
-                                 + busy)
+    neighbours = [n for n in (max((n for n in at if n < r["n"]), default=None),
+                              min((n for n in at if n > r["n"]), default=None)) if n is not None]
+    def breaks(side: str, other: int) -> bool:
+        hi, lo = (r, at[other]) if other > r["n"] else (at[other], r)   # the row that should not be above
+        return (hi[f"{side}_ms"] > lo[f"{side}_ms"] * (1 + bench.VERDICT_MARGIN)
+                and hi[f"{side}_ms"] - hi[f"{side}_iqr"] / 2 > lo[f"{side}_ms"] + lo[f"{side}_iqr"] / 2)
+
+    for side in ("loop", "vmap"):
+        if neighbours and all(breaks(side, n) for n in neighbours):
+            there = " and ".join(f"{at[n][f'{side}_ms']:.3f} ms at {counted(n, 'member')}" for n in neighbours)
+            whose = "here" if len(neighbours) > 1 else "here (one of the two is off; this cell cannot say which)"
+            return (f" (note: {side}'s {r[f'{side}_ms']:.3f} ms {whose} is out of order with its {there}, which "
+                    "the counts do not explain; this cell does not measure what does)")
+    return ""
+
+
+def count_reason(r: dict, table, busy: str, rough: str) -> str:
+    """The reason the counted operations give for one ensemble size's verdict."""
     if r["vmap_ops"] > r["loop_ops"]:
         more = f": vmap ran {counted(r['vmap_ops'] - r['loop_ops'], 'more operation')} than the loop"
-        return counts + more + {
+        return more + {
             "faster": ", yet it was faster: its batched kernels over the stacked members cost less than the loop's "
                       "separate ones by more than the extra operations' overhead",
             "no clear difference": ", and the times stayed within 5% or inside the timing spread: the extra "
@@ -983,11 +995,11 @@ def ensemble_reason(r: dict) -> str:
             "slower": ", so it paid more per-operation overhead, not less, on top of its batched kernels",
         }[r["verdict"]] + "; this cell does not split its time further" + busy + rough
     if r["vmap_ops"] == r["loop_ops"]:
-        return counts + (": vmap ran as many operations as the loop, so it had no per-operation overhead to save; "
-                         "this cell does not split its time further" + busy + rough)
+        return (": vmap ran as many operations as the loop, so it had no per-operation overhead to save; "
+                "this cell does not split its time further" + busy + rough)
     tie = (": the medians are within 5%: the overhead saved and the cost of the batched kernels about cancel here"
            if table.within_margin("vmap", "loop") else ": the difference stayed inside the timing spread")
-    return counts + {
+    return {
         "faster": ": the overhead vmap removed outweighed the cost of its batched kernels" + rough,
         "no clear difference": tie + rough,
         "slower": ": the batched kernels (products over stacked weights) cost more here than the overhead "

@@ -483,10 +483,11 @@ if tables[1].verdict("ONNX Runtime", "eager PyTorch") != "faster":
     print("at batch 1 the two were not clearly different in this run (see the spread), so there is no batch-1 gain "
           "to compare with batch 32; the next cells still time the parts of a batch-1 call")
 elif gain_word == "higher":
-    gained_32 = tables[32].verdict("ONNX Runtime", "eager PyTorch") == "faster"
-    print(("the gain is larger at batch 1 than at batch 32 (10% band)" if gained_32 else
-           "ONNX Runtime gained at batch 1 and not clearly at batch 32")
-          + "; the next cells measure how much of the batch-1 gap is a cost per call that does not grow with the tokens")
+    print({"faster": "the gain is larger at batch 1 than at batch 32 (10% band)",
+           "no clear difference": "ONNX Runtime gained at batch 1 and not clearly at batch 32",
+           "slower": "ONNX Runtime gained at batch 1 and was slower at batch 32"}[
+              tables[32].verdict("ONNX Runtime", "eager PyTorch")]
+          + "; the next cells try to split the batch-1 gap into a cost per call and a cost per token")
 else:
     print("the gain is not clearly larger at batch 1 on this machine (10% band)")
 from course_utils import cpu

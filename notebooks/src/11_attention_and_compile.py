@@ -360,17 +360,19 @@ document_causal = and_masks(causal_mask, same_document)
 compiled_flex = torch.compile(flex_attention)
 
 
-def cache_counts() -> tuple[int, int]:
-    """Inductor's FX-graph cache hits and misses so far in this kernel."""
-    return counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
+def cache_counts() -> tuple[int, int, int]:
+    """Inductor's FX-graph cache hits, misses and bypasses (graphs it will not cache) so far in this kernel."""
+    return tuple(counters["inductor"][f"fxgraph_cache_{event}"] for event in ("hit", "miss", "bypass"))
 
 
-def first_call_label(before: tuple[int, int]) -> str:
+def first_call_label(before: tuple[int, int, int]) -> str:
     """What a first call did since `before` (a `cache_counts()`): compiled, or traced and loaded its code."""
-    hits, misses = (now - then for now, then in zip(cache_counts(), before))
-    if hits and not misses:
+    hits, misses, bypassed = (now - then for now, then in zip(cache_counts(), before))
+    if hits and not misses and not bypassed:
         return "traced, code from the cache"
-    return f"compiles; {hits} of {hits + misses} graphs from the cache" if hits else "compiles"
+    if not hits:
+        return "compiles"
+    return f"compiles; {hits} of {hits + misses + bypassed} graphs from the cache"
 
 
 # %% [markdown]
@@ -1124,9 +1126,14 @@ if most[1][1] > most[1][0]:
               f"({'; '.join(rough)}): there eager moved more than 10% between the model's groups, or the verdict "
               "over the model's fastest eager differs from the one over the row's own"
               if rough else "within 10% for every model, and each verdict is the same over the model's fastest eager"))
-print("verdicts on this machine, with the share of eager's operator time in library kernels (convolutions, "
-      "matrix multiplies, attention), the part that compiling hands to library kernels rather than generating "
-      "code for:")
+if len(rough) == len(rows):
+    print(f"no row gave a verdict in this run: eager itself moved between a model's groups (most for {most[0]}, "
+          f"{most[1][0]:.1f} to {most[1][1]:.1f} ms), more than the 10% the rule allows; rerun the cell that compiles "
+          "and times the models when the machine is quiet. The rows, with what each measured:")
+else:
+    print("verdicts on this machine, with the share of eager's operator time in library kernels (convolutions, "
+          "matrix multiplies, attention), the part that compiling hands to library kernels rather than generating "
+          "code for:")
 for row in rows:
     if row["word"] == "undecided":
         low, high = eager_spread[row["model"]]
@@ -1242,10 +1249,11 @@ for kind, suites in SUITES.items():
     # The published CPU figures were measured with freezing on, so ours are compared with freezing's mean.
     best = "freezing" if "freezing" in geo[kind] else "default"
     n_models = len(picked["default"])
-    no_verdict = sum(row["word"] == "undecided" for v in picked.values() for row in v)
+    no_verdict, n_rows = sum(row["word"] == "undecided" for v in picked.values() for row in v), sum(map(len, picked.values()))
     print(f"\n{kind}, {n_models} model{'s' if n_models != 1 else ''}, geometric mean over eager"
-          + (f" ({no_verdict} of its {sum(map(len, picked.values()))} rows gave no verdict of their own above)"
-             if no_verdict else "") + ": "
+          + ("" if not no_verdict else f" (none of its {n_rows} rows gave a verdict of its own above)"
+             if no_verdict == n_rows else f" ({no_verdict} of its {n_rows} rows gave no verdict of their own above)")
+          + ": "
           + ", ".join(f"{s} {g:.2f}x" for s, g in geo[kind].items())
           + ("" if geo_fastest == geo[kind] else
              "; over each model's fastest eager: " + ", ".join(f"{s} {g:.2f}x" for s, g in geo_fastest.items())))
@@ -1320,8 +1328,8 @@ print(f"largest first call: {largest['model']}, {largest['setting']}, {largest['
 #
 # What carries over is the method: compile your own model, check its output against eager, time it
 # side by side after warm-up, and read the first call beside the steady state: where compiling is
-# faster, the verdict lines say after about how many calls the saving adds up to the first call's
-# compile. On a laptop the compile cache (notebook 01, section 7) keeps a second process from paying
+# faster and the row gives a verdict, the verdict lines say after about how many calls the saving
+# adds up to the first call's compile. On a laptop the compile cache (notebook 01, section 7) keeps a second process from paying
 # it again. Freezing, and the max-autotune row built on it, is for a model you run for inference, never one you train.
 
 # %% [markdown]
@@ -1381,7 +1389,7 @@ torch._dynamo.reset()
 counters.clear()
 start = time.perf_counter()
 compiled_step()
-print(f"first compiled step ({first_call_label((0, 0))}): {time.perf_counter() - start:.1f} s")
+print(f"first compiled step ({first_call_label((0, 0, 0))}): {time.perf_counter() - start:.1f} s")
 eager_step()
 for _ in range(20):
     eager_step()
@@ -1434,7 +1442,7 @@ start = time.perf_counter()
 with torch._dynamo.config.patch(compiled_autograd=True):   # read when torch.compile wraps the function
     compiled_train_step = torch.compile(train_step)
     compiled_train_step(ca_model, xo, yo)
-print(f"first step with compiled autograd ({first_call_label((0, 0))}): {time.perf_counter() - start:.1f} s; "
+print(f"first step with compiled autograd ({first_call_label((0, 0, 0))}): {time.perf_counter() - start:.1f} s; "
       f"backward graphs captured by compiled autograd: {counters['compiled_autograd']['captures']}; "
       f"graphs in all: {counters['stats']['unique_graphs']}, operations traced: {counters['stats']['calls_captured']}")
 grad_diff = max((a.grad - b.grad).abs().max().item() for a, b in zip(eager_model.parameters(), ca_model.parameters()))

@@ -696,7 +696,7 @@ for every in (2, 1):
     ttft_said = cmp_every.describe("prefix cache", name=f"engine.prefix.ttft.every{every}")
     print(("one request every step" if every == 1 else f"one request every {every} steps")
           + f": prompt tokens computed {prefill['no prefix cache']} without, "
-          f"{prefill['prefix cache']} with ({work_ratio:.1f}x less prefill work); median TTFT over "
+          f"{prefill['prefix cache']} with ({work_ratio:.1f} times fewer); median TTFT over "
           f"{len(ttft['prefix cache'])} runs {cmp_every.row('no prefix cache').median_s * 1e3:.1f} ms without, "
           f"{cmp_every.row('prefix cache').median_s * 1e3:.1f} ms with: {ttft_said}")
 ttft_ratio = ttft_cmps[2].speedup("prefix cache")
@@ -707,8 +707,10 @@ print(f"TTFT gain at twice the load: {double_ratio:.2f}x against {ttft_ratio:.2f
 bench.record("engine.prefix.ttft_ratio", ttft_ratio, "x", shared_tokens=SHARED, requests=N_PREFIX, every_steps=2)
 target_word = bench.record_verdict("engine.prefix.ttft_target", "met" if ttft_ratio >= 3 else "not met",
                                    ratio=round(ttft_ratio, 3), target=3)
+near = bench.band_verdict(ttft_ratio, 3, band=0.15) == "no clear difference"   # two runs can differ this much
 print(f"course target: TTFT at least 3x shorter with the prefix cache, one request every 2 steps -> "
-      f"{'met' if target_word == 'met' else 'NOT met'} on this machine ({ttft_ratio:.2f}x)");
+      f"{'met' if target_word == 'met' else 'NOT met'} on this machine ({ttft_ratio:.2f}x"
+      + ("; within 15% of the target, so a rerun may land on either side)" if near else ")"));
 
 # %% [markdown]
 # The work saved is exact (asserted to the token): the system prompt is computed once, by the first
@@ -719,7 +721,8 @@ print(f"course target: TTFT at least 3x shorter with the prefix cache, one reque
 # meanwhile, the larger that shared part, which can dilute the gain; the line on twice the load above
 # says whether it changed the gain on this machine. The target is a goal, not a promise: the
 # shared decoding work sets how much of the saved prefill can show, and how much prefill costs next
-# to a decoding step differs from machine to machine.
+# to a decoding step differs from machine to machine; on a machine near the target, two runs can
+# fall on either side of it.
 #
 # ### Prefix caching in the course's engine
 #
