@@ -977,9 +977,9 @@ def out_of_line(r: dict) -> str:
     for side in ("loop", "vmap"):
         if neighbours and all(breaks(side, n) for n in neighbours):
             there = " and ".join(f"{at[n][f'{side}_ms']:.3f} ms at {counted(n, 'member')}" for n in neighbours)
-            whose = "here" if len(neighbours) > 1 else "here (one of the two is off; this cell cannot say which)"
-            return (f" (note: {side}'s {r[f'{side}_ms']:.3f} ms {whose} is out of order with its {there}, which "
-                    "the counts do not explain; this cell does not measure what does)")
+            which = "" if len(neighbours) > 1 else "one of the two is off, and this cell cannot say which; "
+            return (f" (note: {side}'s {r[f'{side}_ms']:.3f} ms here is out of order with its {there}, which the "
+                    f"counts do not explain; {which}this cell does not measure what does)")
     return ""
 
 
