@@ -31,12 +31,12 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
 
 def about(n: float, noun: str, plural: str | None = None, digits: int = 2) -> str:
     """Return an estimated count rounded to ``digits`` significant figures, with its noun:
-    ``about(185_942, "call")`` gives ``"about 190,000 calls"``, ``about(14.2, "call")`` ``"about 14 calls"``.
+    ``about(185_942, "call")`` gives ``"about 190,000 calls"``, ``about(13.2, "call")`` ``"about 14 calls"``.
 
     For counts worked out from measured times (a break-even point, say), whose precision is that of
-    the times: printing 185,942 claims six digits the measurement does not have. Counts below
-    ``10 ** digits`` keep every digit; a count rounds up to at least 1. ``n`` must be finite and
-    zero or more.
+    the times: printing 185,942 claims six digits the measurement does not have. A fraction rounds
+    up first (a break-even point falls in the next whole call), so any count above 0 gives at least
+    1; counts below ``10 ** digits`` then keep every digit. ``n`` must be finite and zero or more.
     """
     if isinstance(n, bool) or not isinstance(n, numbers.Real) or not math.isfinite(n) or n < 0:
         raise ValueError(f"about() needs a finite count of zero or more, got {n!r}")
