@@ -161,6 +161,36 @@ def first_call_and_cache(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> t
     return seconds, {e: counters["inductor"][f"fxgraph_cache_{e}"] - before[e] for e in CACHE_EVENTS}
 
 
+def _checked_events(events: Mapping[str, int]) -> dict[str, int]:
+    unknown = set(events) - set(CACHE_EVENTS)
+    if unknown:
+        raise ValueError(f"unknown graph-cache events {sorted(unknown)}; expected some of {CACHE_EVENTS}")
+    bad = {e: n for e, n in events.items() if not isinstance(n, int) or isinstance(n, bool) or n < 0}
+    if bad:
+        raise ValueError(f"graph-cache event counts must be whole numbers from 0 up, got {bad}")
+    return {e: events.get(e, 0) for e in CACHE_EVENTS}
+
+
+def cache_words(events: Mapping[str, int]) -> str:
+    """One call's graph-cache events as counts, as ``first_call_and_cache`` returns them: ``"miss 2"``,
+    ``"hit 1, bypass 1"``, or ``"no cache events"`` when there were none."""
+    counts = _checked_events(events)
+    return ", ".join(f"{e} {n}" for e, n in counts.items() if n) or "no cache events"
+
+
+def first_call_words(events: Mapping[str, int]) -> str:
+    """What a first call did, read from its graph-cache events: ``"compiled (miss 2)"``, ``"traced, code from the
+    cache (hit 2)"`` (Dynamo still traces; the generated code was found), ``"compiled, part from the cache (hit 1,
+    miss 1)"``, or ``"no cache events"`` (nothing compiled, or the cache is off)."""
+    counts = _checked_events(events)
+    built = counts["miss"] + counts["bypass"]
+    if not counts["hit"] and not built:
+        return "no cache events"
+    what = ("traced, code from the cache" if not built else "compiled" if not counts["hit"]
+            else "compiled, part from the cache")
+    return f"{what} ({cache_words(counts)})"
+
+
 @dataclass(frozen=True)
 class Row:
     """One variant in a comparison: its timing and its speed-up over the baseline."""

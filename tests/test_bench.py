@@ -285,6 +285,24 @@ def test_first_call_and_cache_counts_what_inductors_graph_cache_did():
     assert warm["hit"] >= 1 and warm["miss"] == 0, warm
 
 
+def test_cache_words_say_what_a_first_call_did():
+    assert bench.cache_words({"hit": 0, "miss": 2, "bypass": 0}) == "miss 2"
+    assert bench.cache_words({"hit": 1, "bypass": 1}) == "hit 1, bypass 1"
+    assert bench.cache_words(dict.fromkeys(bench.CACHE_EVENTS, 0)) == "no cache events"
+    assert bench.first_call_words({"miss": 2}) == "compiled (miss 2)"
+    assert bench.first_call_words({"miss": 1, "bypass": 1}) == "compiled (miss 1, bypass 1)"
+    assert bench.first_call_words({"hit": 3}) == "traced, code from the cache (hit 3)"
+    assert bench.first_call_words({"hit": 1, "bypass": 2}) == "compiled, part from the cache (hit 1, bypass 2)"
+    assert bench.first_call_words({}) == "no cache events"
+
+
+@pytest.mark.parametrize("events", [{"hits": 1}, {"miss": -1}, {"hit": 1.5}, {"bypass": True}])
+def test_cache_words_reject_what_first_call_and_cache_never_returns(events):
+    for words in (bench.cache_words, bench.first_call_words):
+        with pytest.raises(ValueError, match="graph-cache event"):
+            words(events)
+
+
 def test_page_faults_per_call_counts_fresh_pages_and_not_reused_memory():
     import mmap
 

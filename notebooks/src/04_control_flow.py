@@ -978,14 +978,9 @@ for n in tqdm(SIZES, desc="sizes"):
     copy_ms[n] = memory_tables[n].row(FRESH).median_s * 1e3
 
 
-def cache_words(events: dict[str, int]) -> str:
-    """One first call's graph-cache events, e.g. "miss 2", or "no cache events"."""
-    return ", ".join(f"{e} {count}" for e, count in events.items() if count) or "no cache events"
-
-
 for n in SIZES:
     print(f"\n{n:,} elements (first compiled calls, s, and what the graph cache did: "
-          + ", ".join(f"{k} {v:.1f} [{cache_words(cache_events[n][k])}]" for k, v in first_calls[n].items()) + ")")
+          + ", ".join(f"{k} {v:.1f} [{bench.cache_words(cache_events[n][k])}]" for k, v in first_calls[n].items()) + ")")
     compiled_here = [k for k in first_calls[n] if cache_events[n][k].get("miss") or cache_events[n][k].get("bypass")]
     if len(compiled_here) < 2:   # a hit's first call skips code generation: it does not compare with a compile
         print("  (" + (f"only {compiled_here[0]} compiled its graphs" if compiled_here else "no version compiled its "

@@ -439,8 +439,8 @@ print(f"on this CPU ({cpu_facts.cpu_class}) the int8 product is "
       f"{gemm_table.describe('int8 torch._int_mm', 'fp32 mm')}")
 onednn_dot = any(word in route["isa"] for word in ("DL Boost", "VNNI", "AMX"))
 if route["int_mm"] != "oneDNN":
-    why = ("torch has no vectorised int8 GEMM for this CPU: without AVX-512 VNNI it runs its own "
-           "fallback loop (no oneDNN primitive ran, as the route line shows), not a tuned int8 kernel")
+    why = ("no oneDNN primitive ran (the route line): on a CPU without AVX-512 VNNI torch runs the int8 product "
+           "in its own fallback code rather than in oneDNN's int8 kernels")
 elif onednn_dot:
     why = "oneDNN runs it with 8-bit dot-product instructions (VNNI or AMX), several multiply-adds per instruction"
 else:

@@ -360,20 +360,6 @@ document_causal = and_masks(causal_mask, same_document)
 compiled_flex = torch.compile(flex_attention)
 
 
-def cache_counts() -> tuple[int, int, int]:
-    """Inductor's FX-graph cache hits, misses and bypasses (graphs it will not cache) so far in this kernel."""
-    return tuple(counters["inductor"][f"fxgraph_cache_{event}"] for event in ("hit", "miss", "bypass"))
-
-
-def first_call_label(before: tuple[int, int, int]) -> str:
-    """What a first call did since `before` (a `cache_counts()`): compiled, or traced and loaded its code."""
-    hits, misses, bypassed = (now - then for now, then in zip(cache_counts(), before))
-    if hits and not misses and not bypassed:
-        return "traced, code from the cache"
-    if not hits:
-        return "compiles"
-    return f"compiles; {hits} of {hits + misses + bypassed} graphs from the cache"
-
 
 # %% [markdown]
 # Each variant's reference is SDPA with the equivalent dense inputs, built from the same rule on a
@@ -400,23 +386,21 @@ FLEX_TOL = 1e-5
 flex = compiled_flex
 matches = 0
 for name, (block_mask, score_mod, reference) in variants.items():
-    before, start = cache_counts(), time.perf_counter()
-    try:
-        out = flex(qf, kf, vf, score_mod=score_mod, block_mask=block_mask)
+    try:   # the first call's time, and what Inductor's graph cache did meanwhile
+        first_s, events = bench.first_call_and_cache(flex, qf, kf, vf, score_mod=score_mod, block_mask=block_mask)
     except Exception as err:  # Inductor has no CPU FlexAttention without AVX2, nor on macOS
         if flex is flex_attention or "not supported for CPU" not in str(err):
             raise
         flex = flex_attention  # the unfused reference: the same answers, none of the fusion
         cause = next(ln.strip() for ln in str(err).splitlines() if "not supported for CPU" in ln)
         print(f"compiled FlexAttention is not available here ({cause}); this cell and the ones below use the "
-              "unfused reference (the first row's time includes the failed compile, and the reference's warning "
-              "to use torch.compile does not apply on this CPU)")
-        out = flex(qf, kf, vf, score_mod=score_mod, block_mask=block_mask)
-    first_s = time.perf_counter() - start
+              "unfused reference (its warning to use torch.compile does not apply on this CPU)")
+        first_s, events = bench.first_call_and_cache(flex, qf, kf, vf, score_mod=score_mod, block_mask=block_mask)
+    out = flex(qf, kf, vf, score_mod=score_mod, block_mask=block_mask)
     err = (out - reference).abs().max().item()
     matches += err < FLEX_TOL
     print(f"{name:<15} max difference from SDPA {err:.1e} | "
-          f"first call ({first_call_label(before) if flex is compiled_flex else 'unfused'}) {first_s:5.1f} s | "
+          f"first call ({bench.first_call_words(events) if flex is compiled_flex else 'unfused'}) {first_s:5.1f} s | "
           f"blocks skipped {block_mask.sparsity():5.1f}%")
 assert matches == len(variants), "every FlexAttention variant must equal its SDPA reference"
 bench.record("attn.flex.variants_equal", matches, "count", variants=len(variants), seq=S_FLEX, tol=FLEX_TOL);
@@ -858,7 +842,7 @@ print(f"regional takes {steady_ratio:.2f}x the whole model's time per call: {ban
 # Each model runs eager and under these settings:
 #
 # - **default**: `torch.compile(model)` and nothing else;
-# - **freezing** (`torch._inductor.config.freezing = True`, for inference only): Inductor may treat the
+# - **freezing** (Inductor's `freezing` setting, for inference only): Inductor may treat the
 #   weights as constants, so it folds each batch norm into the convolution before it, computes once
 #   whatever depends on weights alone, and stores the weights in the layout oneDNN's kernels read
 #   best. Later changes to the weights are ignored, so never freeze a model you are training;
@@ -950,14 +934,21 @@ print(f"native bf16 instructions: {', '.join(native_bf16) if native_bf16 else 'n
       f"bf16 rows {'run' if bf16_here else 'skipped: ' + why_not}")
 
 # %% [markdown]
-# One function measures one compile of one model. Dynamo does not look at Inductor's settings when it
-# reuses compiled code, so each group of settings starts from `torch._dynamo.reset()` and keeps its
-# first calls and its timing inside those settings. Each group times eager again beside its compiled
-# model, so the cell that prints the table also takes each speed-up over the model's fastest eager
-# run: where eager moved more than 10% between groups, or the two baselines give different verdicts,
-# a row gives none. bf16 shares the frozen group: calling the same compiled model inside
-# `torch.autocast` fails a guard on the autocast state and compiles a second graph, so frozen fp32
-# and bf16 are timed side by side.
+# One function compiles one model under every setting and times them all. Each setting reaches the
+# compiler twice, and needs both. It goes into the model's own `torch.compile` call,
+# `torch.compile(model, options={"freezing": True})` (for max-autotune, the options its mode stands for,
+# plus freezing), because Dynamo keeps compiled versions apart by that call's arguments (and by guards on
+# the inputs and on state such as grad mode and autocast), not by Inductor's global settings: a second
+# `torch.compile(model)` would quietly reuse the first one's code. And the first call runs inside
+# `torch._inductor.config.patch` with the same settings, because Dynamo itself reads the global
+# `freezing` setting while it traces: with gradients off, it then treats the weights as fixed, which is
+# what lets Inductor fold them into the code. Passed only as an option, in torch 2.14, freezing reaches
+# Inductor after the weights were traced as ordinary inputs, and nothing is frozen. The cell asserts
+# that each setting's first call compiled graphs of its own. bf16 calls the frozen compiled model inside
+# `torch.autocast`, which fails a guard on the autocast state and compiles a second graph. With all of a
+# model's versions in one process, eager and every compiled version are timed in one interleaved
+# comparison: a slow spell on a busy machine hits every row alike, and every verdict is over the same
+# eager run.
 #
 # The error bounds. In float32 the compiled code adds in another order and folds batch norms into the
 # weights, each a rounding of about 1e-7 of a value, so a relative error (in norm) above 1e-4 would be a
@@ -997,24 +988,33 @@ def as_is(fn):
     return fn
 
 
-def compile_group(model, inputs, mode, inductor, variants, cold=True):
-    """Compile model once with these settings; return each variant's first call, error and a side-by-side timing.
+def compile_settings(name, model, inputs, settings):
+    """Compile model once per setting, check each output against eager's, and time eager and every compiled
+    version side by side. settings: label -> (torch.compile options, wrapper around the compiled model).
 
-    cold: the first calls start from an empty Inductor cache (full mode); False leaves the cache as the caller set it.
-    """
+    Full mode: the default setting's first call starts from an empty Inductor cache and the others share a
+    second one (each later one reuses kernels an earlier one built); quick mode uses the on-disk cache."""
     torch._dynamo.reset()
-    counters.clear()
-    compiled = torch.compile(model, mode=mode)
-    fns = {label: wrap(compiled) for label, wrap in variants.items()}
-    with torch.no_grad(), torch._inductor.config.patch(inductor), redirect_stderr(io.StringIO()):
+    compiled, fns, first_s, cache, tuning = {}, {}, {}, {}, {}
+    with torch.no_grad(), redirect_stderr(io.StringIO()):
         reference = model(*inputs)
-        with empty_cache() if cold else contextlib.nullcontext():
-            first = {label: bench.first_call(fn, *inputs) for label, fn in fns.items()}
+        for labels in (["default"], [label for label in settings if label != "default"]):
+            with empty_cache() if labels else contextlib.nullcontext():
+                for label in labels:
+                    options, wrap = settings[label]
+                    key = tuple(sorted(options.items()))   # settings with the same options share one compile
+                    if key not in compiled:
+                        compiled[key] = torch.compile(model, options=options or None)
+                    fns[label] = wrap(compiled[key])
+                    before = {k: counters[g][k] for g, k in TUNING_COUNTERS.values()}
+                    graphs = counters["stats"]["unique_graphs"]
+                    with torch._inductor.config.patch(options):   # Dynamo reads `freezing` while it traces
+                        first_s[label], cache[label] = bench.first_call_and_cache(fns[label], *inputs)
+                    assert counters["stats"]["unique_graphs"] > graphs, f"{name}, {label}: no graph of its own"
+                    tuning[label] = {what: counters[g][k] - before[k] for what, (g, k) in TUNING_COUNTERS.items()}
         errors = {label: rel_err(fn(*inputs), reference) for label, fn in fns.items()}
-        table = bench.compare({"eager": model, **fns}, *inputs, warmup=1, min_run_time=0.3)
-    return {"first_s": first, "errors": errors, "table": table,
-            "autotuned": counters["inductor"]["select_algorithm_autotune"],
-            "templates": counters["inductor"]["cpp_templated_kernel_counter"]}
+        table = bench.compare({"eager": model, **fns}, *inputs, warmup=1, min_run_time=0.6)
+    return {"first_s": first_s, "cache": cache, "errors": errors, "table": table, "tuning": tuning}
 
 
 SHARE_CALLS = 5  # summed over a few calls: one call's share moves a lot on a busy machine
@@ -1030,56 +1030,46 @@ def library_share(model, inputs):
     return library / sum(e.self_cpu_time_total for e in ops)
 
 
+# what max-autotune did: matrix-multiply shapes it timed candidates for, and kernels from Inductor's own templates
+TUNING_COUNTERS = {"autotuned": ("inductor", "select_algorithm_autotune"),
+                   "templates": ("inductor", "cpp_templated_kernel_counter")}
+FROZEN = {"freezing": True}
+MAX_AUTOTUNE = {**torch._inductor.list_mode_options("max-autotune"), **FROZEN}
 real = {}
 table_start = time.perf_counter()
 for name, (kind, key, _, extra) in tqdm(REAL.items(), desc="models", ncols=80):
     model, inputs = built[name]
-    groups = {"default": compile_group(model, inputs, "default", {}, {"default": as_is})}
+    settings = {"default": ({}, as_is)}
     if not config.is_quick():
-        frozen = {"freezing": as_is, **({"bf16 autocast": in_bf16} if "bf16 autocast" in extra and bf16_here else {})}
-        with empty_cache():   # one empty cache for freezing and max-autotune: the second reuses the first's kernels
-            groups["freezing"] = compile_group(model, inputs, "default", {"freezing": True}, frozen, cold=False)
-            if "max-autotune" in extra:
-                groups["max-autotune"] = compile_group(model, inputs, "max-autotune", {"freezing": True},
-                                                       {"max-autotune": as_is}, cold=False)
-    real[name] = {"kind": kind, "key": key, "groups": groups, "library": library_share(model, inputs)}
+        settings["freezing"] = (FROZEN, as_is)
+        if "bf16 autocast" in extra and bf16_here:
+            settings["bf16 autocast"] = (FROZEN, in_bf16)
+        if "max-autotune" in extra:
+            settings["max-autotune"] = (MAX_AUTOTUNE, as_is)
+    real[name] = {"kind": kind, "key": key, **compile_settings(name, model, inputs, settings),
+                  "library": library_share(model, inputs)}
 table_s = time.perf_counter() - table_start
 
 # %%
 SETTING_KEYS = {"default": "default", "freezing": "freezing", "max-autotune": "max_autotune", "bf16 autocast": "bf16"}
-COLOURS = {"faster": "tab:green", "no clear difference": "tab:gray", "slower": "tab:red", "undecided": "tab:orange"}
+COLOURS = {"faster": "tab:green", "no clear difference": "tab:gray", "slower": "tab:red"}
 rows = []
 for name, r in real.items():
-    # Eager is timed again in each group, with the same model and inputs in this process: its fastest median over
-    # the groups is a second baseline for every row of the model.
-    eager_rows = [group["table"].row("eager") for group in r["groups"].values()]
-    fastest_eager = min(eager_rows, key=lambda row: row.median_s)
-    eager_moved = bench.band_verdict(max(row.median_s for row in eager_rows), fastest_eager.median_s,
-                                     band=0.1) != "no clear difference"
-    for group in r["groups"].values():
-        for label, first_s in group["first_s"].items():
-            tol = BF16_TOL if label == "bf16 autocast" else FP32_TOL
-            assert group["errors"][label] < tol, f"{name}, {label}: relative error {group['errors'][label]:.1e} (bound {tol})"
-            table = group["table"]
-            eager, compiled = table.row("eager"), table.row(label)
-            word = own_word = table.verdict(label)
-            # The same rule (5% margin, spreads apart) against the fastest eager row, whichever group timed it.
-            over_fastest = bench.Comparison("eager", [fastest_eager, compiled]).verdict(label)
-            # Where eager moved more than 10% between the groups, or the two baselines give different verdicts,
-            # the row gives none: it is recorded as undecided.
-            word = "undecided" if eager_moved or over_fastest != word else word
-            bench.record_verdict(f"compile.real.{r['key']}.{SETTING_KEYS[label]}_vs_eager", word,
-                                 noisy=any(x.iqr_s > bench.NOISY_SPREAD * x.median_s for x in (eager, compiled)),
-                                 label=label, against="eager", ratio=round(table.speedup(label), 4),
-                                 ratio_over_fastest_eager=round(fastest_eager.median_s / compiled.median_s, 4),
-                                 margin=bench.VERDICT_MARGIN)
-            rows.append({"model": name, "kind": r["kind"], "setting": label, "first_s": first_s,
-                         "eager_ms": eager.median_s * 1e3, "fastest_eager_ms": fastest_eager.median_s * 1e3,
-                         "ms": compiled.median_s * 1e3,
-                         "eager_iqr": eager.iqr_s * 1e3, "iqr": compiled.iqr_s * 1e3,
-                         "speedup": table.speedup(label), "fastest_speedup": fastest_eager.median_s / compiled.median_s,
-                         "error": group["errors"][label], "word": word, "said": table.describe(label),
-                         "own_word": own_word, "fastest_word": over_fastest})
+    table = r["table"]
+    eager = table.row("eager")
+    for label, first_s in r["first_s"].items():
+        tol = BF16_TOL if label == "bf16 autocast" else FP32_TOL
+        assert r["errors"][label] < tol, f"{name}, {label}: relative error {r['errors'][label]:.1e} (bound {tol})"
+        compiled = table.row(label)
+        word = bench.record_verdict(f"compile.real.{r['key']}.{SETTING_KEYS[label]}_vs_eager", table.verdict(label),
+                                    noisy=any(x.iqr_s > bench.NOISY_SPREAD * x.median_s for x in (eager, compiled)),
+                                    label=label, against="eager", ratio=round(table.speedup(label), 4),
+                                    margin=bench.VERDICT_MARGIN)
+        rows.append({"model": name, "kind": r["kind"], "setting": label, "first_s": first_s,
+                     "first_words": bench.first_call_words(r["cache"][label]),
+                     "eager_ms": eager.median_s * 1e3, "ms": compiled.median_s * 1e3,
+                     "eager_iqr": eager.iqr_s * 1e3, "iqr": compiled.iqr_s * 1e3, "speedup": table.speedup(label),
+                     "error": r["errors"][label], "word": word, "said": table.describe(label)})
 
 print(f"{'model':<27} {'setting':<14} {'first call':>10} {'eager ms (IQR)':>15} {'compiled ms (IQR)':>18} "
       f"{'speed-up':>8} {'error':>8}")
@@ -1090,20 +1080,20 @@ first_calls_s = sum(row["first_s"] for row in rows)
 bf16_ran = any(row["setting"] == "bf16 autocast" for row in rows)
 print(f"\nevery output within {FP32_TOL:g} (fp32)" + (f" or {BF16_TOL:g} (bf16)" if bf16_ran else "")
       + " of eager's, relative")
-print(f"the table took {table_s:.0f} s on this machine: {first_calls_s:.0f} s in the {len(rows)} first calls (compiling), "
+print(f"the table took {table_s:.0f} s on this machine: {first_calls_s:.0f} s in the {len(rows)} first calls, "
       f"{round(table_s) - round(first_calls_s)} s in timing, error checks and profiling")
 bench.record("compile.real.table_s", table_s, "s", first_calls_s=first_calls_s, rows=len(rows), models=len(real),
              batch=REAL_BATCH, threads=torch.get_num_threads())
-eager_spread = {}
-for row in rows:
-    low, high = eager_spread.get(row["model"], (math.inf, 0.0))
-    eager_spread[row["model"]] = (min(low, row["eager_ms"]), max(high, row["eager_ms"]))
-most = max(eager_spread.items(), key=lambda item: item[1][1] / item[1][0])
-rough = [f"{row['model']}, {row['setting']}" for row in rows if row["word"] == "undecided"]
+# What Inductor's graph cache did in each first call: in full mode every setting starts from an empty cache,
+# and a later frozen setting may find kernels an earlier one stored.
+plain = [row for row in rows if row["first_words"].startswith("compiled (")]
+print("first calls: " + ("every one compiled all of its graphs" if len(plain) == len(rows) else "; ".join(
+    f"{row['model']}, {row['setting']}: {row['first_words']}" for row in rows if row not in plain)
+    + (f"; the other {counted(len(plain), 'row')} compiled all of their graphs" if plain else "")))
 
 
 def spread_cause(table):
-    """Why a group's timings spread, by the other programs' load sampled just after them; the timings are retaken
+    """Why a model's timings spread, by the other programs' load sampled just after them; the timings are retaken
     by the cell above, which compiles every model again, not by this one."""
     load, rerun = table.other_load, f"rerun the cell above, which compiles and times every model ({table_s:.0f} s here)"
     if load is None:
@@ -1115,45 +1105,16 @@ def spread_cause(table):
             f"themselves varied or a burst of other work had ended before the sample; treat them as rough and {rerun}")
 
 
-noisy = [(name, setting, group["table"].spread_note(cause=spread_cause(group["table"]))) for name, r in real.items()
-         for setting, group in r["groups"].items() if group["table"].spread_note()]
-for name, setting, note in noisy:  # groups with a row whose IQR exceeds 20% of its median
-    print(f"{name}, {setting} group: {note}")
-if most[1][1] > most[1][0]:
-    print(f"eager is timed again in each group, and its median moves between groups (most for {most[0]}: "
-          f"{most[1][0]:.1f} to {most[1][1]:.1f} ms); " + (
-              f"{counted(len(rough), 'row')} {'gives' if len(rough) == 1 else 'give'} no verdict below "
-              f"({'; '.join(rough)}): there eager moved more than 10% between the model's groups, or the verdict "
-              "over the model's fastest eager differs from the one over the row's own"
-              if rough else "within 10% for every model, and each verdict is the same over the model's fastest eager"))
-if len(rough) == len(rows):
-    print(f"no row gave a verdict in this run: eager itself moved between a model's groups (most for {most[0]}, "
-          f"{most[1][0]:.1f} to {most[1][1]:.1f} ms), more than the 10% the rule allows; rerun the cell that compiles "
-          "and times the models when the machine is quiet. The rows, with what each measured:")
-else:
-    print("verdicts on this machine, with the share of eager's operator time in library kernels (convolutions, "
-          "matrix multiplies, attention), the part that compiling hands to library kernels rather than generating "
-          "code for:")
+for name, r in real.items():  # models with a row whose IQR exceeds 20% of its median
+    if r["table"].spread_note():
+        print(f"{name}: {r['table'].spread_note(cause=spread_cause(r['table']))}")
+print("verdicts on this machine, each over the model's eager run in the same interleaved timing, with the share of "
+      "eager's operator time in library kernels (convolutions, matrix multiplies, attention), the part that "
+      "compiling hands to library kernels rather than generating code for:")
 for row in rows:
-    if row["word"] == "undecided":
-        low, high = eager_spread[row["model"]]
-        over = (f"{row['speedup']:.2f}x over this group's eager, which was the model's fastest" if row["eager_ms"] == low else
-                f"{row['speedup']:.2f}x over this group's eager, {row['fastest_speedup']:.2f}x over the model's fastest")
-        why = (f"eager moved more than 10% between this model's groups (medians {low:.1f} to {high:.1f} ms)"
-               if bench.band_verdict(high, low, band=0.1) != "no clear difference" else
-               f"the verdict over this group's eager ({row['own_word']}) differs from the one over the model's fastest "
-               f"eager ({row['fastest_word']}); eager's medians were {low:.1f} to {high:.1f} ms")
-        print(f"- {row['model']}, {row['setting']}: rough: {why}, so no verdict ({over}) "
-              f"| library share {real[row['model']]['library']:.0%}")
-        continue
     repaid = ""
-    if row["word"] == "faster":  # faster over both baselines, so each saves time per call
-        # The first call over the time each call saves: against this group's eager, and (fewer saved, more calls)
-        # against the model's fastest eager.
-        own, over_fastest = (about(row["first_s"] * 1e3 / (eager_ms - row["ms"]), "call")
-                             for eager_ms in (row["eager_ms"], row["fastest_eager_ms"]))
-        repaid = f"; the first call is repaid after {own}" + (
-            "" if over_fastest == own else f" over this group's eager, {over_fastest} over the model's fastest")
+    if row["word"] == "faster":  # so each call saves time: the first call over the time saved per call
+        repaid = f"; the first call is repaid after {about(row['first_s'] * 1e3 / (row['eager_ms'] - row['ms']), 'call')}"
     print(f"- {row['model']}, {row['setting']}: {row['said']} | library share {real[row['model']]['library']:.0%}{repaid}")
 
 fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.32 * len(rows)))
@@ -1161,20 +1122,16 @@ ax.barh([f"{row['model']}, {row['setting']}" for row in rows], [row["speedup"] f
         color=[COLOURS[row["word"]] for row in rows])
 ax.axvline(1.0, color="black", lw=1)
 ax.set_xscale("log")
-ax.set_xlabel("speed-up over eager (log scale): green faster, grey no clear difference, red slower"
-              + (", orange no verdict (eager moved)" if rough else ""))
+ax.set_xlabel("speed-up over eager (log scale): green faster, grey no clear difference, red slower")
 ax.invert_yaxis()
 ax.set_title(f"torch.compile on real models, this CPU, batch {REAL_BATCH}")
 fig.tight_layout();
 
 
 # %% [markdown]
-# Two settings build on freezing, so the next cell also judges them against it: bf16 against frozen
-# fp32 where bf16 ran (timed side by side in one group) and max-autotune against freezing (two groups,
-# each timed against its own eager, so their speed-ups are compared with a 10% band, and called
-# undecided when eager itself moved more than that between the groups). Then the
-# geometric mean of each kind, beside the published figures, called undecided where its verdict
-# changes when each speed-up is taken over the model's fastest eager run instead of its own group's.
+# Two settings build on freezing, so the next cell also judges them against it, in the same interleaved
+# timing: bf16 against frozen fp32 where bf16 ran, and max-autotune against freezing. Then the geometric
+# mean of each kind, beside the published figures.
 
 # %%
 def geomean(values):
@@ -1184,55 +1141,25 @@ def geomean(values):
 
 bf16_gains = {}
 for name, r in real.items():
-    frozen = r["groups"].get("freezing")
-    if frozen and "bf16 autocast" in frozen["first_s"]:
-        said = frozen["table"].describe("bf16 autocast", "freezing", name=f"compile.real.{r['key']}.bf16_vs_freezing")
-        bf16_gains[name] = frozen["table"].ratio("freezing", "bf16 autocast")
+    table = r["table"]
+    if "bf16 autocast" in r["first_s"]:
+        said = table.describe("bf16 autocast", "freezing", name=f"compile.real.{r['key']}.bf16_vs_freezing")
+        bf16_gains[name] = table.ratio("freezing", "bf16 autocast")
         print(f"{name}, bf16 autocast against frozen fp32: {said}")
-    if "max-autotune" in r["groups"]:
-        tuned_table, frozen_table = r["groups"]["max-autotune"]["table"], frozen["table"]
-        tuned, plain = tuned_table.speedup("max-autotune"), frozen_table.speedup("freezing")
-        # Each speed-up is over its own group's eager run: when eager itself moved more than the band
-        # between the two groups, the ratio of the speed-ups cannot settle which compiled model is faster.
-        eager_ms = [t.row("eager").median_s * 1e3 for t in (frozen_table, tuned_table)]
-        eager_moved = bench.band_verdict(eager_ms[1], eager_ms[0], band=0.1) != "no clear difference"
-        word = bench.band_verdict(tuned, plain, band=0.1)
-        word = "undecided" if eager_moved and word != "no clear difference" else word
-        # The two compiled rows come from different groups: a direction needs their spreads apart too.
-        compiled_rows = (frozen_table.row("freezing"), tuned_table.row("max-autotune"))
-        lo, hi = ([row.median_s + sign * row.iqr_s / 2 for row in compiled_rows] for sign in (-1, 1))
-        rows_overlap = lo[0] <= hi[1] and lo[1] <= hi[0]
-        inside_spread = word in ("higher", "lower") and rows_overlap
-        word = "no clear difference" if inside_spread else word
-        bench.record_verdict(f"compile.real.{r['key']}.max_autotune_vs_freezing", word, tuned=tuned, plain=plain,
-                             band=0.1)
-        templates = r["groups"]["max-autotune"]["templates"]
-        if word == "undecided":
-            # Name other programs only where a group's own load sample found them busy.
-            busy = max((frozen_table, tuned_table), key=lambda t: t.other_load or 0.0).load_note()
-            rerun = (f"{busy}; rerun the cell that compiles and times the models when the machine is quiet" if busy
-                     else "rerun the cell that compiles and times the models")
-            head = (f"undecided on this run: {tuned:.2f}x against {plain:.2f}x over eager, but eager itself moved "
-                    f"{eager_ms[0]:.1f} -> {eager_ms[1]:.1f} ms between the two groups, more than the 10% band "
-                    f"(compiled: {frozen_table.row('freezing').median_s * 1e3:.1f} ms frozen, "
-                    f"{tuned_table.row('max-autotune').median_s * 1e3:.1f} ms max-autotune; {rerun})")
-        elif inside_spread:
-            head = (f"{tuned:.2f}x against {plain:.2f}x over eager, no clear difference: beyond the 10% band, but the "
-                    "compiled rows' spreads overlap (" + ", ".join(
-                        f"{label} {row.median_s * 1e3:.1f} ms, IQR {row.iqr_s * 1e3:.1f} ms"
-                        for label, row in zip(("frozen", "max-autotune"), compiled_rows)) + ")")
-        else:
-            head = f"{tuned:.2f}x against {plain:.2f}x over eager, {word} (10% band)"
+    if "max-autotune" in r["first_s"]:
+        said = table.describe("max-autotune", "freezing", name=f"compile.real.{r['key']}.max_autotune_vs_freezing")
+        word, tuning = table.verdict("max-autotune", "freezing"), r["tuning"]["max-autotune"]
         tail = ""
-        if word in ("higher", "lower") and not templates:
+        if word != "no clear difference" and not tuning["templates"]:
             tail = (": with no template chosen both run the same library calls for their matrix multiplies, so this "
                     "cell cannot tell where the gap comes from")
-        elif word == "lower":
-            tail = (f": it chose {'them' if templates > 1 else 'it'} by timing each matrix multiply alone, and in the "
-                    "whole model the result ran slower than freezing's library calls; this cell does not measure why")
-        print(f"{name}, max-autotune against freezing: {head}; "
-              f"it timed candidates for {r['groups']['max-autotune']['autotuned']} matrix-multiply shapes, and "
-              f"{templates} of the kernels it generated are Inductor's own templates{tail}")
+        elif word == "slower":
+            tail = (f": it chose {'them' if tuning['templates'] > 1 else 'it'} by timing each matrix multiply alone, "
+                    "and in the whole model the result ran slower than freezing's library calls; this cell does not "
+                    "measure why")
+        print(f"{name}, max-autotune against freezing: {said}; it timed candidates for {tuning['autotuned']} "
+              f"matrix-multiply shapes, and {tuning['templates']} of the kernels it generated are Inductor's own "
+              f"templates{tail}")
 
 # TorchInductor CPU update 5 (PyTorch developer forum, 2023): the geometric-mean speed-up of Inductor over
 # eager, fp32 inference, (all threads of one server socket, one thread on one core).
@@ -1244,41 +1171,22 @@ for kind, suites in SUITES.items():
     geo[kind] = {s: geomean([row["speedup"] for row in v]) for s, v in picked.items() if v}
     if not geo[kind]:
         continue
-    # The same means with each speed-up taken over its model's fastest eager run (the cell above)
-    geo_fastest = {s: geomean([row["fastest_speedup"] for row in v]) for s, v in picked.items() if v}
     # The published CPU figures were measured with freezing on, so ours are compared with freezing's mean.
     best = "freezing" if "freezing" in geo[kind] else "default"
     n_models = len(picked["default"])
-    no_verdict, n_rows = sum(row["word"] == "undecided" for v in picked.values() for row in v), sum(map(len, picked.values()))
-    print(f"\n{kind}, {n_models} model{'s' if n_models != 1 else ''}, geometric mean over eager"
-          + ("" if not no_verdict else f" (none of its {n_rows} rows gave a verdict of its own above)"
-             if no_verdict == n_rows else f" ({no_verdict} of its {n_rows} rows gave no verdict of their own above)")
-          + ": "
-          + ", ".join(f"{s} {g:.2f}x" for s, g in geo[kind].items())
-          + ("" if geo_fastest == geo[kind] else
-             "; over each model's fastest eager: " + ", ".join(f"{s} {g:.2f}x" for s, g in geo_fastest.items())))
+    print(f"\n{kind}, {n_models} model{'s' if n_models != 1 else ''}, geometric mean over eager: "
+          + ", ".join(f"{s} {g:.2f}x" for s, g in geo[kind].items()))
     for suite in suites:
         socket, one_thread = PUBLISHED[suite]
-        own, fastest = (bench.band_verdict(g[best], one_thread, band=0.1) for g in (geo[kind], geo_fastest))
-        word = bench.record_verdict(f"compile.real.geomean.{kind}.vs_{suite.lower().replace(' ', '_')}_one_thread",
-                                    own if own == fastest else "undecided", value=geo[kind][best], other=one_thread,
-                                    band=0.1, value_over_fastest_eager=geo_fastest[best])
-        said = (f"{word} (10% band)" if word != "undecided" else
-                f"undecided: {own} over each group's own eager ({geo[kind][best]:.2f}x), {fastest} over each "
-                f"model's fastest eager ({geo_fastest[best]:.2f}x), 10% band")
+        word = bench.band_verdict(geo[kind][best], one_thread, band=0.1,
+                                  name=f"compile.real.geomean.{kind}.vs_{suite.lower().replace(' ', '_')}_one_thread")
         other = "default" if best == "freezing" and "default" in geo[kind] else None
-        also = ""
-        if other and own == fastest:
-            # the default setting's verdict, by the same rule: over both baselines, undecided where they disagree
-            other_own, other_fastest = (bench.band_verdict(g[other], one_thread, band=0.1) for g in (geo[kind], geo_fastest))
-            if other_own != other_fastest:
-                also = (f" (with the default setting: undecided, {geo[kind][other]:.2f}x over each group's eager, "
-                        f"{geo_fastest[other]:.2f}x over each model's fastest)")
-            elif other_own != own:
-                also = f" (with the default setting, {geo[kind][other]:.2f}x: {other_own}; the setting decides it here)"
+        other_word = other and bench.band_verdict(geo[kind][other], one_thread, band=0.1)
+        also = (f" (with the default setting, {geo[kind][other]:.2f}x: {other_word}; the setting decides it here)"
+                if other and other_word != word else "")
         print(f"    published for {suite}: {socket:.2f}x on a socket, {one_thread:.2f}x on one thread; "
               f"ours ({best}" + (", the setting the published CPU figures used" if best == "freezing" else "")
-              + f") against the one-thread figure: {said}{also}")
+              + f") against the one-thread figure: {word} (10% band){also}")
 print(f"\nhere: {torch.get_num_threads()} torch threads on {os.cpu_count()} cores, {cpu.cpu_model()} ({cpu.cpu_class()}), "
       f"batch {REAL_BATCH}, {len(real)} model{'s' if len(real) != 1 else ''}, torch {torch.__version__.split('+')[0]}, "
       "Inductor's settings of today; "
@@ -1387,9 +1295,8 @@ def compiled_step():
 logging.getLogger("torch._dynamo.variables.ctx_manager").addFilter(lambda r: "Profiler record function" not in str(r.msg))
 torch._dynamo.reset()
 counters.clear()
-start = time.perf_counter()
-compiled_step()
-print(f"first compiled step ({first_call_label((0, 0, 0))}): {time.perf_counter() - start:.1f} s")
+first_s, events = bench.first_call_and_cache(compiled_step)
+print(f"first compiled step ({bench.first_call_words(events)}): {first_s:.1f} s")
 eager_step()
 for _ in range(20):
     eager_step()
@@ -1438,11 +1345,10 @@ for m in (eager_model, ca_model):      # a gradient hook: compiled autograd trac
 train_step(eager_model, xo, yo)
 torch._dynamo.reset()
 counters.clear()
-start = time.perf_counter()
 with torch._dynamo.config.patch(compiled_autograd=True):   # read when torch.compile wraps the function
     compiled_train_step = torch.compile(train_step)
-    compiled_train_step(ca_model, xo, yo)
-print(f"first step with compiled autograd ({first_call_label((0, 0, 0))}): {time.perf_counter() - start:.1f} s; "
+    first_s, events = bench.first_call_and_cache(compiled_train_step, ca_model, xo, yo)
+print(f"first step with compiled autograd ({bench.first_call_words(events)}): {first_s:.1f} s; "
       f"backward graphs captured by compiled autograd: {counters['compiled_autograd']['captures']}; "
       f"graphs in all: {counters['stats']['unique_graphs']}, operations traced: {counters['stats']['calls_captured']}")
 grad_diff = max((a.grad - b.grad).abs().max().item() for a, b in zip(eager_model.parameters(), ca_model.parameters()))
