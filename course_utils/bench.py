@@ -179,16 +179,16 @@ def cache_words(events: Mapping[str, int]) -> str:
 
 
 def first_call_words(events: Mapping[str, int]) -> str:
-    """What a first call did, read from its graph-cache events: ``"compiled (miss 2)"``, ``"traced, code from the
-    cache (hit 2)"`` (Dynamo still traces; the generated code was found), ``"compiled, part from the cache (hit 1,
-    miss 1)"``, or ``"no cache events"`` (nothing compiled, or the cache is off)."""
+    """What a first call did, read from its graph-cache events: ``"compiled: miss 2"``, ``"traced, code from the
+    cache: hit 2"`` (Dynamo still traces; the generated code was found), ``"compiled, part from the cache: hit 1,
+    miss 1"``, or ``"no cache events"`` (nothing compiled, or the cache is off)."""
     counts = _checked_events(events)
     built = counts["miss"] + counts["bypass"]
     if not counts["hit"] and not built:
         return "no cache events"
     what = ("traced, code from the cache" if not built else "compiled" if not counts["hit"]
             else "compiled, part from the cache")
-    return f"{what} ({cache_words(counts)})"
+    return f"{what}: {cache_words(counts)}"
 
 
 @dataclass(frozen=True)

@@ -289,10 +289,10 @@ def test_cache_words_say_what_a_first_call_did():
     assert bench.cache_words({"hit": 0, "miss": 2, "bypass": 0}) == "miss 2"
     assert bench.cache_words({"hit": 1, "bypass": 1}) == "hit 1, bypass 1"
     assert bench.cache_words(dict.fromkeys(bench.CACHE_EVENTS, 0)) == "no cache events"
-    assert bench.first_call_words({"miss": 2}) == "compiled (miss 2)"
-    assert bench.first_call_words({"miss": 1, "bypass": 1}) == "compiled (miss 1, bypass 1)"
-    assert bench.first_call_words({"hit": 3}) == "traced, code from the cache (hit 3)"
-    assert bench.first_call_words({"hit": 1, "bypass": 2}) == "compiled, part from the cache (hit 1, bypass 2)"
+    assert bench.first_call_words({"miss": 2}) == "compiled: miss 2"
+    assert bench.first_call_words({"miss": 1, "bypass": 1}) == "compiled: miss 1, bypass 1"
+    assert bench.first_call_words({"hit": 3}) == "traced, code from the cache: hit 3"
+    assert bench.first_call_words({"hit": 1, "bypass": 2}) == "compiled, part from the cache: hit 1, bypass 2"
     assert bench.first_call_words({}) == "no cache events"
 
 
