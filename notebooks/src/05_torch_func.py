@@ -785,7 +785,7 @@ spread_tie = ("the timings were too spread to tell ("
               + "); rerun the cell")
 small_rough = " (its timings were rough: see the note above)" if t_smallest.spread_note() else ""
 print(f"at batch {PSG_BATCHES[0]}: vmap(grad) is {t_smallest.describe('vmap(grad)', 'loop')}: " + {
-    "slower": "with nothing to batch, its bookkeeping costs more than the loop it removes",
+    "slower": "with nothing to batch, its bookkeeping costs more than the single pass it replaces",
     "no clear difference": (f"with {counted(PSG_BATCHES[0], 'sample')} there is little or no loop to remove, and its bookkeeping "
                             "cost about as much" if t_smallest.within_margin("vmap(grad)", "loop") else spread_tie),
     "faster": "even a short loop costs more than vmap's bookkeeping on this machine"}[smallest_word]
@@ -1000,8 +1000,8 @@ def count_reason(r: dict, table, busy: str, rough: str) -> str:
     tie = (": the medians are within 5%: the overhead saved and the cost of the batched kernels about cancel here"
            if table.within_margin("vmap", "loop") else ": the difference stayed inside the timing spread")
     return {
-        "faster": ": the overhead vmap removed outweighed the cost of its batched kernels" + rough,
-        "no clear difference": tie + rough,
+        "faster": ": the overhead vmap removed outweighed the cost of its batched kernels" + busy + rough,
+        "no clear difference": tie + busy + rough,
         "slower": ": the batched kernels (products over stacked weights) cost more here than the overhead "
                   "they saved; this cell does not measure why" + busy + rough}[r["verdict"]]
 

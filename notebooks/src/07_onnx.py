@@ -612,8 +612,8 @@ else:
                                     f"; the part that grows with the tokens (eager {growth['eager']:+.2f} ms, ONNX "
                                     f"Runtime {growth['ORT']:+.2f} ms from 2 tokens to {n_query}) is too small here "
                                     "to favour either runtime")
-                      + "; the profiles below try to split it (the line under them says whether they could)"
-                      + (" (a rough share: see the spread note above)" if split.spread_note() else ""),
+                      + (" (a rough share: see the spread note above)" if split.spread_note() else "")
+                      + "; the profiles below try to split it, and the line under them says whether they could",
               "part": "part of ONNX Runtime's edge at batch 1 is in that cost (Python and dispatch, and how fast "
                       "each runtime's matrix-multiply kernels get through the weights with few tokens); the rest "
                       "grows with the tokens, in the arithmetic",
@@ -689,7 +689,8 @@ if ort_stretched and gap_2 and mm_word == "higher" and not eager_stretched:
     # stretching ONNX Runtime's nodes can only have narrowed this ratio
     print(f"{head}; eager's matrix multiplies took {eager_mm / ort_mm:.2f}x the time of ONNX Runtime's ({eager_mm:.2f} "
           f"against {ort_mm:.2f} ms), although ONNX Runtime's profile ran long, which can only have narrowed that "
-          "ratio: eager's matrix-multiply kernels are part of the 2-token gap")
+          "ratio (eager's profile ran within 10% of its unprofiled call): eager's matrix-multiply kernels are part of "
+          "the 2-token gap")
 elif ort_stretched or eager_stretched:
     print(f"{head}; {stretched}, so the two profiles' milliseconds do not compare; as shares "
           f"of each runtime's own profile, matrix multiplies took {eager_mm / eager_wall:.0%} of eager's call and "
@@ -826,8 +827,8 @@ if rest_word == {"faster": "lower", "slower": "higher"}.get(word):  # the other 
     rest_gap = rest_ms["all"] - rest_ms["disable"]
     in_band = (f"in the profiles, the nodes other than matrix multiplies went from {rest_ms['disable']:.1f} to "
                f"{rest_ms['all']:.1f} ms ({rest_gap / rest_ms['disable']:+.0%}, beyond a 10% band) and the matrix "
-               f"multiplies from {mm_ms['disable']:.1f} to {mm_ms['all']:.1f} ms, so that part of the difference is "
-               f"in the other nodes (all profiled nodes together: {node_gap:+.1f} ms, "
+               f"multiplies from {mm_ms['disable']:.1f} to {mm_ms['all']:.1f} ms, so the other nodes carry part of "
+               f"the difference (all profiled nodes together: {node_gap:+.1f} ms, "
                f"{node_gap / node_ms['disable']:+.0%}, inside the 10% band, against the {timed_gap:+.1f} ms timed)")
 tie_said = (f"its medians within {bench.VERDICT_MARGIN:.0%} of each other"
             if by_level.within_margin("opt all", "opt disable") else "its medians inside the timing spread")
@@ -856,6 +857,17 @@ why = {"faster": (f"the profile, taken at another moment, does not show the gain
                   f"the profile, taken at another moment, does not show it: {gaps_said} ({rest_said}), so the extra "
                   "time lies outside the profiled nodes or in the moment the timing was taken; rerun the cell to see "
                   "whether it repeats")}[word]
+# A profile that ran well beyond its own timed median (one profiled run each, so a 10% band) was taken in a slow
+# spell: then its parts say nothing about what the optimisation changed.
+timed_ms = {name: by_level.row(f"opt {name}").median_s * 1e3 for name in level_times}
+long_ran = [name for name in level_times if bench.band_verdict(node_ms[name], timed_ms[name], band=0.1) == "higher"]
+if long_ran:
+    why = ("the profiles do not compare here: " + " and ".join(
+        f"opt {name}'s profile ran {node_ms[name] / timed_ms[name] - 1:.0%} longer than its timed median "
+        f"({node_ms[name]:.1f} against {timed_ms[name]:.1f} ms)" for name in long_ran)
+        + f", beyond a 10% band, so a slow spell, not the optimisation, may have stretched its parts (matrix "
+        f"multiplies {mm_ms['disable']:.1f} -> {mm_ms['all']:.1f} ms, other nodes {rest_ms['disable']:.1f} -> "
+        f"{rest_ms['all']:.1f} ms); rerun the cell to see whether it repeats")
 print(f"\nat batch {len(level_batch)}, full graph optimisation is {by_level.describe('opt all', 'opt disable')}: {why}")
 
 # %% [markdown]

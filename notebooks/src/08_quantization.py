@@ -398,7 +398,8 @@ print(f"dequantize alone moved about {deq_gbs:.0f} GB/s; fp32 nn.Linear read its
          "no clear difference": "about as fast as memory delivered to the dequantize step (30% band), so memory may "
                                 "limit this layer here",
          "higher": "faster than the dequantize step moved its bytes, and that step's rate is only a lower bound on "
-                   "what memory delivers, so this cell cannot tell whether memory limits this layer"}[mem_word])
+                   "what memory delivers, so this cell cannot tell whether memory limits this layer"}[mem_word]
+      + (" (rough rates: see the spread note above)" if t_layer.spread_note() else ""))
 
 # %% [markdown]
 # A real int8 kernel never builds that float32 copy. It reads the int8 weights directly (a
@@ -439,8 +440,8 @@ print(f"on this CPU ({cpu_facts.cpu_class}) the int8 product is "
       f"{gemm_table.describe('int8 torch._int_mm', 'fp32 mm')}")
 onednn_dot = any(word in route["isa"] for word in ("DL Boost", "VNNI", "AMX"))
 if route["int_mm"] != "oneDNN":
-    why = ("no oneDNN primitive ran (the route line): on a CPU without AVX-512 VNNI torch runs the int8 product "
-           "in its own fallback code rather than in oneDNN's int8 kernels")
+    why = ("on a CPU without AVX-512 VNNI torch runs the int8 product in its own fallback code, not in oneDNN's "
+           "int8 kernels (the route line above shows no oneDNN primitive ran)")
 elif onednn_dot:
     why = "oneDNN runs it with 8-bit dot-product instructions (VNNI or AMX), several multiply-adds per instruction"
 else:
@@ -1791,6 +1792,8 @@ for name in rows:
         if (key in ("compiled", "ORT") or (key == "bf16" and bf16_dot)) and word != "faster":
             # the reason says what could gain; say it did not
             why += ("; here that gained nothing measurable" if word == "no clear difference" else
+                    "; here it ran slower (this notebook does not profile whether the scalar loops account for it)"
+                    if key == "compiled" and inductor_code.scalar_note() else
                     "; here it ran slower all the same (this notebook does not profile why)")
         elif key == "compiled" and word == "faster":  # the reason is the MLP's; say MiniLM's was not looked into
             why += "; this notebook does not profile where MiniLM's gain came from"

@@ -106,6 +106,7 @@ import math
 import os
 import shutil
 import time
+import warnings
 from contextlib import redirect_stderr
 
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")   # keep the profiler's start/stop lines out of the output
@@ -123,7 +124,7 @@ from torch.profiler import ProfilerActivity, profile
 from torchvision.models.vision_transformer import VisionTransformer
 from tqdm import tqdm
 
-from course_utils import bench, compat, config, cpu, exercises, fresh, session, trace_report
+from course_utils import bench, compat, config, cpu, exercises, fresh, inductor_code, session, trace_report
 from course_utils.data import load_corpus, load_retrieval_set
 from course_utils.device import requires_cuda
 from course_utils.expect import expect_error
@@ -392,6 +393,7 @@ for name, (block_mask, score_mod, reference) in variants.items():
         if flex is flex_attention or "not supported for CPU" not in str(err):
             raise
         flex = flex_attention  # the unfused reference: the same answers, none of the fusion
+        warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
         cause = next(ln.strip() for ln in str(err).splitlines() if "not supported for CPU" in ln)
         print(f"compiled FlexAttention is not available here ({cause}); this cell and the ones below use the "
               "unfused reference (its warning to use torch.compile does not apply on this CPU)")
@@ -752,8 +754,9 @@ if len(DEPTHS) > 1:
     print(f"the ratio at {DEPTHS[-1]} blocks against {DEPTHS[0]}: {deeper} (band 10%); regional's own cold start "
           f"at {DEPTHS[-1]} against {DEPTHS[0]} blocks: {own}{why}")
     shallow, deep = cold[("whole model", DEPTHS[0])], cold[("whole model", DEPTHS[-1])]
+    # the rest from the figures as printed above (to 0.1 s), so that both lines give the same numbers
     parts = {"C++ compiler time": (shallow["cpp_build_s"], deep["cpp_build_s"]),
-             "the rest": (shallow["first_s"] - shallow["cpp_build_s"], deep["first_s"] - deep["cpp_build_s"])}
+             "the rest": tuple(round(r["first_s"], 1) - round(r["cpp_build_s"], 1) for r in (shallow, deep))}
     # The compiler time is a sum over builds that may run side by side, so it can exceed the cold start itself:
     # then "the rest" is not a time, and the split says so instead of comparing it.
     print(f"whole-model compile, {DEPTHS[0]} -> {DEPTHS[-1]} blocks (one cold start each, 10% band): " + "; ".join(
@@ -947,7 +950,7 @@ print(f"native bf16 instructions: {', '.join(native_bf16) if native_bf16 else 'n
 # that each setting's first call compiled graphs of its own. bf16 calls the frozen compiled model inside
 # `torch.autocast`, which fails a guard on the autocast state and compiles a second graph. With all of a
 # model's versions in one process, eager and every compiled version are timed in one interleaved
-# comparison: a slow spell on a busy machine hits every row alike, and every verdict is over the same
+# comparison: a slow spell on a busy machine falls on every row's rounds, not on one row's, and every verdict is over the same
 # eager run.
 #
 # The error bounds. In float32 the compiled code adds in another order and folds batch norms into the
@@ -1084,8 +1087,9 @@ print(f"the table took {table_s:.0f} s on this machine: {first_calls_s:.0f} s in
       f"{round(table_s) - round(first_calls_s)} s in timing, error checks and profiling")
 bench.record("compile.real.table_s", table_s, "s", first_calls_s=first_calls_s, rows=len(rows), models=len(real),
              batch=REAL_BATCH, threads=torch.get_num_threads())
-# What Inductor's graph cache did in each first call: in full mode every setting starts from an empty cache,
-# and a later frozen setting may find kernels an earlier one stored.
+# What Inductor's graph cache did in each first call: in full mode the default setting starts from an empty
+# cache and the other settings share a second one, so a later setting (bf16, max-autotune) may find what
+# freezing stored.
 plain = [row for row in rows if not real[row["model"]]["cache"][row["setting"]]["hit"]]
 print("first calls: " + ("every one compiled all of its graphs" if len(plain) == len(rows) else "; ".join(
     f"{row['model']}, {row['setting']} ({row['first_words']})" for row in rows if row not in plain)
@@ -1112,10 +1116,16 @@ print("verdicts on this machine, each over the model's eager run in the same int
       "eager's operator time in library kernels (convolutions, matrix multiplies, attention), the part that "
       "compiling hands to library kernels rather than generating code for:")
 for row in rows:
-    repaid = ""
+    tail = ""
     if row["word"] == "faster":  # so each call saves time: the first call over the time saved per call
-        repaid = f"; the first call is repaid after {about(row['first_s'] * 1e3 / (row['eager_ms'] - row['ms']), 'call')}"
-    print(f"- {row['model']}, {row['setting']}: {row['said']} | library share {real[row['model']]['library']:.0%}{repaid}")
+        tail = f"; the first call is repaid after {about(row['first_s'] * 1e3 / (row['eager_ms'] - row['ms']), 'call')}"
+    elif row["word"] == "slower":
+        tail = " (this cell does not measure why)"
+    print(f"- {row['model']}, {row['setting']}: {row['said']} | library share {real[row['model']]['library']:.0%}{tail}")
+if cpu.settings_only_profile():   # the compiled rows mix capped generated code with uncapped library kernels
+    print(f"CPU profile {cpu_profile}: it caps the vector code torch and Inductor generate, at "
+          f"{torch.backends.cpu.get_cpu_capability()}, but not the library kernels, which still use the real CPU's "
+          "instructions, so these rows stand for no real CPU exactly" + inductor_code.scalar_note())
 
 fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.32 * len(rows)))
 ax.barh([f"{row['model']}, {row['setting']}" for row in rows], [row["speedup"] for row in rows],
@@ -1157,9 +1167,10 @@ for name, r in real.items():
             tail = (f": it chose {'them' if tuning['templates'] > 1 else 'it'} by timing each matrix multiply alone, "
                     "and in the whole model the result ran slower than freezing's library calls; this cell does not "
                     "measure why")
+        templates = (f"{tuning['templates']} of the kernels it generated are Inductor's own templates"
+                     if tuning["templates"] else "none of the kernels it generated is one of Inductor's own templates")
         print(f"{name}, max-autotune against freezing: {said}; it timed candidates for {tuning['autotuned']} "
-              f"matrix-multiply shapes, and {tuning['templates']} of the kernels it generated are Inductor's own "
-              f"templates{tail}")
+              f"matrix-multiply shapes, and {templates}{tail}")
 
 # TorchInductor CPU update 5 (PyTorch developer forum, 2023): the geometric-mean speed-up of Inductor over
 # eager, fp32 inference, (all threads of one server socket, one thread on one core).
@@ -1174,8 +1185,14 @@ for kind, suites in SUITES.items():
     # The published CPU figures were measured with freezing on, so ours are compared with freezing's mean.
     best = "freezing" if "freezing" in geo[kind] else "default"
     n_models = len(picked["default"])
-    print(f"\n{kind}, {n_models} model{'s' if n_models != 1 else ''}, geometric mean over eager: "
-          + ", ".join(f"{s} {g:.2f}x" for s, g in geo[kind].items()))
+    # How firm each mean is: its rows that were not clearly different from eager, and its models whose timings
+    # had a large spread (the notes under the table)
+    unclear = {s: sum(row["word"] == "no clear difference" for row in v) for s, v in picked.items() if v}
+    spread = [name for name, r in real.items() if r["kind"] == kind and r["table"].spread_note()]
+    print(f"\n{kind}, {n_models} model{'s' if n_models != 1 else ''}, geometric mean over eager: " + ", ".join(
+        f"{s} {g:.2f}x" + (f" ({unclear[s]} of its {len(picked[s])} rows not clearly different from eager)"
+                           if unclear[s] else "") for s, g in geo[kind].items()))
+    rough = (f"; rough: {' and '.join(spread)} had a large spread (the notes under the table)" if spread else "")
     for suite in suites:
         socket, one_thread = PUBLISHED[suite]
         word = bench.band_verdict(geo[kind][best], one_thread, band=0.1,
@@ -1186,7 +1203,7 @@ for kind, suites in SUITES.items():
                 if other and other_word != word else "")
         print(f"    published for {suite}: {socket:.2f}x on a socket, {one_thread:.2f}x on one thread; "
               f"ours ({best}" + (", the setting the published CPU figures used" if best == "freezing" else "")
-              + f") against the one-thread figure: {word} (10% band){also}")
+              + f") against the one-thread figure: {word} (10% band){also}{rough}")
 print(f"\nhere: {torch.get_num_threads()} torch threads on {os.cpu_count()} cores, {cpu.cpu_model()} ({cpu.cpu_class()}), "
       f"batch {REAL_BATCH}, {len(real)} model{'s' if len(real) != 1 else ''}, torch {torch.__version__.split('+')[0]}, "
       "Inductor's settings of today; "
@@ -1235,9 +1252,8 @@ print(f"largest first call: {largest['model']}, {largest['setting']}, {largest['
 # - **Release.** Inductor and oneDNN have changed since the figures were published; so has eager.
 #
 # What carries over is the method: compile your own model, check its output against eager, time it
-# side by side after warm-up, and read the first call beside the steady state: where compiling is
-# faster and the row gives a verdict, the verdict lines say after about how many calls the saving
-# adds up to the first call's compile. On a laptop the compile cache (notebook 01, section 7) keeps a second process from paying
+# side by side after warm-up, and read the first call beside the steady state: where a row's verdict is
+# faster, its line says after about how many calls the saving adds up to the first call's compile. On a laptop the compile cache (notebook 01, section 7) keeps a second process from paying
 # it again. Freezing, and the max-autotune row built on it, is for a model you run for inference, never one you train.
 
 # %% [markdown]
@@ -1296,7 +1312,7 @@ logging.getLogger("torch._dynamo.variables.ctx_manager").addFilter(lambda r: "Pr
 torch._dynamo.reset()
 counters.clear()
 first_s, events = bench.first_call_and_cache(compiled_step)
-print(f"first compiled step ({bench.first_call_words(events)}): {first_s:.1f} s")
+print(f"first compiled step: {first_s:.1f} s ({bench.first_call_words(events)})")
 eager_step()
 for _ in range(20):
     eager_step()
@@ -1348,7 +1364,7 @@ counters.clear()
 with torch._dynamo.config.patch(compiled_autograd=True):   # read when torch.compile wraps the function
     compiled_train_step = torch.compile(train_step)
     first_s, events = bench.first_call_and_cache(compiled_train_step, ca_model, xo, yo)
-print(f"first step with compiled autograd ({bench.first_call_words(events)}): {first_s:.1f} s; "
+print(f"first step with compiled autograd: {first_s:.1f} s ({bench.first_call_words(events)}); "
       f"backward graphs captured by compiled autograd: {counters['compiled_autograd']['captures']}; "
       f"graphs in all: {counters['stats']['unique_graphs']}, operations traced: {counters['stats']['calls_captured']}")
 grad_diff = max((a.grad - b.grad).abs().max().item() for a, b in zip(eager_model.parameters(), ca_model.parameters()))
