@@ -1077,7 +1077,9 @@ print(f"\n{ENS_HEADLINE} members, width 128: vmap {ens_speedup:.2f}x the loop ({
           "On this machine the ratio rose (by more than 10%) at this width, as it would if the batched kernels used "
           "the CPU better than the loop's separate ones once each product had more work (not measured here)."
           if width_word == "higher" else
-          "On this machine the width made no clear difference to the ratio (within 10%)."))
+          "On this machine the width made no clear difference to the ratio (within 10%).")
+      + "".join(f" (at width {w}: {t.load_note()})" for w, t in (("128", ens_table), (WIDE, wide_table))
+                if t.load_note()))
 
 # %% [markdown]
 # ## Composing with `torch.compile`

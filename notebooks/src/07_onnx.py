@@ -865,8 +865,9 @@ if long_ran:
     why = ("the profiles do not compare here: " + " and ".join(
         f"opt {name}'s profile ran {node_ms[name] / timed_ms[name] - 1:.0%} longer than its timed median "
         f"({node_ms[name]:.1f} against {timed_ms[name]:.1f} ms)" for name in long_ran)
-        + f", beyond a 10% band, so a slow spell, not the optimisation, may have stretched its parts (matrix "
-        f"multiplies {mm_ms['disable']:.1f} -> {mm_ms['all']:.1f} ms, other nodes {rest_ms['disable']:.1f} -> "
+        + f", beyond a 10% band, so a slow spell may have stretched {'its' if len(long_ran) == 1 else 'their'} "
+        f"parts, and the split says nothing about what the optimisation changed (matrix multiplies "
+        f"{mm_ms['disable']:.1f} -> {mm_ms['all']:.1f} ms, other nodes {rest_ms['disable']:.1f} -> "
         f"{rest_ms['all']:.1f} ms); rerun the cell to see whether it repeats")
 print(f"\nat batch {len(level_batch)}, full graph optimisation is {by_level.describe('opt all', 'opt disable')}: {why}")
 

@@ -326,7 +326,7 @@ fig.tight_layout();
 #   and calls `mask_mod` only inside the partial ones.
 #
 # `torch.compile(flex_attention)` generates one fused kernel for each combination; on the CPU it
-# uses Inductor's C++ template. Without compiling, FlexAttention runs an unfused reference (and warns).
+# uses Inductor's C++ template. Without compiling, FlexAttention runs an unfused reference (and warns that it should be compiled).
 # Inductor builds that CPU template only where ATen's AVX2 kernels run, and not on macOS: on such
 # a machine the first call raises an error that says the platform is not supported, and the cells
 # below fall back to the unfused reference, which gives the same answers without the fusion.
@@ -396,7 +396,8 @@ for name, (block_mask, score_mod, reference) in variants.items():
         warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
         cause = next(ln.strip() for ln in str(err).splitlines() if "not supported for CPU" in ln)
         print(f"compiled FlexAttention is not available here ({cause}); this cell and the ones below use the "
-              "unfused reference (its warning to use torch.compile does not apply on this CPU)")
+              "unfused reference (which warns to use torch.compile, which cannot help on this CPU, so the cell "
+              "silences that warning)")
         first_s, events = bench.first_call_and_cache(flex, qf, kf, vf, score_mod=score_mod, block_mask=block_mask)
     out = flex(qf, kf, vf, score_mod=score_mod, block_mask=block_mask)
     err = (out - reference).abs().max().item()
@@ -867,6 +868,8 @@ print(f"regional takes {steady_ratio:.2f}x the whole model's time per call: {ban
 # is not in it). The bf16 and max-autotune rows are compiled into freezing's cache right after it, so
 # they reuse any kernel freezing already built with the same code: their first call is their own trace
 # and lowering plus whatever they need that freezing did not, which for max-autotune means its tuning.
+# (The "first calls" line under the table counts whole graphs found in the cache; kernels reused this
+# way are not counted there.)
 # The batch is small (2) and each timing short, to keep the whole table within a few minutes; the
 # cell that prints the table (after the next text and the cell that runs the compiles) prints how long it took and how much of that went into first calls. Quick mode runs the tiny GPT
 # alone, default setting, with whatever the on-disk cache holds.
@@ -1119,11 +1122,10 @@ for row in rows:
     tail = ""
     if row["word"] == "faster":  # so each call saves time: the first call over the time saved per call
         tail = f"; the first call is repaid after {about(row['first_s'] * 1e3 / (row['eager_ms'] - row['ms']), 'call')}"
-    elif row["word"] == "slower":
-        tail = " (this cell does not measure why)"
-    print(f"- {row['model']}, {row['setting']}: {row['said']} | library share {real[row['model']]['library']:.0%}{tail}")
+    said = row["said"] + ("; this cell does not measure why it ran slower" if row["word"] == "slower" else "")
+    print(f"- {row['model']}, {row['setting']}: {said} | library share {real[row['model']]['library']:.0%}{tail}")
 if cpu.settings_only_profile():   # the compiled rows mix capped generated code with uncapped library kernels
-    print(f"CPU profile {cpu_profile}: it caps the vector code torch and Inductor generate, at "
+    print(f"CPU profile {cpu_profile}: it caps torch's own vector kernels and the code Inductor generates, at "
           f"{torch.backends.cpu.get_cpu_capability()}, but not the library kernels, which still use the real CPU's "
           "instructions, so these rows stand for no real CPU exactly" + inductor_code.scalar_note())
 
@@ -1253,8 +1255,10 @@ print(f"largest first call: {largest['model']}, {largest['setting']}, {largest['
 #
 # What carries over is the method: compile your own model, check its output against eager, time it
 # side by side after warm-up, and read the first call beside the steady state: where a row's verdict is
-# faster, its line says after about how many calls the saving adds up to the first call's compile. On a laptop the compile cache (notebook 01, section 7) keeps a second process from paying
-# it again. Freezing, and the max-autotune row built on it, is for a model you run for inference, never one you train.
+# faster, its line says after about how many calls the saving adds up to the first call's compile. On a
+# laptop the compile cache (notebook 01, section 7) shortens that first call in a second process: Dynamo
+# still traces, and only the generated code comes from the cache (the first calls labelled "traced, code
+# from the cache" in this notebook show what that still costs here). Freezing, and the max-autotune row built on it, is for a model you run for inference, never one you train.
 
 # %% [markdown]
 # ## 6 · Compiling the optimizer step and the backward pass
