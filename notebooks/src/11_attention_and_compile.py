@@ -940,21 +940,19 @@ print(f"native bf16 instructions: {', '.join(native_bf16) if native_bf16 else 'n
       f"bf16 rows {'run' if bf16_here else 'skipped: ' + why_not}")
 
 # %% [markdown]
-# One function compiles one model under every setting and times them all. Each setting reaches the
-# compiler twice, and needs both. It goes into the model's own `torch.compile` call,
-# `torch.compile(model, options={"freezing": True})` (for max-autotune, the options its mode stands for,
-# plus freezing), because Dynamo keeps compiled versions apart by that call's arguments (and by guards on
-# the inputs and on state such as grad mode and autocast), not by Inductor's global settings: a second
-# `torch.compile(model)` would quietly reuse the first one's code. And the first call runs inside
-# `torch._inductor.config.patch` with the same settings, because Dynamo itself reads the global
-# `freezing` setting while it traces: with gradients off, it then treats the weights as fixed, which is
-# what lets Inductor fold them into the code. Passed only as an option, in torch 2.14, freezing reaches
-# Inductor after the weights were traced as ordinary inputs, and nothing is frozen. The cell asserts
-# that each setting's first call compiled graphs of its own. bf16 calls the frozen compiled model inside
+# One function compiles one model under every setting and times them all. Each setting is passed twice.
+# It goes into the model's own `torch.compile(model, options=...)` call (for max-autotune, the options
+# its mode stands for, plus freezing), so that each setting gets a compiled version of its own: Dynamo
+# keeps compiled versions apart by that call's arguments and by guards on the inputs and on state such as
+# grad mode and autocast. And it is set around the first call with `torch._inductor.config.patch`,
+# because Dynamo reads the global `freezing` setting while it traces, to decide whether to treat the
+# weights as constants that Inductor may fold into the code. The cell asserts that each setting's first
+# call compiled graphs of its own; the table's error column shows whether a setting changed the
+# computation (folded weights round differently). bf16 calls the frozen compiled model inside
 # `torch.autocast`, which fails a guard on the autocast state and compiles a second graph. With all of a
 # model's versions in one process, eager and every compiled version are timed in one interleaved
-# comparison: a slow spell on a busy machine falls on every row's rounds, not on one row's, and every verdict is over the same
-# eager run.
+# comparison: a slow spell on a busy machine falls on every row's rounds, not on one row's, and every
+# verdict is over the same eager run.
 #
 # The error bounds. In float32 the compiled code adds in another order and folds batch norms into the
 # weights, each a rounding of about 1e-7 of a value, so a relative error (in norm) above 1e-4 would be a
@@ -1256,9 +1254,9 @@ print(f"largest first call: {largest['model']}, {largest['setting']}, {largest['
 # What carries over is the method: compile your own model, check its output against eager, time it
 # side by side after warm-up, and read the first call beside the steady state: where a row's verdict is
 # faster, its line says after about how many calls the saving adds up to the first call's compile. On a
-# laptop the compile cache (notebook 01, section 7) shortens that first call in a second process: Dynamo
-# still traces, and only the generated code comes from the cache (the first calls labelled "traced, code
-# from the cache" in this notebook show what that still costs here). Freezing, and the max-autotune row built on it, is for a model you run for inference, never one you train.
+# laptop the compile cache (notebook 01, section 7) can shorten that first call in a second process, but
+# only the generated code comes from the cache and Dynamo still traces (the first calls labelled "traced,
+# code from the cache" in this notebook show what such a first call still costs here). Freezing, and the max-autotune row built on it, is for a model you run for inference, never one you train.
 
 # %% [markdown]
 # ## 6 · Compiling the optimizer step and the backward pass
