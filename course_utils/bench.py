@@ -278,7 +278,8 @@ class Comparison:
 
         Uses ``verdict`` (so a difference inside the timing spread is never called a speed-up); a
         "not clearly different" phrase says which rule decided: the medians within the 5% margin, or
-        the timing spread. ``name`` records that verdict.
+        the timing spread. Where the 5% margin decided but the speed ratio rounds to 1.05x or 0.95x, the
+        phrase gives the gap in time, which is what the margin is on. ``name`` records that verdict.
         """
         other = against or self.baseline
         ratio = self.ratio(other, label)
@@ -287,8 +288,15 @@ class Comparison:
             return f"{ratio:.2f}x faster than {other}"
         if word == "slower":
             return f"{1 / ratio:.2f}x slower than {other} (it takes {1 / ratio:.2f}x the time)"
-        why = f"within {VERDICT_MARGIN:.0%}" if self.within_margin(label, other) else "inside the timing spread"
-        return f"not clearly different from {other} ({ratio:.2f}x, {why})"
+        if not self.within_margin(label, other):
+            return f"not clearly different from {other} ({ratio:.2f}x, inside the timing spread)"
+        if abs(float(f"{ratio:.2f}") - 1) < VERDICT_MARGIN - 1e-9:
+            return f"not clearly different from {other} ({ratio:.2f}x, within {VERDICT_MARGIN:.0%})"
+        # The margin is on the median time; as a speed ratio the same gap can round to 1.05x or 0.95x, which
+        # would read as outside a 5% margin, so say how far apart the times are.
+        a, b = self.row(label).median_s, self.row(other).median_s
+        gap = f"{abs(a - b) / b:.1%} {'less' if a < b else 'more'} time than {other}"
+        return f"not clearly different from {other} ({ratio:.2f}x: {gap}, within the {VERDICT_MARGIN:.0%} margin)"
 
     def within_margin(self, label: str, against: str | None = None) -> bool:
         """True when ``label``'s median is within ``VERDICT_MARGIN`` (5%) of ``against``'s (default: the

@@ -144,6 +144,11 @@ def test_describe_words_follow_the_verdict():
     assert _two(4.0, 0.1, 1.0, 0.1).describe("a").startswith("4.00x slower than b")
     assert _two(1.0, 0.8, 1.3, 0.8).describe("a") == "not clearly different from b (1.30x, inside the timing spread)"
     assert _two(1.0, 0.001, 1.03, 0.001).describe("a") == "not clearly different from b (1.03x, within 5%)"
+    # 4.9% less time reads as 1.05x faster: the phrase gives the gap in time, which the margin is on
+    assert _two(0.951, 0.001, 1.0, 0.001).describe("a") == (
+        "not clearly different from b (1.05x: 4.9% less time than b, within the 5% margin)")
+    assert _two(1.049, 0.001, 1.0, 0.001).describe("a") == (
+        "not clearly different from b (0.95x: 4.9% more time than b, within the 5% margin)")
 
 
 def test_a_noisy_table_says_so_in_one_line():
