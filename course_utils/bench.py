@@ -178,12 +178,19 @@ def cache_words(events: Mapping[str, int]) -> str:
     return ", ".join(f"{e} {n}" for e, n in counts.items() if n) or "no cache events"
 
 
+def graphs_built(events: Mapping[str, int]) -> int:
+    """How many graphs a first call compiled itself, from its graph-cache events as ``first_call_and_cache``
+    returns them: misses plus bypasses (a hit's code came from the cache)."""
+    counts = _checked_events(events)
+    return counts["miss"] + counts["bypass"]
+
+
 def first_call_words(events: Mapping[str, int]) -> str:
     """What a first call did, read from its graph-cache events: ``"compiled: miss 2"``, ``"traced, code from the
     cache: hit 2"`` (Dynamo still traces; the generated code was found), ``"compiled, part from the cache: hit 1,
     miss 1"``, or ``"no cache events"`` (nothing compiled, or the cache is off)."""
     counts = _checked_events(events)
-    built = counts["miss"] + counts["bypass"]
+    built = graphs_built(counts)
     if not counts["hit"] and not built:
         return "no cache events"
     what = ("traced, code from the cache" if not built else "compiled" if not counts["hit"]

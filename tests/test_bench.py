@@ -299,11 +299,12 @@ def test_cache_words_say_what_a_first_call_did():
     assert bench.first_call_words({"hit": 3}) == "traced, code from the cache: hit 3"
     assert bench.first_call_words({"hit": 1, "bypass": 2}) == "compiled, part from the cache: hit 1, bypass 2"
     assert bench.first_call_words({}) == "no cache events"
+    assert [bench.graphs_built(e) for e in ({"hit": 2}, {"hit": 1, "miss": 1, "bypass": 2}, {})] == [0, 3, 0]
 
 
 @pytest.mark.parametrize("events", [{"hits": 1}, {"miss": -1}, {"hit": 1.5}, {"bypass": True}])
 def test_cache_words_reject_what_first_call_and_cache_never_returns(events):
-    for words in (bench.cache_words, bench.first_call_words):
+    for words in (bench.cache_words, bench.first_call_words, bench.graphs_built):
         with pytest.raises(ValueError, match="graph-cache event"):
             words(events)
 

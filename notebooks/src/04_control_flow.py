@@ -981,7 +981,7 @@ for n in tqdm(SIZES, desc="sizes"):
 for n in SIZES:
     print(f"\n{n:,} elements (first compiled calls, s, and what the graph cache did: "
           + ", ".join(f"{k} {v:.1f} [{bench.cache_words(cache_events[n][k])}]" for k, v in first_calls[n].items()) + ")")
-    compiled_here = [k for k in first_calls[n] if cache_events[n][k].get("miss") or cache_events[n][k].get("bypass")]
+    compiled_here = [k for k in first_calls[n] if bench.graphs_built(cache_events[n][k])]
     if len(compiled_here) < 2:   # a hit's first call skips code generation: it does not compare with a compile
         print("  (" + (f"only {compiled_here[0]} compiled its graphs" if compiled_here else "no version compiled its "
                        "graphs") + " in this run: these first calls do not compare with each other)")
