@@ -93,6 +93,15 @@ class LoadReport:
         return out
 
 
+#: How long an idle connection stays in the load generator's pool (seconds). It must be shorter than the
+#: servers' own idle timeout (the course's server and uvicorn's default: 5 s): with equal timeouts, a client
+#: that reads a response a little late (a busy machine) can send its next request on a connection whose
+#: server side is closing at that moment, and gets "Connection reset by peer" for a request the server never
+#: saw. httpx's pool reuses the first free connection in its list, so the last ones can sit idle that long
+#: even under steady load.
+KEEPALIVE_EXPIRY_S = 1.0
+
+
 def describe_error(err: BaseException) -> str:
     """Return ``err`` as "Type: message", followed by the error at the root of its chain of causes.
 
@@ -121,12 +130,15 @@ async def run_load_async(url: str, *, concurrency: int, n_requests: int,
                          body: Callable[[str, int], dict[str, Any]] = sse_body,
                          parse: Callable[[], StreamParser] = SSEParser,
                          keep_texts: bool = False, retries: int = 0, retry_backoff_s: float = 0.05,
-                         count_header: str | None = None) -> LoadReport:
+                         count_header: str | None = None,
+                         keepalive_expiry_s: float = KEEPALIVE_EXPIRY_S) -> LoadReport:
     """Send ``n_requests`` requests from ``concurrency`` concurrent clients; see ``run_load``."""
     import httpx
 
     if concurrency < 1 or n_requests < 1:
         raise ValueError("concurrency and n_requests must be >= 1")
+    if keepalive_expiry_s <= 0:
+        raise ValueError(f"keepalive_expiry_s must be > 0, got {keepalive_expiry_s}")
     if retries < 0 or retry_backoff_s < 0:
         raise ValueError(f"retries and retry_backoff_s must be >= 0, got {retries} and {retry_backoff_s}")
     prompts = list(prompts or DEFAULT_PROMPTS)
@@ -219,7 +231,8 @@ async def run_load_async(url: str, *, concurrency: int, n_requests: int,
             next_index += 1
             await one(client, i)
 
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency,
+                          keepalive_expiry=keepalive_expiry_s)
     timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
     async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
         start = time.perf_counter()
@@ -240,7 +253,8 @@ def run_load(url: str, **kwargs: Any) -> LoadReport:
     Notebooks already run an event loop, so the coroutine runs in a fresh thread with its own
     loop. Keyword arguments: ``concurrency``, ``n_requests``, ``prompts``, ``max_new_tokens``
     (32), ``timeout_s`` (60, per request), ``path``, ``body``, ``parse``, ``keep_texts``,
-    ``retries`` (0), ``retry_backoff_s`` (0.05, times the attempt number), ``count_header`` (None).
+    ``retries`` (0), ``retry_backoff_s`` (0.05, times the attempt number), ``count_header`` (None),
+    ``keepalive_expiry_s`` (``KEEPALIVE_EXPIRY_S``: keep it below the server's idle timeout).
     """
     result: dict[str, Any] = {}
 

@@ -82,7 +82,9 @@ class ServeSettings:
     max_body_bytes: int = _opt(1_048_576, "larger request bodies get 413")
     embed_queue_texts: int = _opt(1024, "texts waiting for /embed at most (503 beyond)")
     limit_concurrency: int = _opt(512, "open connections and requests at most (uvicorn answers 503 beyond)")
-    keep_alive_s: float = _opt(5.0, "close idle keep-alive connections after this many seconds")
+    keep_alive_s: float = _opt(15.0, "close idle keep-alive connections after this many seconds; longer than "
+                               "httpx's 5 s (the OpenAI SDK's too), so such clients close idle ones first "
+                               "instead of sending a request on a connection the server is closing")
     max_header_bytes: int = _opt(16_384, "larger request heads get 431")
     head_timeout_s: float = _opt(10.0, "a request head must arrive within this many seconds (else 408)")
     body_timeout_s: float = _opt(10.0, "a request body must arrive within this many seconds of its head (else 408)")
