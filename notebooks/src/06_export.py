@@ -1112,9 +1112,10 @@ if cpp_run is not None:
         parity = "no difference visible at the 5e-13 resolution of the C++ program's printed losses"
     elif curve_gap < 1e-5:
         parity = (f"above the 5e-13 resolution of the C++ program's printed losses, so the two runs differ, "
-                  f"by at most {f32_steps:.2g} float32 rounding steps of the loss: the same curve to 1e-5 (the two "
-                  "optimizer steps are not the same code: Python's Adam updates its first moment with lerp_, "
-                  "LibTorch's C++ Adam with mul_ and add_, which round differently)")
+                  f"by at most {f32_steps:.2g} float32 rounding steps of the loss: the same curve to 1e-5 (the "
+                  "likely source: the two optimizer steps are not the same code, Python's Adam updates its first "
+                  "moment with lerp_, LibTorch's C++ Adam with mul_ and add_, which round differently; this cell "
+                  "does not test it)")
     else:
         parity = f"the curves drift apart (more than 1e-5, {f32_steps:.2g} float32 rounding steps of the loss)"
     print(f"largest per-epoch loss difference, Python vs C++: {curve_gap:.2g} ({parity}; "
@@ -1434,7 +1435,8 @@ if has_executorch:
               "no clear difference": "both run the whole graph from C++, and their kernels come out alike at this size",
               "slower": f"Inductor fused LayerNorm and GELU into one generated loop (asserted above), while the .pte "
                         f"runs {counted(portable_ops, 'portable kernel call')} outside XNNPACK and crosses into it "
-                        f"{split.num_delegated_subgraphs} times"}[vs_aoti])
+                        f"{split.num_delegated_subgraphs} times; this cell does not measure which of these costs the "
+                        "time"}[vs_aoti])
     bench.bar_chart(et_table, title="MLP(64, 128, 10), batch 8, CPU, one thread");
 else:
     print("skipped: ExecuTorch is not installed here (the cell that looked for it says how to add it)")

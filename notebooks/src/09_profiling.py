@@ -119,7 +119,8 @@ print(session.start(seed=0))
 # Inside a `with profile(...)` block, PyTorch records an *event* for every operator it dispatches
 # (`aten::conv2d`, `aten::addmm`, ...), with a start time, a duration and the thread it ran on.
 # Operators call other operators: `aten::conv2d` calls `aten::convolution`, which calls
-# `aten::_convolution`, which calls the backend routine `aten::mkldnn_convolution`. So every event
+# `aten::_convolution`, which calls a backend routine (on x86 builds oneDNN's `aten::mkldnn_convolution`;
+# the next cell finds which one ran on your machine). So every event
 # has two times:
 #
 # - **total** (`CPU total`): from the operator's start to its end, children included;
@@ -195,9 +196,16 @@ print(f"most expensive stage: {top_stage} ({by_key[top_stage].cpu_time_total / 1
 print(prof.key_averages(group_by_input_shape=True).table(
     sort_by="self_cpu_time_total", row_limit=6, max_name_column_width=28, max_shapes_column_width=60))
 
-conv_shapes = {str(e.input_shapes[0]) for e in prof.key_averages(group_by_input_shape=True)
-               if e.key == "aten::mkldnn_convolution"}
-print(f"aten::mkldnn_convolution appears with {len(conv_shapes)} different input shapes: "
+# The backend routine under aten::_convolution depends on the build: oneDNN on x86 (and most Arm) builds,
+# a plain or NNPACK kernel elsewhere.
+CONV_BACKENDS = ("aten::mkldnn_convolution", "aten::_slow_conv2d_forward", "aten::_nnpack_spatial_convolution",
+                 "aten::thnn_conv2d")
+by_shape = prof.key_averages(group_by_input_shape=True)
+conv_leaf = next((name for name in CONV_BACKENDS if any(e.key == name for e in by_shape)), None)
+assert conv_leaf is not None, (f"none of {CONV_BACKENDS} ran; look in the table above for the routine under "
+                               "aten::_convolution on this build")
+conv_shapes = {str(e.input_shapes[0]) for e in by_shape if e.key == conv_leaf}
+print(f"{conv_leaf} (the convolution routine here) appears with {len(conv_shapes)} different input shapes: "
       f"{sorted(conv_shapes)}")
 
 # %% [markdown]
@@ -492,8 +500,8 @@ print(f"guard checks (TorchDynamo Cache Lookup): {lookup['dur']:.0f} us, ending 
 # few generated C++ loops, which run inside the `## Call CompiledFxGraph ... ##` event and are
 # invisible to the operator-level profiler. What remains as `aten::` events are the *extern* calls
 # the generated code makes into PyTorch's own libraries (the convolutions and the final matrix
-# multiply), and the operators nested inside those calls: each convolution's own chain down to
-# `aten::mkldnn_convolution`, which does the arithmetic, plus allocations, views and copies. The
+# multiply), and the operators nested inside those calls: each convolution's own chain down to the
+# backend routine that does the arithmetic (the one found above), plus allocations, views and copies. The
 # cell below splits the outermost calls from the ones nested in them. The guard checks Dynamo
 # runs first are an event of their own, `TorchDynamo Cache Lookup`, which ends before the
 # `Torch-Compiled Region` starts (the cell above timed both); the region spans the compiled code
@@ -620,7 +628,7 @@ if bench.band_verdict(stage_ms[largest], stage_ms[runner_up], band=0.1) == "no c
 else:
     print(f"largest stage in this run: {largest} ({stage_ms[largest]:.2f} ms per step)")
 profile_load = threads.other_load()  # other programs' CPU use, sampled just after the profile
-if profile_load is not None and profile_load >= 0.5:
+if profile_load is not None and profile_load >= threads.BUSY_CORES:
     print(f"other programs used about {profile_load:.1f} of {threads.usable_cores()} cores just after this profile: "
           "load stretches each stage by a different amount, so the ranking may differ on a quiet machine")
 div_per_step = slow_by_key["aten::div"].count / PROFILED_STEPS
@@ -703,9 +711,13 @@ data_said = step_table.describe("batched data", "per-sample data", name="profile
 print(f"verdict: the batched data path is {data_said}")
 unprofiled_ms = step_table.row("per-sample data").median_s * 1e3
 profiled_word = bench.band_verdict(step_ms, unprofiled_ms, band=0.1)
-# Both paths ran under the profiler: if the per-sample one slowed much more, its many events are why.
-slow_x = step_ms / unprofiled_ms
-fast_x = fast_step_ms / (step_table.row("batched data").median_s * 1e3)
+# The profiler's cost is a fixed amount per event it records, so compare the time it *added* to each step (not
+# ratios): if the per-sample step gained more, and its model stages did not, the extra lies where it records more.
+fast_unprofiled_ms = step_table.row("batched data").median_s * 1e3
+added_ms = {"per-sample": step_ms - unprofiled_ms, "batched": fast_step_ms - fast_unprofiled_ms}
+events_per_step = {name: sum(e.count for e in by_key.values()) / PROFILED_STEPS
+                   for name, by_key in (("per-sample", slow_by_key), ("batched", fast_by_key))}
+extra_events = events_per_step["per-sample"] - events_per_step["batched"]
 # The model stages run the same model on the same batch size in both profiles, so they record the same events:
 # if they took clearly different times, the profiled windows differed for another reason.
 MODEL_STAGES = ("forward", "backward", "optimizer")
@@ -713,29 +725,32 @@ model_ms = {name: sum(by_key[k].cpu_time_total for k in MODEL_STAGES) / 1e3 / PR
             for name, by_key in (("per-sample", slow_by_key), ("batched", fast_by_key))}
 model_word = bench.band_verdict(model_ms["per-sample"], model_ms["batched"], band=0.1)
 model_text = f"({model_ms['per-sample']:.2f} against {model_ms['batched']:.2f} ms per step, per-sample profile first)"
+# "gained more": by more than a tenth of the per-sample step's unprofiled time, so timing noise alone cannot do it
+gained_more = added_ms["per-sample"] - added_ms["batched"] > 0.1 * unprofiled_ms
 if profiled_word != "higher":
     why = "the profiler's cost per event did not show here"
-elif slow_x > 1.1 * fast_x and model_word == "higher":
-    why = ("the per-sample path slowed more in proportion, yet the model stages, which record the same events in "
-           "both paths, also took longer in the per-sample "
-           f"profile {model_text}, so part of the difference lies in stages the number of events does not explain")
-elif slow_x > 1.1 * fast_x:
+elif gained_more and model_word == "higher":
+    why = ("the per-sample step gained more, yet the model stages, which record the same events in both paths, also "
+           f"took longer in the per-sample profile {model_text}, so part of the difference lies in stages the number "
+           "of events does not explain")
+elif gained_more:
+    gap_ms = added_ms["per-sample"] - added_ms["batched"]
     why = ("the model stages, which record the same events in both paths, "
            + ("took about the same time in both profiles" if model_word == "no clear difference" else
-              "were even faster in the per-sample profile") + f" {model_text}, so the extra lies where the "
-           "per-sample path records more: the profiler adds a cost to every event it records")
+              "were even faster in the per-sample profile") + f" {model_text}, so the extra {gap_ms:.2f} ms lies "
+           f"where the per-sample path records about {extra_events:,.0f} more events per step (about "
+           f"{1e3 * gap_ms / max(extra_events, 1):.1f} us each): the profiler adds a cost to every event it records")
 else:
-    why = ("the batched path, with fewer events, slowed "
-           + ("about as much in proportion (within 10%)" if fast_x <= 1.1 * slow_x else "more in proportion")
-           + ", so the per-sample path's extra events do not explain its slow-down; this cell does not measure "
-           "what slowed both paths")
+    why = ("the batched step, with fewer events, gained about as much or more, so the per-sample path's extra "
+           "events do not explain its slow-down; this cell does not measure what slowed both steps")
     profile_loads = [x for x in (profile_load, fast_profile_load) if x is not None]
     if profile_loads and max(profile_loads) >= threads.BUSY_CORES:
         why += (f" (other programs used about {max(profile_loads):.1f} of {threads.usable_cores()} cores just after "
                 "the profiles, which can stretch a short profiled window)")
 print(f"the per-sample step took {step_ms:.2f} ms under the profiler and {unprofiled_ms:.2f} ms without it "
-      f"({profiled_word} under the profiler, 10% band); under the profiler the per-sample step took {slow_x:.1f}x "
-      f"its time, the batched step {fast_x:.1f}x: {why}; bench.compare gives the real cost")
+      f"({profiled_word} under the profiler, 10% band); the profiler added {added_ms['per-sample']:+.2f} ms to the "
+      f"per-sample step ({events_per_step['per-sample']:,.0f} events per step) and {added_ms['batched']:+.2f} ms to "
+      f"the batched one ({events_per_step['batched']:,.0f} events): {why}; bench.compare gives the real cost")
 bench.bar_chart(step_table, title="one training step, before and after the fix");
 
 # %% [markdown]

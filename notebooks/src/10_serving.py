@@ -372,7 +372,8 @@ print("verdict on this machine: " + {
 # concurrent: the two throughput figures only differ in how requests take turns on the same cores
 # (one after another on the loop, or several threads contending for the model), and neither lets
 # requests share the model's work. The blocking server can even show more requests per second than
-# the threaded one (one request at a time avoids threads contending for the model); its health
+# the threaded one (possibly because one request at a time avoids threads contending for the model;
+# no cell here measures why); its health
 # checks show the price. The fix is not `async` as such: it is to keep the loop free and give the model
 # its own thread. That is what the next step does, and the same structure also lets us batch.
 #
@@ -498,7 +499,7 @@ assert max(sizes) > 1, "with 8 concurrent clients the worker should have formed 
 word = {"higher": "more", "lower": "fewer", "no clear difference": "no clearly different number of"}[
     bench.band_verdict(gain, 1.0, band=0.15, name="serve.batching_worker.req_per_s")]
 print(f"verdict on this machine: batching served {word} requests per second than the plain endpoint "
-      f"(mean batch {sum(sizes) / len(sizes):.1f}: each decoding step served that many requests at once; "
+      f"(mean batch {sum(sizes) / len(sizes):.1f}: each decoding step served that many requests on average; "
       f"{bench.band_text(0.15)})")
 batched_health, plain_health = step_results["batching worker"]["health_ms"], step_results["def endpoint"]["health_ms"]
 batched_health_word = {"higher": "slower", "lower": "faster", "no clear difference": "not clearly different"}[
@@ -874,8 +875,9 @@ assert sum(parts.values()) <= 1.05 * breakdown.wall_s + 0.05, parts
 # %% [markdown]
 # The shares above are this machine's. What each means, and what production engines do about it:
 #
-# - **Forward passes beyond the floor.** Clients finish together and come back a round trip later,
-#   so the batch often runs with fewer than 32 rows (the measuring cell two cells above prints the mean rows per pass), and a
+# - **Forward passes beyond the floor.** A client whose request has finished is away for a round trip
+#   (through the load generator and the event loop) before its next request joins, so the batch runs
+#   with fewer than 32 rows (the measuring cell two cells above prints the mean rows per pass), and a
 #   step's fixed cost (every layer's
 #   Python and dispatch) is shared by fewer tokens. Newcomers' prompts are computed in the same passes
 #   (as vLLM schedules them: the token budget of chunked prefill, notebook 13), so their tokens are
@@ -1115,10 +1117,10 @@ else:
 # cache; inside a compiled function the first would break the graph (notebook 02) and the second
 # would make Inductor copy the whole cache on every step. `decode_core` only computes, so it
 # compiles to one graph for batch size 1 (sizes 0 and 1 are specialised) and one dynamic graph shared
-# by every other batch size and length. Steps that also compute prompt tokens run
+# by every other batch size and length (`tests/test_serving_batching.py` counts them: two). Steps that also compute prompt tokens run
 # eager (`EngineCore` uses the compiled step only when every row decodes). Second, *when* it compiles: the server compiles during start-up, before
 # `/health` answers, so no client waits for it; `serve_in_subprocess` waits for that.
-# Compiling adds to the start-up (the cell prints how long it took here; with Inductor's cache empty
+# Compiling adds to the start-up (the cell prints both servers' start-up times here; with Inductor's cache empty
 # the start-up also builds the code, which notebook 01 measures), so quick mode skips this cell. The compiled and
 # the eager server run side by side, taking turns, so a slow spell of the machine hits both.
 
@@ -1133,7 +1135,9 @@ else:
     with serve_in_subprocess({"batching": "iteration", "embed": False, "compile": True},
                              startup_timeout_s=300) as compiled_srv:
         startup_s = time.perf_counter() - started
+        started = time.perf_counter()
         with serve_in_subprocess({"batching": "iteration", "embed": False}) as eager_srv:
+            eager_startup_s = time.perf_counter() - started
             pair = {"compiled": compiled_srv, "eager": eager_srv}
             for srv in pair.values():
                 run_load(srv.url, concurrency=8, n_requests=16, max_new_tokens=NEW_TOKENS)  # warm caches
@@ -1147,7 +1151,8 @@ else:
     compile_band = bench.band_verdict(median["compiled"], median["eager"], band=PAIR_BAND,
                                       name="serve.compile.compiled_vs_eager")
     compile_word = {"higher": "pays", "lower": "is slower", "no clear difference": "makes no clear difference"}[compile_band]
-    print(f"start-up including the compile: {startup_s:.0f} s (clients could not connect before it ended)")
+    print(f"start-up including the compile: {startup_s:.0f} s; the eager server's start-up: {eager_startup_s:.0f} s "
+          "(clients could not connect to either before its start-up ended)")
     print("iteration batching at 32 clients, " + "; ".join(
         f"{name} {median[name]:,.0f} tokens/s ({runs_text(r)})" for name, r in rates.items()))
     print(f"compiled / eager: {median['compiled'] / median['eager']:.2f}x -> compiling {compile_word} here "
@@ -1706,7 +1711,9 @@ assert [len(text) for text in partial] == list(range(1, 25))
 # event loop at most every `stream_interval_ms` (10 ms by default; a request's first token goes at
 # once), and the OpenAI stream (`_texts` in `openai_api.py`) puts every token of the request that has
 # arrived into one chunk, then closes with a chunk that has no text, only the finish reason. So chunk
-# sizes follow the step time, and a busy event loop or machine merges more; the number of chunks
+# sizes follow the step time: short steps put several tokens into each 10 ms hand-over, steps of 10 ms
+# or more (a slow or busy machine) send every token alone, and an event loop that falls behind merges
+# more; the number of chunks
 # changes from run to run, and the cell prints it and the size of each chunk.
 
 # %%
@@ -1826,7 +1833,7 @@ exercises.check("10.parse_sse", parse_sse)
 
 
 # %% [markdown]
-# **Exercise 3.** A bigger batch means more tokens per second in total, but every client waits
+# **Exercise 3.** A bigger batch usually means more tokens per second in total, but every client waits
 # one whole decoding step for its next token. Given the bare model's tokens per second at several
 # batch sizes, write `choose_batch_size(tokens_per_s, budget_ms)`: the largest batch size whose
 # step time (`b` tokens at `tokens_per_s[b]`) is under `budget_ms`, or `None`. Then the next cell
@@ -1860,7 +1867,8 @@ else:
 #   it blocks the event loop. Run it in a worker thread and hand results back with
 #   `call_soon_threadsafe`.
 # - Batching concurrent requests lets one decoding step serve them all (what that bought on this
-#   machine is the cells' verdict); streaming with SSE cuts the time to the first token. Measure both, plus the p99 latency, under the load you expect,
+#   machine is the cells' verdict); streaming with SSE shows the user the first token after one step
+#   instead of after the whole answer. Measure both, plus the p99 latency, under the load you expect,
 #   with streams validated (`run_load`).
 # - Iteration-level batching with a KV cache lets requests join and leave the running batch at every
 #   step; the results recorded here are `serve.batched_vs_unbatched.c32`, `serve.efficiency.c32`,

@@ -1291,7 +1291,7 @@ bench.record("dist.tp.max_abs_diff", tp_diff, "abs", world=tp["world"], width=64
 # ranks, which two processes cannot show. The same job takes `--dp 2` on four ranks (each group of
 # two then trains on its half of the batch, and the result is compared with one process the same
 # way); the command is below: run it from the `notebooks/` folder (it runs on fewer than four cores
-# too, just slower). Its output shows placements with two entries, dp first (a parameter that FSDP
+# too, just slower). No cell here runs it; with torch 2.14.1 its output showed placements with two entries, dp first (a parameter that FSDP
 # and tp split along the same dimension shows FSDP's part as `_StridedShard`), a warning from FSDP2
 # about a module that returned a view, harmless here since nothing modifies the output in place,
 # and, from the check's `full_tensor()`, DTensor's note that gathering a `_StridedShard` gradient
@@ -1630,22 +1630,24 @@ for label, v in ac.items():
           f"timeline peak {v['peak'] / 2**20:6.2f} MiB")
 print(cmp_ac)
 step_word = cmp_ac.verdict("checkpointed", "plain", name="dist.ac.checkpointed_step_time")
+saved_less_mib = (ac["plain"]["saved"]["activations"] - ac["checkpointed"]["saved"]["activations"]) / 2**20
 why = {"slower": "during the backward pass each checkpointed block ran its forward again, work the plain step does "
-                 "once, and that recomputation outweighed anything saved by keeping fewer activations",
+                 "once; this cell does not time that recomputation separately",
        "no clear difference": "the time checkpointing added (its forwards run again during the backward pass), "
                               "net of anything saved by keeping fewer activations, " + (
                                   "came to less than 5% of the step" if cmp_ac.within_margin("checkpointed", "plain")
                                   else "stayed inside this run's timing spread (the IQR column)"),
-       "faster": f"keeping {(ac['plain']['saved']['activations'] - ac['checkpointed']['saved']['activations']) / 2**20:.0f} "
-                 "MiB fewer activations (memory written in the forward and read back in the backward) saved more "
-                 "time than the recomputed forwards cost"}[step_word]
+       "faster": "the checkpointed step came out faster although it recomputes each block's forward; one possible "
+                 f"reason is the {saved_less_mib:.0f} "
+                 "MiB fewer activations written in the forward and read back in the backward, which this cell does "
+                 "not time"}[step_word]
 print(f"verdict on this machine ({cpu.cpu_class()}): the checkpointed step is "
       f"{cmp_ac.describe('checkpointed', 'plain')}: {why}; its memory peak is "
       + {"lower": "lower", "higher": "higher", "no clear difference": "not clearly different"}[
           bench.band_verdict(ac['checkpointed']['peak'], ac['plain']['peak'], name='dist.ac.memory_peak')]
       + " (10% band)")
 assert ac["checkpointed"]["saved"]["activations"] < ac["plain"]["saved"]["activations"]
-# Recomputing a block's forward needs all its weights; the plain backward skips the first layer's (its input needs
+# Recomputing a block's forward needs all its weights; the plain backward skips the model's first weight (its input needs
 # no gradient), so checkpointing keeps more parameter references: a count of bytes, the same everywhere.
 assert ac["checkpointed"]["saved"]["parameters"] > ac["plain"]["saved"]["parameters"]
 
@@ -1655,8 +1657,8 @@ assert ac["checkpointed"]["saved"]["parameters"] > ac["plain"]["saved"]["paramet
 # which cost nothing extra). Checkpointing keeps more parameters by reference (printed above, and
 # asserted): each block's forward runs again during the backward pass and needs all its weights
 # then, and its first Linear's bias to rebuild GELU's input (the second Linear's bias is never
-# needed), while the plain backward never needs the first layer's weight, since its input needs no
-# gradient. The step's overall peak
+# needed), while the plain backward never needs the model's very first weight (block 0's first
+# Linear, whose input is the data), since that input needs no gradient. The step's overall peak
 # also holds parameters, gradients and temporaries, so its saving need not match the activations'
 # saving; the verdict above says whether the peak moved beyond a 10% band on this machine. The
 # profiler may print warnings under the cell: one about a memory block allocated before profiling
@@ -1934,8 +1936,8 @@ others.append(threads.other_load())
 speed = bench.Comparison.from_samples({label: [t for run in got for t in run["step_s"]] for label, got in runs.items()})
 print(f"{counted(SCALE_ROUNDS, 'run')} of {EL_STEPS} steps on each side, in turn; every step but each run's first, pooled:")
 loads = [x for x in others if x is not None]   # None where the load could not be sampled
-print(speed.format(cause="the two ranks wait for each other at every step's all-reduce, so a delay on either rank "
-                         "shows in both; other programs used about "
+print(speed.format(cause="one possible reason, not measured here: the two ranks wait for each other at every "
+                         "step's all-reduce, so a delay on either rank shows in both; other programs used about "
                          + (f"{max(loads):.1f} cores at the busiest sample" if loads else "an unknown share of the CPU")
                          + " between the runs"))
 print("(the last column is speed relative to 1 process: below 1x, a step on 2 processes takes longer)")
@@ -1957,8 +1959,8 @@ setting = (f"2 ranks × {rank_threads} thread{'s' * (rank_threads > 1)} against 
                "other programs' CPU use could not be sampled" if load is None else
                f"about {load:.1f} of them used by other programs on average (sampled between the runs)"))
 turns = (f"the two ranks' {threads_2} threads ({counted(rank_threads, 'torch thread')} and "
-         f"{counted(gloo_threads, 'gloo worker thread')} each) had about {free:.1f} free cores, so part of the time "
-         "they waited for one"
+         f"{counted(gloo_threads, 'gloo worker thread')} each) had about {free:.1f} free cores, so they could wait "
+         "for one (this cell does not measure that wait)"
          if crowded else "")
 exchange = (f"two all-reduces between the two processes through loopback (the gradients' {grad_kib:.0f} KiB in "
             "the backward, and the 4-byte loss each step records), with each rank waiting for the other at both "
