@@ -98,9 +98,10 @@ def test_a_reset_connection_is_reported_with_its_socket_error_and_phase(head, ph
 
 def test_the_load_generator_drops_idle_connections_well_before_servers_close_them():
     """Equal idle timeouts race: on a busy machine the client reads a response late and reuses a connection
-    the server is closing that moment ("Connection reset by peer" for a request the server never saw; seen
-    once in 1,000 requests at 64 clients in notebook 10 with a core busy). The pool's expiry stays below the
-    course server's idle timeout and uvicorn's (LitServe's server) by a clear margin."""
+    the server is closing that moment, and the request gets "Connection reset by peer" instead of an answer
+    (seen once in 1,000 requests at 64 clients in notebook 10 with a core busy). The pool's expiry stays below
+    the course server's idle timeout and uvicorn's default (what a plain uvicorn server uses) by a clear
+    margin."""
     import uvicorn
 
     from course_utils.serving.server.loadgen import KEEPALIVE_EXPIRY_S
@@ -112,7 +113,8 @@ def test_the_load_generator_drops_idle_connections_well_before_servers_close_the
 
 def test_the_course_server_keeps_idle_connections_longer_than_httpx_clients_do():
     """A learner's own httpx client (the OpenAI SDK's too) keeps idle connections 5 s by default: the server
-    keeps them longer, so the client is the one that closes them, and the race above cannot happen."""
+    keeps them longer, so such a client closes them first and does not meet the race above (a client that
+    keeps idle connections with no limit, as requests/urllib3 do, still can)."""
     from course_utils.serving.server.settings import ServeSettings
 
     assert ServeSettings().keep_alive_s >= 2 * httpx.Limits().keepalive_expiry
@@ -122,3 +124,21 @@ def test_the_course_server_keeps_idle_connections_longer_than_httpx_clients_do()
 def test_run_load_rejects_a_pool_expiry_that_is_not_positive(expiry):
     with pytest.raises(ValueError, match="keepalive_expiry_s"):
         run_load("http://127.0.0.1:9", concurrency=1, n_requests=1, keepalive_expiry_s=expiry)
+
+
+def test_run_load_hands_its_pool_expiry_to_httpx(monkeypatch):
+    """The constant above only helps if the pool gets it: spy on the limits ``run_load`` builds."""
+    from course_utils.serving.server.loadgen import KEEPALIVE_EXPIRY_S
+
+    built: list[httpx.Limits] = []
+    real_limits = httpx.Limits
+
+    def spy(*args, **kwargs):
+        built.append(real_limits(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(httpx, "Limits", spy)
+    with resetting_server(b"") as url:
+        run_load(url, concurrency=1, n_requests=1, max_new_tokens=2, timeout_s=10)
+        run_load(url, concurrency=1, n_requests=1, max_new_tokens=2, timeout_s=10, keepalive_expiry_s=0.25)
+    assert [limits.keepalive_expiry for limits in built] == [KEEPALIVE_EXPIRY_S, 0.25]

@@ -965,6 +965,7 @@ print("\n".join(lines[step - 1:step + 5]))
 # training loss, seconds) and the test accuracy, then saves the weights:
 
 # %%
+from course_utils import threads
 from course_utils.data import load_digits_split
 from course_utils.deploy import cmake_build, libtorch_cpp
 
@@ -972,7 +973,7 @@ digits = load_digits_split()
 LT = {"epochs": config.pick(4, 20), "lr": 1e-3, "batch": 64, "seed": 0, "hidden": 128, "depth": 2}
 lt_threads = torch.get_num_threads()  # the C++ side uses as many threads as this process
 lt_dir = OUT / "libtorch"
-trainer = cpp_run = None
+trainer = cpp_run = cpp_load = None
 problem = cmake_build.toolchain_problem()
 if problem:
     print("skipped: the LibTorch program cannot be built here:", problem)
@@ -987,6 +988,7 @@ if trainer is not None:
           else f"reusing {short(trainer.binary)} (newer than its sources)")
     lt_data = libtorch_cpp.write_dataset(lt_dir / "data", digits.x_train, digits.y_train, digits.x_test, digits.y_test)
     cpp_run = libtorch_cpp.train(trainer.binary, lt_data, lt_dir / "weights.pt", threads=lt_threads, **LT)
+    cpp_load = threads.other_load()  # other programs' CPU use just after the C++ run (the Python run comes later)
     for epoch, (loss, secs) in enumerate(zip(cpp_run.losses, cpp_run.epoch_seconds), 1):
         print(f"C++ epoch {epoch:2d}: loss {loss:.4f}  ({secs * 1e3:.1f} ms)")
     print(f"C++ test accuracy: {cpp_run.correct}/{cpp_run.total} = {cpp_run.accuracy:.4f}")
@@ -1060,8 +1062,10 @@ if cpp_run is not None:
 # epoch. `torch::manual_seed` and `torch.manual_seed` seed the same generator, so the two runs start
 # from the same weights and see the batches in the same order (`tests/test_libtorch_cpp.py` checks
 # the first part). Whether the loss curves then stay together, and which epoch is faster, is
-# measured, not assumed; both sides run with the same number of threads, and the first epoch of
-# each is left out of the timing as warm-up:
+# measured, not assumed; both sides run with this process's number of torch threads (a training job
+# uses the machine's cores, unlike the one-thread inference timings above), and the first epoch of
+# each is left out of the timing as warm-up. The two sides run one after the other, not
+# interleaved, so the cell samples other programs' load just after each:
 
 # %%
 import dataclasses
@@ -1069,8 +1073,6 @@ import math
 import time
 
 import torch.nn.functional as F
-
-from course_utils import threads
 
 
 def train_python(x, y, *, epochs, lr, batch, seed, hidden, depth):
@@ -1097,6 +1099,7 @@ def train_python(x, y, *, epochs, lr, batch, seed, hidden, depth):
 
 
 py_trained, py_losses, py_seconds = train_python(digits.x_train.flatten(1), digits.y_train, **LT)
+py_load = threads.other_load()  # and just after the Python run: the two sides ran one after the other
 with torch.no_grad():
     py_acc = (py_trained(digits.x_test.flatten(1)).argmax(1) == digits.y_test).float().mean().item()
 print(f"Python: final loss {py_losses[-1]:.4f}, test accuracy {py_acc:.4f}")
@@ -1126,6 +1129,9 @@ if cpp_run is not None:
         epoch_table = dataclasses.replace(epoch_table, other_load=threads.other_load())
     cpp_epoch_s = epoch_table.row("C++").median_s
     py_epoch_s = epoch_table.row("Python").median_s
+    loads_said = ("other programs' load could not be sampled" if None in (cpp_load, py_load) else
+                  f"other programs used about {cpp_load:.1f} cores just after the C++ run and {py_load:.1f} just "
+                  "after the Python one")
     print(f"\ntime per epoch, {LT['epochs'] - 1} epochs after a warm-up one, {counted(lt_threads, 'thread')}, "
           "as medians and IQRs over the epochs:")
     print(epoch_table.format())
@@ -1138,7 +1144,7 @@ if cpp_run is not None:
     print(f"per training step ({steps} per epoch): Python {py_epoch_s / steps * 1e6:.0f} µs, "
           f"C++ {cpp_epoch_s / steps * 1e6:.0f} µs; the model's forward and backward run the same libtorch kernels "
           "(the optimizer steps differ slightly), so " + {
-              "faster": "unless other programs' load changed between the two runs (not sampled between them), "
+              "faster": f"unless other programs' load changed between the two runs ({loads_said}), "
                         "the difference lies in the work around those kernels: Python's interpreter and module "
                         "calls, and each program's optimizer implementation, threads and memory allocation; this "
                         "cell does not break it down",
@@ -1149,7 +1155,7 @@ if cpp_run is not None:
                                      "whatever the work around them costs was lost in the epochs' spread here "
                                      "(the IQRs above)",
               "slower": "the gap is not Python's overhead (C++ has none): unless other programs' load changed "
-                        "between the two runs (not sampled between them), it is how each program uses those "
+                        f"between the two runs ({loads_said}), it is how each program uses those "
                         "kernels (the optimizer's implementation, threads, memory allocation), "
                         "which this cell does not break down"}[verdict])
     bench.record("cpp.train.epoch_s", cpp_epoch_s, "s", python_epoch_s=py_epoch_s, epochs=LT["epochs"],

@@ -120,7 +120,7 @@ print(session.start(seed=0))
 # (`aten::conv2d`, `aten::addmm`, ...), with a start time, a duration and the thread it ran on.
 # Operators call other operators: `aten::conv2d` calls `aten::convolution`, which calls
 # `aten::_convolution`, which calls a backend routine (on x86 builds oneDNN's `aten::mkldnn_convolution`;
-# the next cell finds which one ran on your machine). So every event
+# the cell under "Grouping by input shape" finds which one ran on your machine). So every event
 # has two times:
 #
 # - **total** (`CPU total`): from the operator's start to its end, children included;
@@ -725,8 +725,17 @@ model_ms = {name: sum(by_key[k].cpu_time_total for k in MODEL_STAGES) / 1e3 / PR
             for name, by_key in (("per-sample", slow_by_key), ("batched", fast_by_key))}
 model_word = bench.band_verdict(model_ms["per-sample"], model_ms["batched"], band=0.1)
 model_text = f"({model_ms['per-sample']:.2f} against {model_ms['batched']:.2f} ms per step, per-sample profile first)"
-# "gained more": by more than a tenth of the per-sample step's unprofiled time, so timing noise alone cannot do it
-gained_more = added_ms["per-sample"] - added_ms["batched"] > 0.1 * unprofiled_ms
+# "gained more": by more than a tenth of the per-sample step's unprofiled time and more than the two unprofiled
+# steps' timing spreads (IQRs) together; a smaller gap is read as no difference
+spreads_ms = sum(step_table.row(label).iqr_s * 1e3 for label in ("per-sample data", "batched data"))
+gained_more = added_ms["per-sample"] - added_ms["batched"] > max(0.1 * unprofiled_ms, spreads_ms)
+
+
+def added_text(ms: float) -> str:
+    """The time the profiler added to a step; below zero it is the two timings' noise, not a saving."""
+    return f"{ms:+.2f} ms" if ms >= 0 else f"nothing measurable ({ms:+.2f} ms, the two timings' noise)"
+
+
 if profiled_word != "higher":
     why = "the profiler's cost per event did not show here"
 elif gained_more and model_word == "higher":
@@ -748,9 +757,9 @@ else:
         why += (f" (other programs used about {max(profile_loads):.1f} of {threads.usable_cores()} cores just after "
                 "the profiles, which can stretch a short profiled window)")
 print(f"the per-sample step took {step_ms:.2f} ms under the profiler and {unprofiled_ms:.2f} ms without it "
-      f"({profiled_word} under the profiler, 10% band); the profiler added {added_ms['per-sample']:+.2f} ms to the "
-      f"per-sample step ({events_per_step['per-sample']:,.0f} events per step) and {added_ms['batched']:+.2f} ms to "
-      f"the batched one ({events_per_step['batched']:,.0f} events): {why}; bench.compare gives the real cost")
+      f"({profiled_word} under the profiler, 10% band); the profiler added {added_text(added_ms['per-sample'])} to the "
+      f"per-sample step ({events_per_step['per-sample']:,.0f} events per step) and {added_text(added_ms['batched'])} "
+      f"to the batched one ({events_per_step['batched']:,.0f} events): {why}; bench.compare gives the real cost")
 bench.bar_chart(step_table, title="one training step, before and after the fix");
 
 # %% [markdown]

@@ -93,12 +93,12 @@ class LoadReport:
         return out
 
 
-#: How long an idle connection stays in the load generator's pool (seconds). It must be shorter than the
-#: servers' own idle timeout (the course's server and uvicorn's default: 5 s): with equal timeouts, a client
-#: that reads a response a little late (a busy machine) can send its next request on a connection whose
-#: server side is closing at that moment, and gets "Connection reset by peer" for a request the server never
-#: saw. httpx's pool reuses the first free connection in its list, so the last ones can sit idle that long
-#: even under steady load.
+#: How long an idle connection stays in the load generator's pool (seconds). It must be clearly shorter than the
+#: server's own idle timeout (the course's server: 15 s; uvicorn's default, which many servers keep: 5 s). With
+#: equal timeouts, a client that reads a response a little late (a busy machine) can send its next request on a
+#: connection whose server side is closing at that moment; the server closes without answering, and the
+#: client gets "Connection reset by peer". httpx's pool reuses the first free connection in its list, so the
+#: last ones can sit idle that long even under steady load.
 KEEPALIVE_EXPIRY_S = 1.0
 
 
