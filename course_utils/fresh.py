@@ -3,7 +3,10 @@
 Answers "what does this take the first time, on a machine that never compiled it?": a cold start
 can only be measured in a process that has compiled nothing, with an Inductor cache directory
 (FX graph, AOTAutograd and C++ build caches) that holds nothing. Notebook 11 times whole-model and
-regional compilation this way, and runs its ``TORCH_TRACE`` example in a process of its own.
+regional compilation this way, and runs its ``TORCH_TRACE`` example in a process of its own. Inductor's
+precompiled C++ header is not in that directory (torch 2.14 keeps it under the temporary directory), so
+these cold runs find it built, as on a machine that compiled anything before; pass ``TMPDIR`` in ``extra``
+to build it too.
 
 The script prints its result as one JSON object on its last line of standard output.
 """

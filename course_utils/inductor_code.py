@@ -91,10 +91,13 @@ def vectorises_here() -> bool:
 
 
 def scalar_note() -> str:
-    """Return a clause for a printed reason where Inductor writes no vector code here, else ""."""
+    """Return a clause for a printed reason where Inductor writes no vector code here, else "". It says that
+    eager runs at the same capability, so a reader does not take it for the whole reason a compiled version
+    was slower."""
     if vectorises_here():
         return ""
     import torch
 
     return (f" (Inductor wrote no SIMD vector code here: torch's CPU capability is "
-            f"{torch.backends.cpu.get_cpu_capability()}, so its loops go one float at a time)")
+            f"{torch.backends.cpu.get_cpu_capability()}, so its loops are plain scalar C++; eager's own kernels run "
+            "at the same setting, so this alone need not explain a difference)")

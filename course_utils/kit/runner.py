@@ -135,8 +135,9 @@ def run_notebook(path: Path, *, quick: bool = True, offline: bool = False,
 
 
 #: Where compiled code, exported models and derived data are kept between runs; ``cold=True``
-#: points each at an empty folder.
-CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "COURSE_CACHE_DIR", "COURSE_BUILD_DIR")
+#: points each at an empty folder. ``TMPDIR`` is among them because torch 2.14 keeps Inductor's
+#: precompiled C++ header under the temporary directory, whatever ``TORCHINDUCTOR_CACHE_DIR`` says.
+CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "COURSE_CACHE_DIR", "COURSE_BUILD_DIR", "TMPDIR")
 
 
 @contextmanager

@@ -85,7 +85,7 @@ else:
 
 import torch
 
-from course_utils import bench, config, exercises, inductor_code, session
+from course_utils import bench, config, exercises, inductor_code, session, threads
 from course_utils.device import accelerator, accelerator_description, accelerator_memory, requires_accelerator
 from course_utils.kit import doctor, env
 from course_utils.text import counted
@@ -273,12 +273,16 @@ saved_ms = (n_ops - 1) * pass_ms      # eager makes n_ops passes over the tensor
 gain_ms = eager_ms - compiled_ms
 eager_iqr_ms = table.row("eager").iqr_s * 1e3
 widest_iqr_ms = max(eager_iqr_ms, table.row("compiled").iqr_s * 1e3)
-# Other programs' load is named only where compare sampled it at or above the threshold.
-chain_load = table.load_note()
+# Other programs' load: compare samples it only when a spread is large, so sample it here too, and name it
+# only at or above the course's threshold (threads.BUSY_CORES).
+load_now = threads.other_load()
+chain_load = table.load_note() or (f"other programs used about {load_now:.1f} cores just after the timings"
+                                   if load_now is not None and load_now >= threads.BUSY_CORES else "")
 print(f"eager makes {n_ops} passes over the tensor (a few read two tensors), the fused loop one; at {pass_ms:.3f} ms "
       f"a pass (x + 1, timed on its own), the {n_ops - 1} saved passes are worth roughly {saved_ms:.2f} ms of eager's "
-      f"{eager_ms:.2f} ms; the rest of eager's time ({eager_ms - n_ops * pass_ms:.2f} ms) is everything else: the "
-      f"maths and {n_ops} dispatches" + (f", and any waiting on other programs ({chain_load})" if chain_load else "")
+      f"{eager_ms:.2f} ms; the rest of eager's time ({eager_ms - n_ops * pass_ms:.2f} ms) is everything this cell does "
+      f"not time apart: the maths, {n_ops} dispatches and allocating each intermediate tensor (notebook 01 counts "
+      "its page faults)" + (f", and any waiting on other programs ({chain_load})" if chain_load else "")
       + f" (eager's IQR {eager_iqr_ms:.2f} ms)")
 chain_word = table.verdict("compiled")
 left_ms = gain_ms - saved_ms
@@ -290,8 +294,8 @@ chain_reason = {
                "whether the maths itself ran faster" if left_ms <= eager_iqr_ms else
                f"it gained {gain_ms:.2f} ms a call; the saved passes account for roughly {saved_ms:.2f} ms, which "
                f"leaves {left_ms:.2f} ms, more than eager's spread (IQR {eager_iqr_ms:.2f} ms): the saved passes, as "
-               "timed with x + 1, do not account for it, and this cell does not time the maths and the "
-               "dispatches apart"),
+               "timed with x + 1, do not account for it, and this cell does not time the maths, the dispatches "
+               "and the allocations apart"),
     "no clear difference": (f"the {n_ops - 1} saved passes (roughly {saved_ms:.2f} ms) are within the timing spread "
                             f"(the wider IQR is {widest_iqr_ms:.2f} ms), so they could not show ("
                             + (f"{chain_load}; a tensor small enough to stay in cache would also hide them)"
@@ -299,8 +303,8 @@ chain_reason = {
                                "cache is one possibility)") if saved_ms <= widest_iqr_ms else
                             f"the {n_ops - 1} saved passes (roughly {saved_ms:.2f} ms) are more than the timing spread "
                             f"(the wider IQR is {widest_iqr_ms:.2f} ms), so the fused loop's own work took about that "
-                            "much longer than eager's separate kernels; this cell does not time the maths and the "
-                            "dispatches apart"),
+                            "much longer than eager's separate kernels; this cell does not time the maths, the "
+                            "dispatches and the allocations apart"),
     "slower": "the generated loop took longer than eager's separate kernels, by more than the memory passes it "
               "saved (this cell does not time the maths apart)" + inductor_code.scalar_note()}[chain_word]
 chain_said = table.describe("compiled", name="setup.chain.compiled_vs_eager")
@@ -313,7 +317,7 @@ print(f"why, on this machine: {chain_reason}")
 #
 # A single matrix multiply has nothing to fuse: on the CPU, Inductor hands it to the same optimised
 # library routine (oneDNN/MKL) that eager PyTorch calls, and adds a check per call of the guards
-# that confirm each input still matches what was compiled (notebook 02 measures them). The cell
+# that confirm each input still matches what was compiled (notebook 02 shows them). The cell
 # prints what the generated code calls, and how the two compared here:
 
 # %%
@@ -335,7 +339,7 @@ torch.testing.assert_close(compiled_project(x, w), project(x, w), rtol=1e-4, ato
 mm_speedup = mm_table.speedup("compiled")
 mm_word = mm_table.verdict("compiled")
 mm_reason = {"no clear difference": "both run the same library routine, and the guard check a compiled call adds "
-                                    "(notebook 02 measures it) is too small to show beside the multiply",
+                                    "(notebook 02 shows the guards) is too small to show beside the multiply",
              "faster": "the library routine is the same, so nothing counted here explains the gap: rerun the cell",
              "slower": "the library routine is the same, so nothing counted here explains the gap: rerun the cell"
              }[mm_word] if mm_library and not mm_loops else "Inductor wrote code of its own here: read the generated code"
@@ -355,8 +359,8 @@ torch.testing.assert_close(compiled_chain(tiny), activation_chain(tiny), rtol=1e
 tiny_speedup = tiny_table.speedup("compiled")
 tiny_verdict = tiny_table.verdict("compiled")
 reason = {"faster": "one generated loop beat ten eager dispatches on this machine",
-          "slower": ("the guard checks and the call into compiled code cost more than ten dispatches "
-                     "on this machine"),
+          "slower": ("the compiled call took longer than ten dispatches here; its guard checks and the call into "
+                     "compiled code are the likely cost (this cell does not time them apart)"),
           "no clear difference": (
               (f"the medians were within {bench.VERDICT_MARGIN:.0%}: the saved dispatches and the added per-call "
                "checks roughly cancel here" if tiny_table.within_margin("compiled") else

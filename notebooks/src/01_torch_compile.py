@@ -432,8 +432,8 @@ print(f"with COURSE_NO_COMPILE unset, the model is compiled: {compat.is_compiled
 # %% [markdown]
 # ### Newer arguments (torch newer than 2.11)
 #
-# `recompile_limit` caps how many times this one compiled function may recompile before it gives up
-# and runs eagerly (the global default is 8), `name` labels the compiled region for debugging tools,
+# `recompile_limit` caps how many compiled versions this one function may keep (its first compile
+# included) before it gives up and runs new inputs eagerly (the global default is 8), `name` labels the compiled region for debugging tools,
 # `isolate_recompiles` gives this call its own recompile budget, and `dynamic_shapes` declares in
 # advance which dimensions are dynamic. On older torch the cell falls back to
 # `compat.recompile_limit`, a context manager that sets the same limit globally. The warning that
@@ -581,11 +581,13 @@ print(f"Why: {library} of the default mode's calls are library routines (the mat
 bench.bar_chart(mode_table, title="MLP inference on this CPU, by mode");
 
 # %% [markdown]
-# Inductor's CPU backend also has matrix-multiply code of its own (C++ GEMM templates), but it
-# only considers it when it may treat the weights as constants, which it does with **freezing**
+# Inductor's CPU backend also has matrix-multiply code of its own (C++ GEMM templates), but for a
+# matrix multiply with a weight (`mm`, `addmm`: every `nn.Linear`, and this model's layers) it only
+# considers it when it may treat the weights as constants, which it does with **freezing**
 # (`torch._inductor.config.freezing = True`, for inference only: the weights are baked into the
-# compiled code, and later changes to them are ignored). With freezing on, `max-autotune` times its
-# templates against the oneDNN/MKL library call for every matrix multiply and keeps the faster one.
+# compiled code, and later changes to them are ignored). (A batched `bmm` between two activations,
+# as in attention, is a candidate without freezing.) With freezing on, `max-autotune` times its
+# templates against the oneDNN/MKL library call for every such matrix multiply and keeps the faster one.
 # That adds building and timing the candidates to the compile; the cells below measure what it
 # did to the first call and how run time changed.
 #
@@ -639,7 +641,7 @@ print(f"max-autotune + freezing: {frozen_table.describe('max-autotune + freezing
 # Compare like with like: both frozen, so the only difference is autotuning.
 word = frozen_table.verdict("max-autotune + freezing", "default + freezing",
                             name="compile.modes.autotune_freezing.tuned_vs_default")  # describe() below prints this verdict
-verdict_line = {"faster": "autotuning paid here against the frozen default",
+verdict_line = {"faster": "the autotuned version ran faster than the frozen default here",
                 "no clear difference": "autotuning made no clear difference against the frozen default here",
                 "slower": "the autotuned version ran slower than the frozen default here"}[word]
 if tuned["templates"] == 0 and word != "no clear difference":
@@ -656,7 +658,8 @@ print(f"-> {verdict_line}. " + ("The four plain modes generated the same kernels
 # %% [markdown]
 # What to take from this on a CPU: start with the default mode, and check it against eager for a
 # model like this one. `reduce-overhead` quietly does what
-# `default` does; `max-autotune` only tries Inductor's own matrix-multiply code with freezing on,
+# `default` does; for layers with weights, `max-autotune` only tries Inductor's own matrix-multiply
+# code with freezing on,
 # adds building and timing the candidates to the compile (the cell above printed what that did to the
 # first call here), and whether the
 # tuned choice wins depends on your matrix sizes and on how noisy the machine was while it timed
@@ -913,19 +916,21 @@ def reason(name: str, r: dict) -> str:
     if elements <= 64:
         costs = (f"the input has only {elements} numbers, so each call's fixed costs (checking the guards, "
                  "entering the generated wrapper)")
-        return costs + {"faster": " were small enough next to the work for the saving to show",
-                        "no clear difference": " are of the same order as the work itself",
-                        "slower": " outweighed the little work there was to speed up"}[word]
+        own_loops = ("; the compiled version also computes everything in its own generated loops (0 library calls), "
+                     "another difference from eager" if r["library"] == 0 else "")
+        return costs + (" are of the order of the work itself; they are the likely reason for this verdict, but this "
+                        "cell does not time them" + own_loops)
     if r["library"] == 0:
         traffic = r["ops"] * elements * 4
         where = (f"; the {r['ops']} intermediate tensors (about {traffic / 1e6:.1f} MB) fit in this CPU's "
                  f"{L2_BYTES / 1e6:.1f} MB L2 cache, so eager's round trips were cheap" if 0 < traffic <= L2_BYTES else "")
         fused = (f"its {r['ops']} operations became {counted(r['loops'], 'generated loop')}, so intermediate results stay in "
                  "registers and cache instead of going to memory and back")
-        tail = {"faster": "; the saved traffic showed as time",
+        tail = {"faster": "; compiled came out faster, and this cell does not split the gain between the saved "
+                          "traffic, eager's page faults (the fault line below) and the arithmetic",
                 "no clear difference": ", but the saved traffic did not show as time here",
-                "slower": ", but here the generated code took longer than eager's separate kernels: saving the "
-                          "traffic was not enough on this CPU" + inductor_code.scalar_note()}[word]
+                "slower": ", but here the generated code took longer than eager's separate kernels; this cell does "
+                          "not measure why" + inductor_code.scalar_note()}[word]
         return fused + tail + where
     tail = {"faster": "and the fused glue was a large enough share of the time for the saving to show",
             "no clear difference": ("so fusing the glue did not change the total by more than 5% here"
@@ -1018,7 +1023,8 @@ print(f"recorded: fusion {fusion['speedup']:.2f}x ({fusion['table'].verdict('com
 #
 # One detail matters before anything runs: the training set has 1,347 images, so batches of 64
 # leave a last batch of 3. A new batch size is a new shape, which would trigger a recompile (of
-# the forward and the backward) in the middle of every first epoch. `drop_last=True` keeps every
+# the forward and the backward) at the end of the first epoch, and a graph with a dynamic batch size
+# after it. `drop_last=True` keeps every
 # batch the same shape. Both models start from the same weights and see the same batches; their
 # epochs alternate (eager first on even epochs, compiled first on odd ones), so a busy moment on
 # the machine hits both.
@@ -1181,13 +1187,23 @@ if not config.is_quick():
 #   plus the small test programs Inductor builds once to learn which SIMD instructions your CPU and
 #   compiler support.
 #
+# One thing is *not* in that folder. Before it builds a kernel, Inductor precompiles the header that
+# all its generated C++ includes (`cpp_prefix.h`), once per set of compiler flags, and torch 2.14.1
+# keeps these precompiled headers (about 150 MB each) under the system's temporary directory,
+# `<tmp>/torchinductor_<user>/precompiled_headers`, whatever `TORCHINDUCTOR_CACHE_DIR` says
+# (`torch/_inductor/codecache.py`, `_HEADER_DIR`). So a machine that never compiled, or whose temporary
+# directory was emptied at boot, builds the header on its first compile even with a warm cache folder.
+#
 # `torch.compiler.save_cache_artifacts()` packs what the graph-level caches recorded in this process
 # into bytes you can ship to another machine, and `load_cache_artifacts()` installs them there.
 #
 # The only honest way to measure a cold start is a fresh process with an empty cache directory.
 # The script below compiles the element-wise chain of section 5 and reports its first call and
 # what the caches did; each run is a separate Python process with its own
-# `TORCHINDUCTOR_CACHE_DIR` under the course's `build/` folder.
+# `TORCHINDUCTOR_CACHE_DIR` under the course's `build/` folder. These "cold" runs find the
+# precompiled header already built (this notebook built it earlier, or a run before it did); in full
+# mode one more run also gets an empty temporary directory, so it builds the header too, as a
+# machine's very first compile does.
 
 # %%
 CACHE_ROOT = config.build_dir() / "nb01_cache"
@@ -1226,8 +1242,10 @@ print(json.dumps(dict(first_s=first_s, cpp_build_s=float(times.get("compile_file
 ''')
 
 
-def first_call_in_new_process(cache_dir, action="plain", artifacts=CACHE_ROOT / "artifacts.bin") -> dict:
+def first_call_in_new_process(cache_dir, action="plain", artifacts=CACHE_ROOT / "artifacts.bin", tmp_dir=None) -> dict:
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache_dir))
+    if tmp_dir is not None:  # an empty temporary directory: no precompiled header either
+        env["TMPDIR"] = str(tmp_dir)
     proc = subprocess.run([sys.executable, str(SCRIPT), action, str(artifacts)], env=env,
                           capture_output=True, text=True, timeout=900, cwd=config.REPO_ROOT)
     if proc.returncode != 0:
@@ -1251,6 +1269,14 @@ if ARTIFACT_RUN:
     libraries["empty dir + artifacts"] = len(list(fresh_dir.rglob("*.so")))
 elif compat.has("cache_artifacts"):
     print("quick mode: the artifacts run (one more cold compile) is left for full mode")
+if not config.is_quick():   # a machine's very first compile: empty cache folder and empty temporary directory
+    first_dir, first_tmp = CACHE_ROOT / "first_ever", CACHE_ROOT / "first_ever_tmp"
+    for folder in (first_dir, first_tmp):
+        shutil.rmtree(folder, ignore_errors=True)
+    first_tmp.mkdir()
+    cache_runs["cold + empty tmp dir"] = first_call_in_new_process(first_dir, tmp_dir=first_tmp)
+    header_mb = sum(f.stat().st_size for f in first_tmp.rglob("*.gch")) / 2**20
+    shutil.rmtree(first_tmp, ignore_errors=True)   # the header is large: do not keep a second copy
 
 for name, r in cache_runs.items():
     print(f"{name:<22} first call {r['first_s']:6.2f} s | C++ compiler time {r['cpp_build_s']:6.2f} s | "
@@ -1293,10 +1319,19 @@ if ARTIFACT_RUN:
           f"{art['first_s'] - art['cpp_build_s']:.2f} s against "
           f"{cold['first_s'] - cold['cpp_build_s']:.2f} s.")
     same = "The same" if libraries["empty dir + artifacts"] == libraries["cold"] else "The"
-    print("The artifacts do not carry the built libraries on a CPU, so they can save only the tracing and code "
+    print("The artifacts do not carry the built libraries on a CPU, so they can save only AOTAutograd's tracing and "
+          "Inductor's lowering and code "
           f"generation. {same} C++ build took {art['cpp_build_s']:.2f} s here against {cold['cpp_build_s']:.2f} s "
           "cold, so one run each cannot say how much of the difference the artifacts saved (the routes table in "
           "the precompile section judges this side by side).")
+if "cold + empty tmp dir" in cache_runs:
+    ever = cache_runs["cold + empty tmp dir"]
+    if torch._inductor.config.cpp_cache_precompile_headers and sys.platform != "win32":
+        assert header_mb > 0, "with an empty temporary directory, Inductor builds its precompiled header there"
+    print(f"With an empty temporary directory as well, the run also built Inductor's precompiled header "
+          f"({header_mb:.0f} MB): first call {ever['first_s']:.2f} s against {cold['first_s']:.2f} s cold, C++ compiler "
+          f"time {ever['cpp_build_s']:.2f} s against {cold['cpp_build_s']:.2f} s: what the first compile costs on a "
+          "machine that never compiled, or whose temporary directory was emptied at boot (one run each).")
 bench.record("compile.cache.warm_speedup", warm_speedup, "x", cold_s=cold["first_s"], warm_s=warm["first_s"])
 
 fig, ax = plt.subplots(figsize=(6, 0.8 + 0.5 * len(cache_runs)))
@@ -1312,7 +1347,9 @@ fig.tight_layout();
 # In practice: keep `TORCHINDUCTOR_CACHE_DIR` on a disk that survives restarts (Inductor's own
 # default, under the temporary directory, may be wiped; the course kernel's folder is not), and in
 # containers or CI, mount or restore it between jobs: that is where the warm start comes from on a
-# CPU. Cache artifacts are the portable form for a fleet of machines. PyTorch's caching recipe
+# CPU. The precompiled header is not in that folder (see above): where the temporary directory does
+# not survive, each set of compiler flags builds it again on its first compile, as the last run above
+# did. Cache artifacts are the portable form for a fleet of machines. PyTorch's caching recipe
 # (linked below) lists what they can hold: the graph-level caches above and, on a GPU, the Triton
 # kernels and the autotuning results; on this CPU, as measured above, the C++ compiler still runs.
 # To rule the caches out while debugging, set `torch.compiler.config.force_disable_caches = True`
@@ -1342,7 +1379,8 @@ fig.tight_layout();
 # function adds the gradients to the model's `.grad`, as `loss.backward()` does, so an optimizer loop
 # around it stays as it is.
 #
-# The API is a prototype, and it has already moved: torch 2.15 made `precompile` a module. There
+# The API is a prototype, and it has already moved: torch 2.15 made `precompile` a module (this
+# course pins 2.14.1, so the 2.15 branch in the cells below does not run here). There
 # `with torch.compiler.precompile.capture(fn, artifact_path="f.py", cache_path="f.bin") as cap:`
 # followed by `cap(*example_inputs)` inside the block traces `fn` as 2.14 does, then runs the compiled
 # program once on those inputs and returns its result, so a training step leaves its gradients on the
@@ -1898,9 +1936,9 @@ elif PRECOMPILE:
 # | symptom | cause | fix |
 # |---|---|---|
 # | checkpoint does not load: `Missing key(s)`, keys start with `_orig_mod.` | saved the `torch.compile` wrapper's `state_dict` | save the original module's `state_dict`, or compile in place with `model.compile()` (section 1) |
-# | a recompile in the middle of the first epoch | the last batch is smaller | `drop_last=True`, or pad the last batch (section 6; demonstrated below) |
+# | a recompile at the end of the first epoch | the last batch is smaller | `drop_last=True`, or pad the last batch (section 6; demonstrated below) |
 # | compiled results differ from eager | random numbers, or floating-point order | bisect with the backends; `fallback_random` for random ops; compare with a tolerance (section 4) |
-# | `reduce-overhead` or `max-autotune` brings nothing on a CPU | CUDA graphs are GPU-only; CPU autotuning needs freezing | use the default mode on a CPU; for inference, `max-autotune` with freezing on may pick Inductor's own matrix-multiply code: measure it (section 3) |
+# | `reduce-overhead` or `max-autotune` brings nothing on a CPU | CUDA graphs are GPU-only; on a CPU, autotuning a layer's matrix multiply needs freezing | use the default mode on a CPU; for inference, `max-autotune` with freezing on may pick Inductor's own matrix-multiply code: measure it (section 3) |
 # | "compiling made it slower" | timed the first call; or little to gain: matmul-bound (extra time in the glue or around the library calls) or tiny calls (guard checks and entering the wrapper cost as much as the work) | time the steady state separately; notebook 09's profiler shows where the time goes (section 5) |
 # | `RuntimeError: Either mode or options...` | both given | put the mode's settings into `options` (section 2) |
 # | every run starts slowly | cold compile cache | keep `TORCHINDUCTOR_CACHE_DIR` between runs (section 7) |
@@ -1984,8 +2022,8 @@ exercises.check("01.cache_env", cache_env)
 #   `backend` picks who compiles; `options` sets Inductor settings for one call and cannot be
 #   combined with `mode`; `disable=True` is a clean off-switch.
 # - Modes are bundles of settings. On a CPU, `reduce-overhead` behaves like `default` (CUDA graphs
-#   are GPU-only) and `max-autotune` only tries Inductor's own matrix-multiply code with freezing
-#   on, which adds building and timing candidates to the compile; on a GPU, CUDA graphs cut launch
+#   are GPU-only) and `max-autotune` only tries Inductor's own matrix-multiply code for layers with
+#   weights with freezing on, which adds building and timing candidates to the compile; on a GPU, CUDA graphs cut launch
 #   overhead but reuse their output memory.
 # - Bisect a problem with `eager` → `aot_eager` → `aot_eager_decomp_partition` → `inductor`, or let
 #   `CompilerBisector` do it.
@@ -1993,9 +2031,8 @@ exercises.check("01.cache_env", cache_env)
 #   generated loops keep up with eager's kernels (section 5's verdicts say whether they did here), and
 #   can have little where matrix multiplies and convolutions dominate (they run in the same libraries
 #   either way: only the glue around them is fused); on tiny calls its own per-call checks compete
-#   with the little work there is, and whether they cost more than they save depends on how many
-#   operations one call fuses (section 5's tiny MLP and notebook 00's chain on 8 numbers each print
-#   their verdict). Measure the steady state and the first call separately, in the same run, and read
+#   with the little work there is, and which wins differs from case to case (section 5's tiny MLP and
+#   notebook 00's chain on 8 numbers each print their verdict). Measure the steady state and the first call separately, in the same run, and read
 #   the verdict for your machine.
 # - The first call is paid again in every new process unless the on-disk cache is warm; keep
 #   `TORCHINDUCTOR_CACHE_DIR`. `torch.compiler.precompile` captures a whole computation (a training
