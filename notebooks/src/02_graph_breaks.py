@@ -93,6 +93,7 @@ else:
 
 # %%
 import contextlib
+import dataclasses
 import inspect
 import io
 import logging
@@ -111,7 +112,7 @@ import torch
 import torch._dynamo
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from course_utils import bench, compat, config, exercises, session
+from course_utils import bench, compat, config, exercises, session, threads
 from course_utils.breaks import break_report
 from course_utils.inductor_code import fused_kernels, generated_code
 from course_utils.device import accelerator, requires_accelerator
@@ -581,7 +582,8 @@ assert disabled.breaks == 1 and inlined.breaks > disabled.breaks
 # graph as one node; the backend (AOTAutograd, then Inductor) still traces through it. It is often
 # recommended for "known safe" functions. The current documentation is more careful, and
 # the cell below shows why: Dynamo runs `fn` once on fake tensors to learn its output, and
-# AOTAutograd runs it again while it traces (the cell counts every run). The graph Inductor compiles
+# AOTAutograd runs it twice more while it traces (once to collect metadata about the outputs, once to
+# record the graph; the cell counts every run). The graph Inductor compiles
 # no longer calls `fn`, so any Python side effect inside it (here a deprecation warning) happens
 # **while compiling, not on each call**. A backend without AOTAutograd, such as `"eager"`, would
 # still call it every time. For pure tensor code
@@ -1166,6 +1168,8 @@ print("both compiled versions match eager for both temperatures (rtol=atol=1e-5)
 # %%
 variants = {"eager": broken_block, "compiled, 3 breaks": compiled_broken, "compiled, fixed": compiled_fixed}
 large = bench.compare(variants, big, hot)
+if large.other_load is None:  # compare samples other programs' load only for a large spread; the reasons below want it
+    large = dataclasses.replace(large, other_load=threads.other_load())
 tiny_x = torch.randn(8)
 tiny = bench.compare(variants, tiny_x, hot)
 torch.testing.assert_close(compiled_fixed(tiny_x, hot), broken_block(tiny_x, hot), rtol=1e-5, atol=1e-5)
@@ -1188,7 +1192,7 @@ for label, table, role in ((f"{SIZE}x{SIZE} tensor", large, "large"), ("8 number
 
 
 def busy_said(table):
-    """Other programs' load in brackets, only where compare measured it busy (Comparison.load_note)."""
+    """Other programs' load in brackets, only where it was sampled busy (Comparison.load_note)."""
     return f" ({table.load_note()})" if table.load_note() else ""
 
 
@@ -1201,18 +1205,29 @@ def tie_said(table, label, against):
 # Why the large tensor goes either way: what the extra trips through memory can cost here, measured.
 copy_ms = bench.time_fn(torch.clone, big).median_ms  # one read and one write of the tensor
 broken_ms = large.row("compiled, 3 breaks").median_s * 1e3
+broken_iqr_ms = large.row("compiled, 3 breaks").iqr_s * 1e3
 large_word = large.verdict("compiled, fixed", "compiled, 3 breaks")
 # Each break writes a tensor out and the next graph reads it back; the last graph also reads x again.
 extra_copies = breaks_before + 0.5  # copies' worth of extra memory traffic in the broken version
-print(f"\nwhy, on the {SIZE}x{SIZE} tensor: copying it once takes {copy_ms:.2f} ms, so the {breaks_before} extra trips "
-      f"through memory the breaks add ({extra_copies} copies' worth, as the last graph reads x again) cost at most "
-      f"about {extra_copies * copy_ms:.1f} ms of the broken version's {broken_ms:.1f} ms (less where a loop's "
+# Round the times as printed (finer on a small tensor), so that the comparisons below hold for the numbers shown.
+digits = 1 if broken_ms >= 10 else 2 if broken_ms >= 1 else 3
+trips_ms = round(extra_copies * copy_ms, digits)  # the most the extra trips can cost
+saved_ms = round(broken_ms - large.row("compiled, fixed").median_s * 1e3, digits)
+rest_ms, broken_iqr_ms = round(saved_ms - trips_ms, digits), round(broken_iqr_ms, digits)
+trips_said = f"; the trips can account for up to {trips_ms:.{digits}f} ms, and the {rest_ms:.{digits}f} ms left is "
+print(f"\nwhy, on the {SIZE}x{SIZE} tensor: copying it once takes {copy_ms:.{digits + 1}f} ms, so the {breaks_before} "
+      f"extra trips through memory the breaks add ({extra_copies} copies' worth, as the last graph reads x again) cost at most "
+      f"about {trips_ms:.{digits}f} ms of the broken version's {broken_ms:.{digits}f} ms (less where a loop's "
       "arithmetic hides its memory traffic); the rest is the arithmetic (five transcendental functions per element), "
       "compiled separately in each version, and anything else the timing caught" + busy_said(large) + ". "
-      + {"faster": (lambda saved: f"Here the fused version saved {saved:.1f} ms, " + (
-             "within what the trips can cost, so they can account for it." if saved <= extra_copies * copy_ms else
-             "more than the trips can cost; this cell does not time the arithmetic apart, so it does not say where "
-             "the rest was saved."))(broken_ms - large.row("compiled, fixed").median_s * 1e3),
+      + {"faster": f"Here the fused version saved {saved_ms:.{digits}f} ms" + (
+             ", within what the trips can cost, so they can account for it." if rest_ms <= 0 else
+             trips_said + f"inside the broken version's own spread (IQR {broken_iqr_ms:.{digits}f} ms), so the "
+             "trips can account for all of it; this run cannot tell whether the arithmetic itself differed."
+             if rest_ms <= broken_iqr_ms else
+             trips_said + f"more than the broken version's own spread (IQR {broken_iqr_ms:.{digits}f} ms): the "
+             "fused version saved more than the trips can cost, and this cell does not time the arithmetic apart, "
+             "so it does not say where the rest was saved."),
          "no clear difference": f"Here {tie_said(large, 'compiled, fixed', 'compiled, 3 breaks')}, so the saved "
                                 "trips did not show.",
          "slower": "Here the fused version was slower although it saves memory trips; this cell does not split the "
@@ -1263,7 +1278,8 @@ print(f"against eager on the {SIZE}x{SIZE} tensor: the fixed block is {large.des
                  f"(IQR {eager_iqr_ms:.1f} ms): " + cannot_tell if left_ms <= eager_iqr_ms else
                  f"That leaves {left_ms:.1f} ms of the {gap_ms:.1f} ms eager loses, more than eager's own spread "
                  f"(IQR {eager_iqr_ms:.1f} ms), so the one generated loop, doing all the work, took less time than "
-                 f"eager's {n_trans} transcendental kernels alone."),
+                 f"eager's {n_trans} transcendental kernels alone.")
+              + (f" Note that {large.load_note()}." if large.load_note() else ""),
     "no clear difference": tie_said(large, "compiled, fixed", "eager") + ", so this run cannot rank them"
                            + (busy_said(large) or " or say why") + ".",
     "slower": f"the fused loop was slower although it skips the memory traffic of eager's {passes_seen.cheap} "

@@ -92,6 +92,7 @@ else:
 # %%
 import collections
 import contextlib
+import dataclasses
 import io
 import logging
 from collections.abc import Callable
@@ -678,11 +679,15 @@ x_uses = len(re.findall(rf"\b{x_loads[0]}\b", loop_text)) - 1 if x_loads else 0
 stores = loop_text.count(".store(") + len(re.findall(r"ptr\d+\[[^]]*\] =", loop_text))
 temporaries = len(re.findall(r"auto tmp\d+ =", loop_text))
 functions = [fn for fn in ("erf", "sqrt", "exp", "tanh") if fn in loop_text]
+# Buffers of one number per row that the wrapper allocates for the kernel: the rows' mean and variance.
+row_buffers = len(re.findall(rf"empty_strided\w*\(\({ROWS}, 1\)", wrapper_call(output_code)))
 vector = re.search(r"Vectorized<float>::loadu\([^;]*?(\d+)\)\);", loop_text)
 print(f"x arrives as {x_ptr}. The loop loads it {counted(len(x_loads), 'time')}, as {x_loads[0]}, and uses that value "
       f"{counted(x_uses, 'time')} (normalisation, then the residual add).")
 print(f"It stores {counted(stores, 'result')}. The {temporaries} temporaries in between (calling {', '.join(functions)}) "
-      "live in local variables (registers): no intermediate tensor is written to memory.")
+      "live in local variables (registers): no full-size intermediate tensor is written to memory"
+      + (f" (only the per-row statistics: {counted(row_buffers, 'buffer')} of {ROWS} floats)"
+         if row_buffers else "") + ".")
 if vector:
     print(f"Loads and stores are SIMD vectors of {vector.group(1)} floats (at::vec::Vectorized), sized for the "
           f"instruction set Inductor targets here (torch's CPU capability: "
@@ -692,19 +697,23 @@ else:
           f"{torch.backends.cpu.get_cpu_capability()}).")
 from packaging.version import Version
 
+# The loop layout depends on the instruction set Inductor targets (vector or scalar code) as well as on the torch
+# version. These exact checks are kept to torch 2.14 and later; on an older torch the excerpt above can be another loop.
 if Version(torch.__version__.split("+")[0]) >= Version("2.14"):
     assert len(x_loads) == 1 and stores == 1 and x_uses >= 2
-else:  # older Inductor lays the loops out differently; the excerpt above is then another loop
+else:
     assert x_loads and stores >= 1
 
 
 # %% [markdown]
 # That is the fused loop: LayerNorm's normalisation, GELU, the scale and the residual add,
 # computed element by element with nothing written to memory in between. (Before it, the kernel
-# reads x to compute each row's mean and variance, in loops of their own: inner loops of the one row
-# loop on some torch versions, separate loops over all the rows on others. The counting cell below
-# says how many loops over the rows read x, the loop above included. A LayerNorm needs at least one
-# such pass, since every element needs its row's statistics first.)
+# reads x to compute each row's mean and variance, in loops of their own. How they are laid out
+# depends on the instruction set Inductor targets, not only on the torch version: on the same torch
+# they can be inner loops of the one row loop (with scalar code, for example) or separate loops over
+# all the rows (with vector code). The counting cell below says how many loops over the rows read x
+# here, the loop above included. A LayerNorm needs at least one such pass, since every element needs
+# its row's statistics first.)
 #
 # ## Counting: eager kernels against fused kernels
 #
@@ -772,6 +781,8 @@ bench.record("internals.kernels.fused", fused_count, "kernels", example="norm_ge
 
 # %%
 table = bench.compare({"eager": norm_gelu_residual, "compiled": compiled_block}, x, weight, bias)
+if table.other_load is None:  # compare samples other programs' load only for a large spread; the reasons below want it
+    table = dataclasses.replace(table, other_load=threads.other_load())
 print(table)
 speedup = table.speedup("compiled")
 torch.testing.assert_close(compiled_block(x, weight, bias), expected, rtol=1e-5, atol=1e-5)
@@ -801,14 +812,15 @@ print(f"compiled moved bytes at {fused_bytes / fused_s / eager_rate:.2f}x"
 fused_word = table.verdict("compiled", name="internals.fusion.compiled_vs_eager")
 if fused_word == "faster":
     fused_reason = (f"{counted(fused_count, 'generated kernel')} instead of eager's {eager_count}, with no full-size "
-                    "intermediate tensor written and read back, showed in the time")
+                    "intermediate tensor written and read back; this cell does not split the gain into saved memory "
+                    "traffic and arithmetic (the rate line above compares how fast each moved its bytes)")
     if speedup >= traffic_ratio:
         fused_reason += "; that is at or above the traffic ratio, so fewer bytes alone do not account for it"
 elif fused_word == "no clear difference":
     if table.spread_note():
         fused_reason = "the saved traffic was lost in the timing spread (see the note under the table)"
     elif table.within_margin("compiled"):
-        load: float | None = threads.other_load()  # other programs' CPU use, in cores
+        load = table.other_load  # other programs' CPU use just after the timings, in cores
         fused_reason = (f"the medians are within {bench.VERDICT_MARGIN:.0%} and no row's spread is over "
                         f"{bench.NOISY_SPREAD:.0%} of its median: on this machine the fused kernel took about "
                         f"as long as eager's {eager_count} kernels"
@@ -816,7 +828,7 @@ elif fused_word == "no clear difference":
                            if load is not None else ""))
     else:
         fused_reason = (f"the medians differ by more than {bench.VERDICT_MARGIN:.0%}, but the two timings' spreads "
-                        "overlap, so neither is clearly faster")
+                        "overlap, so neither is clearly faster" + (f"; {table.load_note()}" if table.load_note() else ""))
     if config.is_quick():
         fused_reason += "; in quick mode the tensors are also small enough to stay in cache"
 else:
@@ -824,19 +836,24 @@ else:
                     f"{eager_count} hand-written kernels; the cell does not split that time into memory traffic and "
                     "arithmetic (the rate line above compares how fast each moved its bytes)"
                     + scalar_note())
+if fused_word != "no clear difference" and table.load_note():  # a tie's reasons above name it themselves
+    fused_reason += f"; {table.load_note()}"
 print(f"verdict on this machine: compiled is {table.describe('compiled')}: {fused_reason}")
 bench.bar_chart(table, title=f"LayerNorm + GELU + residual, {ROWS}x{DIM}");
 
 
 # %% [markdown]
 # The cell compares the speed-up with the traffic ratio, and it can land on either side. Below it:
-# both versions do the same LayerNorm and GELU arithmetic (an `erf` per element), and where that
+# both versions compute the same formulas (LayerNorm, and GELU with an `erf` per element), but with
+# different code: Inductor's generated loop against eager's hand-written kernels. Where the
 # arithmetic rather than memory takes most of the time (the rate line says whether the compiled
-# kernel moved its bytes clearly below the rate eager reached), fewer bytes save little; and when the fused kernel
-# reads x in more than one loop over all the rows (the counting cell printed how many here), it
-# moves more than the floor unless x stays in the CPU's last-level cache between those loops. Above it: something besides
-# the bytes moved differed, and the note under the table, when there is one, says the timings were
-# rough. On small tensors (quick mode) fixed per-call costs dominate and the ratio says little.
+# kernel moved its bytes clearly below the rate eager reached), fewer bytes save little, and a
+# generated loop that does the arithmetic more slowly than eager's kernels can leave the compiled
+# version slower than eager. And when the fused kernel reads x in more than one loop
+# over all the rows (the counting cell printed how many here), it moves more than the floor unless x
+# stays in the CPU's last-level cache between those loops. Above it: something besides the bytes
+# moved differed, and the note under the table, when there is one, says the timings were rough. On
+# small tensors (quick mode) fixed per-call costs dominate and the ratio says little.
 #
 # ## Where fusion stops: matrix multiplies
 #
@@ -844,8 +861,10 @@ bench.bar_chart(table, title=f"LayerNorm + GELU + residual, {ROWS}x{DIM}");
 # CPU it does not: a matrix multiply is left to an optimised library (oneDNN/MKL), which Inductor
 # calls as an **extern kernel**, and only the pointwise work around it becomes generated code.
 # (Fusing work into the matrix multiply itself needs Inductor's own matrix-multiply templates, which
-# it only considers under `mode="max-autotune"`, and on a CPU only with
-# `torch._inductor.config.freezing` on.)
+# it only considers with max-autotune on: `mode="max-autotune"` or `"max-autotune-no-cudagraphs"`.
+# On a CPU, for a matrix multiply with a weight (`mm`, `addmm`: every `nn.Linear`), it also needs
+# `torch._inductor.config.freezing` on, which lets it treat the weights as constants; a batched
+# matrix multiply (`bmm`, as in attention) is a candidate without freezing.)
 
 # %%
 def linear_relu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
