@@ -90,14 +90,14 @@ def vectorises_here() -> bool:
         return True
 
 
-def scalar_note() -> str:
+def scalar_note(compared: bool = True) -> str:
     """Return a clause for a printed reason where Inductor writes no vector code here, else "". It says that
     eager runs at the same capability, so a reader does not take it for the whole reason a compiled version
-    was slower."""
+    was slower; ``compared=False`` leaves that out where the note follows no comparison."""
     if vectorises_here():
         return ""
     import torch
 
+    same = "; eager's own kernels run at the same setting, so this alone need not explain a difference"
     return (f" (Inductor wrote no SIMD vector code here: torch's CPU capability is "
-            f"{torch.backends.cpu.get_cpu_capability()}, so its loops are plain scalar C++; eager's own kernels run "
-            "at the same setting, so this alone need not explain a difference)")
+            f"{torch.backends.cpu.get_cpu_capability()}, so its loops are plain scalar C++{same if compared else ''})")

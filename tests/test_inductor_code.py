@@ -97,5 +97,6 @@ def test_scalar_note_speaks_only_where_inductor_writes_no_vector_code(monkeypatc
     monkeypatch.setattr(cpu_vec_isa, "pick_vec_isa", lambda: cpu_vec_isa.invalid_vec_isa)
     assert not inductor_code.vectorises_here()
     assert "no SIMD vector code" in inductor_code.scalar_note()
+    assert "same setting" in inductor_code.scalar_note() and "same setting" not in inductor_code.scalar_note(compared=False)
     monkeypatch.setattr(cpu_vec_isa, "pick_vec_isa", lambda: cpu_vec_isa.VecAVX2())
     assert inductor_code.vectorises_here() and inductor_code.scalar_note() == ""

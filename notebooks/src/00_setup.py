@@ -306,7 +306,8 @@ chain_reason = {
                             "much longer than eager's separate kernels; this cell does not time the maths, the "
                             "dispatches and the allocations apart"),
     "slower": "the generated loop took longer than eager's separate kernels, by more than the memory passes it "
-              "saved (this cell does not time the maths apart)" + inductor_code.scalar_note()}[chain_word]
+              "saved (this cell does not time the maths apart)" + inductor_code.scalar_note()
+              + (f"; {chain_load}" if chain_load else "")}[chain_word]
 chain_said = table.describe("compiled", name="setup.chain.compiled_vs_eager")
 print(f"steady state ({compiled_ms:.3f} ms vs {eager_ms:.3f} ms per call): compiled is {chain_said}")
 print(f"why, on this machine: {chain_reason}")

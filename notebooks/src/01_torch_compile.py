@@ -565,10 +565,10 @@ mode_load = mode_table.load_note()
 mode_gap = ("the modes ran the same kernels, so the gap between them is timing variation, not their glue"
             + (f" ({mode_load})" if mode_load else ""))
 if "faster" in mode_words.values():
-    mode_why = "and in some mode that saved time beyond the spread (the lines above say which)"
-    if "slower" in mode_words.values():
-        mode_why += (f"; others took longer, but {mode_gap}" if same_as_default
-                     else "; others took longer, which this cell does not time apart")
+    mode_why = ("and some mode came out faster than eager beyond the spread (the lines above say which)"
+                + (f"; {mode_gap}" if same_as_default and len(set(mode_words.values())) > 1 else ""))
+    if "slower" in mode_words.values() and not same_as_default:
+        mode_why += "; others took longer, which this cell does not time apart"
 elif "slower" not in mode_words.values():
     mode_why = "which did not save time that shows here"
 elif same_as_default and len(set(mode_words.values())) > 1:
@@ -932,7 +932,8 @@ def reason(name: str, r: dict) -> str:
                 "slower": ", but here the generated code took longer than eager's separate kernels; this cell does "
                           "not measure why" + inductor_code.scalar_note()}[word]
         return fused + tail + where
-    tail = {"faster": "and the fused glue was a large enough share of the time for the saving to show",
+    tail = {"faster": "and compiled came out faster; this cell does not time the glue apart from the library calls, "
+                      "so it does not say how much of the gain the fusion explains (notebook 09's profiler can)",
             "no clear difference": ("so fusing the glue did not change the total by more than 5% here"
                                     if r["table"].within_margin("compiled") else
                                     "so fusing the glue did not change the total beyond the timing spread here"),
@@ -1122,7 +1123,8 @@ compile_cost = first_step_s["compiled"] - first_step_s["eager"]
 print(f"steady state (median of epochs 2-{EPOCHS}): eager {steady_eager:.3f} s, compiled {steady_compiled:.3f} s "
       f"per epoch: compiled is {epochs_table.describe('compiled')}")
 print(f"compiling cost about {compile_cost:.1f} s once (the first step above)")
-print("Why: the convolutions, forward and backward, run in the same oneDNN routines either way, and the loss and "
+print("Why: the convolutions, forward and backward, run in the same library routines either way (this cell does not "
+      "check which; notebook 09 finds it), and the loss and "
       "the optimizer step stay eager, so only the fused glue (batch norm, ReLU, the residual adds) can save time; "
       "here, in training, " + {"faster": "it saved enough to show.",
                                "no clear difference": (
@@ -1189,7 +1191,7 @@ if not config.is_quick():
 #
 # One thing is *not* in that folder. Before it builds a kernel, Inductor precompiles the header that
 # all its generated C++ includes (`cpp_prefix.h`), once per set of compiler flags, and torch 2.14.1
-# keeps these precompiled headers (about 150 MB each) under the system's temporary directory,
+# keeps these precompiled headers (over 100 MB each) under the system's temporary directory,
 # `<tmp>/torchinductor_<user>/precompiled_headers`, whatever `TORCHINDUCTOR_CACHE_DIR` says
 # (`torch/_inductor/codecache.py`, `_HEADER_DIR`). So a machine that never compiled, or whose temporary
 # directory was emptied at boot, builds the header on its first compile even with a warm cache folder.
@@ -1275,7 +1277,8 @@ if not config.is_quick():   # a machine's very first compile: empty cache folder
         shutil.rmtree(folder, ignore_errors=True)
     first_tmp.mkdir()
     cache_runs["cold + empty tmp dir"] = first_call_in_new_process(first_dir, tmp_dir=first_tmp)
-    header_mb = sum(f.stat().st_size for f in first_tmp.rglob("*.gch")) / 2**20
+    # GCC names a precompiled header .gch, other compilers (clang, Apple's g++) .pch
+    header_mb = sum(f.stat().st_size for f in first_tmp.rglob("*") if f.suffix in (".gch", ".pch")) / 1e6
     shutil.rmtree(first_tmp, ignore_errors=True)   # the header is large: do not keep a second copy
 
 for name, r in cache_runs.items():
@@ -1330,8 +1333,9 @@ if "cold + empty tmp dir" in cache_runs:
         assert header_mb > 0, "with an empty temporary directory, Inductor builds its precompiled header there"
     print(f"With an empty temporary directory as well, the run also built Inductor's precompiled header "
           f"({header_mb:.0f} MB): first call {ever['first_s']:.2f} s against {cold['first_s']:.2f} s cold, C++ compiler "
-          f"time {ever['cpp_build_s']:.2f} s against {cold['cpp_build_s']:.2f} s: what the first compile costs on a "
-          "machine that never compiled, or whose temporary directory was emptied at boot (one run each).")
+          f"time {ever['cpp_build_s']:.2f} s against {cold['cpp_build_s']:.2f} s: about what the first compile costs on "
+          "a machine that never compiled, or whose temporary directory was emptied at boot (one run each; the OS's "
+          "file cache still held torch's own files here, which after a reboot it does not).")
 bench.record("compile.cache.warm_speedup", warm_speedup, "x", cold_s=cold["first_s"], warm_s=warm["first_s"])
 
 fig, ax = plt.subplots(figsize=(6, 0.8 + 0.5 * len(cache_runs)))
@@ -1348,8 +1352,8 @@ fig.tight_layout();
 # default, under the temporary directory, may be wiped; the course kernel's folder is not), and in
 # containers or CI, mount or restore it between jobs: that is where the warm start comes from on a
 # CPU. The precompiled header is not in that folder (see above): where the temporary directory does
-# not survive, each set of compiler flags builds it again on its first compile, as the last run above
-# did. Cache artifacts are the portable form for a fleet of machines. PyTorch's caching recipe
+# not survive, each set of compiler flags builds it again on its first compile, as the full-mode run
+# with an empty temporary directory did. Cache artifacts are the portable form for a fleet of machines. PyTorch's caching recipe
 # (linked below) lists what they can hold: the graph-level caches above and, on a GPU, the Triton
 # kernels and the autotuning results; on this CPU, as measured above, the C++ compiler still runs.
 # To rule the caches out while debugging, set `torch.compiler.config.force_disable_caches = True`
@@ -1497,7 +1501,7 @@ if PRECOMPILE:
         print("  " + cpp[0] + "\n  " + cpp[1] + " ...\n  ...\n  " + step_loop
               + "\n  " + next(ln for ln in cpp[cpp.index(step_loop):] if "loadu" in ln)[:110] + " ...")
     else:
-        print("\nno kernel uses SIMD vectors here" + inductor_code.scalar_note())
+        print("\nno kernel uses SIMD vectors here" + inductor_code.scalar_note(compared=False))
     print("\nthe start of call(), forward and backward as one program:")
     call_lines = inductor_code.wrapper_call(step_code).splitlines()
     for line in [call_lines[0].strip()] + [ln[4:] for ln in call_lines[1:12]]:
@@ -1763,14 +1767,15 @@ if PRECOMPILE and not config.is_quick():
           f"the course's target of 5x: {target_word}); counting the compiler's imports in both, {with_imports:.1f}x")
     empty = pre_routes["precompiled, empty directory"]
     if empty["kernels_built"]:
-        print(f"on another machine (an empty directory) the precompiled forward built its "
+        print(f"on another machine (an empty cache directory; the precompiled header, kept in the temporary "
+              f"directory, was already built) the precompiled forward built its "
               f"{counted(empty['kernels_built'], 'kernel library', 'kernel libraries')} (the cold compile built "
               f"{pre_routes['cold']['kernels_built']}) and {counted(empty['probes_built'], 'CPU probe')} from the source "
               "it carries: on a CPU the bundle does not carry built libraries, so "
               "there it can save at most the tracing and code generation (its line in the list above says whether "
               "its first result came out shorter than the cold compile's)")
     else:
-        print(f"on another machine (an empty directory) the precompiled forward built no kernel library, unlike what "
+        print(f"on another machine (an empty cache directory) the precompiled forward built no kernel library, unlike what "
               f"the table above expects (the cold compile built {pre_routes['cold']['kernels_built']}; CPU probes: "
               f"{empty['probes_built']}): its kernels needed no build there")
 

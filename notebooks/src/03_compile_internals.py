@@ -861,7 +861,8 @@ bench.bar_chart(table, title=f"LayerNorm + GELU + residual, {ROWS}x{DIM}");
 # CPU it does not: a matrix multiply is left to an optimised library (oneDNN/MKL), which Inductor
 # calls as an **extern kernel**, and only the pointwise work around it becomes generated code.
 # (Fusing work into the matrix multiply itself needs Inductor's own matrix-multiply templates, which
-# it only considers with max-autotune on: `mode="max-autotune"` or `"max-autotune-no-cudagraphs"`.
+# it only considers with `max_autotune` (or `max_autotune_gemm`) on, as `mode="max-autotune"` and
+# `"max-autotune-no-cudagraphs"` set it.
 # On a CPU, for a matrix multiply with a weight (`mm`, `addmm`: every `nn.Linear`), it also needs
 # `torch._inductor.config.freezing` on, which lets it treat the weights as constants; a batched
 # matrix multiply (`bmm`, as in attention) is a candidate without freezing.)
@@ -896,7 +897,9 @@ compiled_mm = ("the compiled addmm with the bias folded in" if bias_folded
 tail = "the relu" if bias_folded else "the pointwise tail (bias add and relu)"
 print(f"\nverdict on this machine: compiled is {mm_table.describe('compiled')}: the matrix multiply runs in the "
       f"same library either way (eager's {eager_mm}, {compiled_mm}), and only {tail} became generated code, "
-      + {"faster": "which was a large enough share of the time to show",
+      + {"faster": "and compiled came out faster; the library call also differs"
+                   + (" (eager's separate add is folded into the compiled addmm, one pass and one allocation fewer)"
+                      if bias_folded else "") + "; this cell does not time these apart",
          "no clear difference": "which is expected to be a small share of the time next to the matrix multiply"
                                 + ("; the timings were too spread to tell more (see the note under the table)"
                                    if mm_table.spread_note() else ""),
