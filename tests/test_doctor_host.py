@@ -217,13 +217,14 @@ def test_low_disk_space_warns_for_checkout_and_compile_cache(monkeypatch, tmp_pa
 
     monkeypatch.setattr(host_checks.shutil, "disk_usage", usage)
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "not" / "made" / "yet"))
-    checkout, cache = host_checks.check_disk_space()
-    for check in (checkout, cache):
+    checkout, cache, tmp = host_checks.check_disk_space()
+    for check in (checkout, cache, tmp):
         assert check.ok and check.warning, check
         assert "only 1.0 GiB free" in check.detail and "below 3 GiB" in check.detail and "full disk" in check.detail
     assert checkout.name == "disk (checkout)" and str(config.REPO_ROOT) in checkout.detail
     assert cache.name == "disk (compile cache)" and "TORCHINDUCTOR_CACHE_DIR" in cache.fix
     assert seen[1] == tmp_path, "a cache folder not made yet is measured on the disk that will hold it"
+    assert tmp.name == "disk (temporary directory)" and "TMPDIR" in tmp.fix and "precompiled" in tmp.fix
 
 
 def test_enough_disk_space_passes_and_a_missing_venv_needs_more(monkeypatch, tmp_path):
@@ -232,9 +233,20 @@ def test_enough_disk_space_passes_and_a_missing_venv_needs_more(monkeypatch, tmp
     # A fresh clone: no environment yet, so `make setup` will install .venv on the checkout's disk.
     monkeypatch.setattr(host_checks, "running_environment", lambda: None)
     monkeypatch.setattr(host_checks, "checkout_venv", lambda: tmp_path / ".venv")
-    checkout, cache = host_checks.check_disk_space()
+    checkout, cache, tmp = host_checks.check_disk_space()
     assert checkout.warning and "`make setup` installs about 7 GiB into .venv" in checkout.detail, checkout
-    assert cache.ok and not cache.warning
+    assert cache.ok and not cache.warning and tmp.ok and not tmp.warning
+
+
+def test_the_temporary_directory_check_reports_the_precompiled_headers(monkeypatch, tmp_path):
+    headers = tmp_path / "torchinductor_me" / "precompiled_headers"
+    headers.mkdir(parents=True)
+    (headers / "abc.h.gch").write_bytes(b"x" * 2_500_000)
+    monkeypatch.setattr(host_checks, "precompiled_header_dir", lambda: headers)
+    monkeypatch.setattr(host_checks.shutil, "disk_usage", lambda path: Usage(100 * 2**30, 95 * 2**30, 5 * 2**30))
+    tmp = host_checks.check_disk_space()[2]
+    assert tmp.ok and "precompiled headers there: 2 MB" in tmp.detail, tmp
+    assert host_checks.folder_mb(tmp_path / "missing") == 0.0
 
 
 # ---- the doctor around the checks ----------------------------------------------------------------

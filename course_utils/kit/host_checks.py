@@ -353,15 +353,39 @@ def free_gib(path: Path) -> float:
     return shutil.disk_usage(_existing(path)).free / 2**30
 
 
+def precompiled_header_dir() -> Path:
+    """Where torch keeps Inductor's precompiled C++ headers: under the temporary directory
+    (``<tmp>/torchinductor_<user>/precompiled_headers`` in torch 2.14), whatever ``TORCHINDUCTOR_CACHE_DIR`` says."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    except ImportError:  # no torch yet (before `make setup`): the same rule as torch 2.14's
+        import getpass
+        import tempfile
+
+        user = re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())
+        return Path(tempfile.gettempdir()) / f"torchinductor_{user}" / "precompiled_headers"
+    return Path(default_cache_dir()) / "precompiled_headers"
+
+
+def folder_mb(folder: Path) -> float:
+    """Return the size of the files under ``folder`` in MB (10**6 bytes); 0 when it does not exist."""
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6 if folder.is_dir() else 0.0
+
+
 def check_disk_space(min_gib: float = DISK_WARN_GIB) -> list[Check]:
-    """Return one check for the checkout's disk and one for the compile cache's; each warns below
-    ``min_gib`` free (the checkout's below ``min_gib + VENV_GIB`` while ``.venv`` is still to be made)."""
+    """Return one check each for the checkout's disk, the compile cache's and the temporary directory's
+    (where torch keeps Inductor's precompiled headers, over 100 MB per set of compiler flags); each warns
+    below ``min_gib`` free (the checkout's below ``min_gib + VENV_GIB`` while ``.venv`` is still to be made)."""
     cache = config.inductor_cache_dir()
+    headers = precompiled_header_dir()
     places = [("disk (checkout)", config.REPO_ROOT, min_gib,
                "free space on that disk or move the outputs there (COURSE_BUILD_DIR=/a/disk/with/room)"),
               ("disk (compile cache)", cache, min_gib,
                "free space on that disk, or set TORCHINDUCTOR_CACHE_DIR to a folder on a disk with room, "
-               "then `make kernel`")]
+               "then `make kernel`"),
+              ("disk (temporary directory)", headers, min_gib,
+               "free space there, or point TMPDIR at a folder on a disk with room: torch keeps Inductor's "
+               "precompiled C++ headers there, whatever TORCHINDUCTOR_CACHE_DIR says")]
     if running_environment() is None and not venv_python().exists():  # .venv is still to be installed there
         name, folder, _, fix = places[0]
         places[0] = (name, folder, min_gib + VENV_GIB, fix)
@@ -369,6 +393,8 @@ def check_disk_space(min_gib: float = DISK_WARN_GIB) -> list[Check]:
     for name, folder, need, fix in places:
         free = free_gib(folder)
         detail = f"{free:.1f} GiB free at {folder}"
+        if folder == headers and folder.is_dir():
+            detail += f" (Inductor's precompiled headers there: {folder_mb(folder):,.0f} MB)"
         if free >= need:
             checks.append(Check(name, True, detail))
             continue
