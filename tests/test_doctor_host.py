@@ -341,3 +341,15 @@ def test_fast_skips_only_the_compile_probe(monkeypatch):
         assert name in fast
     full = [c.name for c in doctor.run_checks(compile_probe=True)]
     assert ran == ["compile"] and [n for n in full if n != "torch.compile"] == fast
+
+
+def test_the_precompiled_header_folder_is_found_without_torch(monkeypatch):
+    """Before `make setup` there is no torch: the doctor applies torch 2.14's rule itself."""
+    import sys
+    import tempfile
+
+    with_torch = host_checks.precompiled_header_dir()
+    monkeypatch.setitem(sys.modules, "torch._inductor.runtime.cache_dir_utils", None)  # import now fails
+    without = host_checks.precompiled_header_dir()
+    assert without.name == "precompiled_headers" and without.parent.parent == Path(tempfile.gettempdir())
+    assert without == with_torch, "the fallback must name the folder torch itself uses"

@@ -358,13 +358,18 @@ def precompiled_header_dir() -> Path:
     (``<tmp>/torchinductor_<user>/precompiled_headers`` in torch 2.14), whatever ``TORCHINDUCTOR_CACHE_DIR`` says."""
     try:
         from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-    except ImportError:  # no torch yet (before `make setup`): the same rule as torch 2.14's
+
+        return Path(default_cache_dir()) / "precompiled_headers"
+    except Exception:  # no torch yet (before `make setup`), or one that fails to import: torch 2.14's rule
         import getpass
         import tempfile
 
-        user = re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())
-        return Path(tempfile.gettempdir()) / f"torchinductor_{user}" / "precompiled_headers"
-    return Path(default_cache_dir()) / "precompiled_headers"
+        try:
+            user = getpass.getuser()
+        except Exception:  # a container without a user entry
+            user = "unknown"
+        safe_user = re.sub(r'[\\/:*?"<>|]', "_", user)
+        return Path(tempfile.gettempdir()) / f"torchinductor_{safe_user}" / "precompiled_headers"
 
 
 def folder_mb(folder: Path) -> float:
@@ -385,7 +390,7 @@ def check_disk_space(min_gib: float = DISK_WARN_GIB) -> list[Check]:
                "then `make kernel`"),
               ("disk (temporary directory)", headers, min_gib,
                "free space there, or point TMPDIR at a folder on a disk with room: torch keeps Inductor's "
-               "precompiled C++ headers there, whatever TORCHINDUCTOR_CACHE_DIR says")]
+               "precompiled C++ headers there (Linux, macOS), whatever TORCHINDUCTOR_CACHE_DIR says")]
     if running_environment() is None and not venv_python().exists():  # .venv is still to be installed there
         name, folder, _, fix = places[0]
         places[0] = (name, folder, min_gib + VENV_GIB, fix)

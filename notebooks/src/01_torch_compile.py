@@ -930,7 +930,8 @@ def reason(name: str, r: dict) -> str:
                           "traffic, eager's page faults (the fault line below) and the arithmetic",
                 "no clear difference": ", but the saved traffic did not show as time here",
                 "slower": ", but here the generated code took longer than eager's separate kernels; this cell does "
-                          "not measure why" + inductor_code.scalar_note()}[word]
+                          "not measure why" + inductor_code.scalar_note()
+                          + (f"; {r['table'].load_note()}" if r["table"].load_note() else "")}[word]
         return fused + tail + where
     tail = {"faster": "and compiled came out faster; this cell does not time the glue apart from the library calls, "
                       "so it does not say how much of the gain the fusion explains (notebook 09's profiler can)",
@@ -938,7 +939,8 @@ def reason(name: str, r: dict) -> str:
                                     if r["table"].within_margin("compiled") else
                                     "so fusing the glue did not change the total beyond the timing spread here"),
             "slower": "and yet it took longer: this cell does not time where the extra time went (notebook 09's "
-                      "profiler can)" + inductor_code.scalar_note()}[word]
+                      "profiler can)" + inductor_code.scalar_note()
+                      + (f"; {r['table'].load_note()}" if r["table"].load_note() else "")}[word]
     return (f"{r['library']} of its operations are matrix multiplies, convolutions or attention, which run in the same "
             f"library routines as in eager; Inductor only fused the glue between them into {counted(r['loops'], 'loop')}, {tail}")
 
@@ -1655,6 +1657,10 @@ if PRECOMPILE:
 # | precompiled | the capture's | Dynamo, AOTAutograd and Inductor: it executes the captured program; its C++ libraries are on disk |
 # | precompiled, empty directory | empty | Dynamo, AOTAutograd and Inductor, but not the C++ build: its kernels come as source |
 #
+# Every route here finds Inductor's precompiled header already built (it lives in the temporary
+# directory, not the cache directory: section 7); on a machine that never compiled, the first of them
+# would also build it once, as section 7's run with an empty temporary directory measured.
+#
 # The cell counts, for each run, the graphs Dynamo traced, the graph-cache hits and the C++ libraries
 # that appeared in its directory, so the table's last column is checked rather than taken on trust.
 # Each route runs once, so there is no spread to judge it by: the verdicts use a 25% band, whose
@@ -1946,7 +1952,7 @@ elif PRECOMPILE:
 # | `reduce-overhead` or `max-autotune` brings nothing on a CPU | CUDA graphs are GPU-only; on a CPU, autotuning a layer's matrix multiply needs freezing | use the default mode on a CPU; for inference, `max-autotune` with freezing on may pick Inductor's own matrix-multiply code: measure it (section 3) |
 # | "compiling made it slower" | timed the first call; or little to gain: matmul-bound (extra time in the glue or around the library calls) or tiny calls (guard checks and entering the wrapper cost as much as the work) | time the steady state separately; notebook 09's profiler shows where the time goes (section 5) |
 # | `RuntimeError: Either mode or options...` | both given | put the mode's settings into `options` (section 2) |
-# | every run starts slowly | cold compile cache | keep `TORCHINDUCTOR_CACHE_DIR` between runs (section 7) |
+# | every run starts slowly | cold compile cache, or a temporary directory emptied at boot (Inductor's precompiled header lives there) | keep `TORCHINDUCTOR_CACHE_DIR` between runs (section 7) |
 # | `PrecompileError` when calling a precompiled artifact | another batch size, dtype, layout (inductor backend) or model structure than at capture | capture once per shape you run; pass inputs like the example's (section 7) |
 # | a precompiled artifact ignores a changed setting | values read during capture are baked in; there are no guards | pass the value as a tensor argument, or capture again (section 7) |
 # | a precompiled artifact loaded on another machine can give wrong results without an error (section 7's check tests this on an AVX-512 machine), or builds C++ for a long time | its kernels are C++ source written for the capture CPU's vector width; the libraries are not in the bundle | capture on the CPU class that loads it, and ship or keep the cache directory beside it (section 7) |

@@ -898,8 +898,8 @@ tail = "the relu" if bias_folded else "the pointwise tail (bias add and relu)"
 print(f"\nverdict on this machine: compiled is {mm_table.describe('compiled')}: the matrix multiply runs in the "
       f"same library either way (eager's {eager_mm}, {compiled_mm}), and only {tail} became generated code, "
       + {"faster": "and compiled came out faster; the library call also differs"
-                   + (" (eager's separate add is folded into the compiled addmm, one pass and one allocation fewer)"
-                      if bias_folded else "") + "; this cell does not time these apart",
+                   + (" (eager's separate add is folded into the compiled addmm)" if bias_folded else "")
+                   + "; this cell does not time these apart",
          "no clear difference": "which is expected to be a small share of the time next to the matrix multiply"
                                 + ("; the timings were too spread to tell more (see the note under the table)"
                                    if mm_table.spread_note() else ""),
