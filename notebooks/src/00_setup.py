@@ -281,8 +281,8 @@ chain_load = table.load_note() or (f"other programs used about {load_now:.1f} co
 print(f"eager makes {n_ops} passes over the tensor (a few read two tensors), the fused loop one; at {pass_ms:.3f} ms "
       f"a pass (x + 1, timed on its own), the {n_ops - 1} saved passes are worth roughly {saved_ms:.2f} ms of eager's "
       f"{eager_ms:.2f} ms; the rest of eager's time ({eager_ms - n_ops * pass_ms:.2f} ms) is everything this cell does "
-      f"not time apart: the maths, {n_ops} dispatches and allocating each intermediate tensor (notebook 01 counts "
-      "its page faults)" + (f", and any waiting on other programs ({chain_load})" if chain_load else "")
+      f"not time apart: the maths, {n_ops} dispatches and allocating each intermediate tensor, whose page faults "
+      "notebook 01 counts" + (f"; and any waiting on other programs: {chain_load}" if chain_load else "")
       + f" (eager's IQR {eager_iqr_ms:.2f} ms)")
 chain_word = table.verdict("compiled")
 left_ms = gain_ms - saved_ms
@@ -291,7 +291,8 @@ chain_reason = {
                "of it" if left_ms <= 0 else
                f"it gained {gain_ms:.2f} ms a call; the saved passes account for roughly {saved_ms:.2f} ms, which "
                f"leaves {left_ms:.2f} ms, inside eager's own spread (IQR {eager_iqr_ms:.2f} ms): this run cannot tell "
-               "whether the maths itself ran faster" if left_ms <= eager_iqr_ms else
+               "whether anything beyond the saved passes (the maths, the dispatches, the allocations) added to the "
+               "gain" if left_ms <= eager_iqr_ms else
                f"it gained {gain_ms:.2f} ms a call; the saved passes account for roughly {saved_ms:.2f} ms, which "
                f"leaves {left_ms:.2f} ms, more than eager's spread (IQR {eager_iqr_ms:.2f} ms): the saved passes, as "
                "timed with x + 1, do not account for it, and this cell does not time the maths, the dispatches "
@@ -340,7 +341,7 @@ torch.testing.assert_close(compiled_project(x, w), project(x, w), rtol=1e-4, ato
 mm_speedup = mm_table.speedup("compiled")
 mm_word = mm_table.verdict("compiled")
 mm_reason = {"no clear difference": "both run the same library routine, and the guard check a compiled call adds "
-                                    "(notebook 02 shows the guards) is too small to show beside the multiply",
+                                    "(notebook 02 shows the guards) did not show beside the multiply",
              "faster": "the library routine is the same, so nothing counted here explains the gap: rerun the cell",
              "slower": "the library routine is the same, so nothing counted here explains the gap: rerun the cell"
              }[mm_word] if mm_library and not mm_loops else "Inductor wrote code of its own here: read the generated code"

@@ -1137,25 +1137,26 @@ if cpp_run is not None:
     print(epoch_table.format())
     print("verdict on this machine: C++ is "
           + epoch_table.describe("C++", "Python", name="export.cpp.train.epoch_time") + " per epoch (the two sides "
-          "ran one after the other, not interleaved: a change in other programs' load between them would show as a "
-          "difference)")
+          "ran one after the other, not interleaved: a change in other programs' load or in the machine's speed "
+          "between them would show as a difference)")
     verdict = epoch_table.verdict("C++", "Python")
     steps = math.ceil(len(digits.x_train) / LT["batch"])
     print(f"per training step ({steps} per epoch): Python {py_epoch_s / steps * 1e6:.0f} µs, "
           f"C++ {cpp_epoch_s / steps * 1e6:.0f} µs; the model's forward and backward run the same libtorch kernels "
           "(the optimizer steps differ slightly), so " + {
-              "faster": f"unless other programs' load changed between the two runs ({loads_said}), "
-                        "the difference lies in the work around those kernels: Python's interpreter and module "
-                        "calls, and each program's optimizer implementation, threads and memory allocation; this "
-                        "cell does not break it down",
+              "faster": f"unless other programs' load or the machine's speed changed between the two runs "
+                        f"({loads_said}), the difference likely lies in the work around those kernels: Python's "
+                        "interpreter and module calls, and each program's optimizer implementation, threads and "
+                        "memory allocation; this cell does not break it down",
               "no clear difference": "the work around those kernels (Python's interpreter and module calls, and "
                                      "each program's optimizer, threads and memory allocation) came to about the "
                                      "same in both programs here"
                                      if epoch_table.within_margin("C++", "Python") else
                                      "whatever the work around them costs was lost in the epochs' spread here "
                                      "(the IQRs above)",
-              "slower": "the gap is not Python's overhead (C++ has none): unless other programs' load changed "
-                        f"between the two runs ({loads_said}), it is how each program uses those "
+              "slower": "the gap is not Python's overhead (C++ has none): unless other programs' load or the "
+                        f"machine's speed changed between the two runs ({loads_said}), it is likely how each program "
+                        "uses those "
                         "kernels (the optimizer's implementation, threads, memory allocation), "
                         "which this cell does not break down"}[verdict])
     bench.record("cpp.train.epoch_s", cpp_epoch_s, "s", python_epoch_s=py_epoch_s, epochs=LT["epochs"],

@@ -788,10 +788,15 @@ with serve_in_subprocess({"batching": "iteration", "embed": False, "max_batch_si
 assert eff_run.n_lost == 0, (eff_run.errors[:3], server.log_tail(1500))  # the server's log, kept after it stopped
 bare_after = bare32_now()
 bare32 = (bare_before + bare_after) / 2
+bare_gap = abs(bare_before - bare_after) / bare32   # how much the machine's speed moved around the served run
 efficiency = eff_run.tokens_per_s / bare32
 print(f"bare model, batch 32: {bare32:,.0f} tokens/s (the mean of {bare_before:,.0f} before and {bare_after:,.0f} "
       f"after the served run); served at 32 clients: {eff_run.tokens_per_s:,.0f} tokens/s "
       f"-> efficiency {efficiency:.2f} (both with {EFF_THREADS} torch thread{'s' if EFF_THREADS > 1 else ''})")
+if bare_gap > 0.1:
+    print(f"(the two bare figures differ by {bare_gap:.0%}: the machine's speed moved around the served run; against "
+          f"either one alone the efficiency would be {eff_run.tokens_per_s / max(bare_before, bare_after):.2f} to "
+          f"{eff_run.tokens_per_s / min(bare_before, bare_after):.2f})")
 print("server pinned to one core, load generator to "
       + ("the other core" if len(plan[1]) == 1 else f"the other {len(plan[1])} cores")
       + "; other programs on a busy machine still share them"
@@ -978,7 +983,7 @@ differ[-1] = "and " + differ[-1]
 print(f"(the table further up served iteration mode at 32 clients at {reports['iteration', 32].tokens_per_s:,.0f} "
       f"tokens/s, in a run of {reports['iteration', 32].n_requests} requests right after its 8-client run; these "
       f"runs are {32 * EFF_ROUNDS} requests each: {', '.join(differ)} differ, and this cell cannot tell which "
-      "moved the figures, so compare figures within one cell only)")
+      "moved the figures, so set these servers beside each other rather than beside that table)")
 
 # %% [markdown]
 # Whether a separate engine process pays depends on the cores: it removes the wait for the GIL, but
@@ -1105,7 +1110,8 @@ else:
               f"back to the engine more slowly than it freed rows, so it ran smaller passes ({breakdown.steps:,} -> "
               f"{own.steps:,} passes, the engine busy {engine_share:.0%}); the side that sends requests and reads "
               "tokens" + (", short of CPU beside other programs," if others_named else "")
-              + " is what limits the batch on this machine")
+              + " is the likely limit on this machine (the pipe between the HTTP side and the engine is not "
+              "timed apart here)")
     elif rows_word == "lower":
         print(f"what it points to: fewer requests were in the engine's batch, but {busy_text}, so these figures "
               "do not show where the requests outside the batch waited")
