@@ -319,6 +319,12 @@ class Comparison:
                   for r in self.rows]
         return "\n".join(lines)
 
+    def with_load(self) -> Comparison:
+        """Return this comparison with ``other_load`` sampled now where ``compare`` left it unsampled (it samples
+        only for a large spread), so a reason can name other programs' load whatever the spread. Call it right
+        after the timings."""
+        return self if self.other_load is not None else replace(self, other_load=threads.other_load())
+
     def load_note(self) -> str:
         """Return "other programs used about 1.1 cores just after the timings" when ``other_load`` was
         sampled at ``BUSY_LOAD`` or more; "" when it was lower or not sampled. A reason names other

@@ -132,6 +132,27 @@ def cache_tag(environ: Mapping[str, str] | None = None) -> str:
     return "-".join(parts)
 
 
+def precompiled_header_dir() -> Path:
+    """Return where torch keeps Inductor's precompiled C++ headers: under the temporary directory
+    (``<tmp>/torchinductor_<user>/precompiled_headers``, torch 2.14's ``codecache._HEADER_DIR``), whatever
+    ``TORCHINDUCTOR_CACHE_DIR`` says, so emptying the course's cache folder leaves them. torch's own rule
+    where torch imports; the same rule, by hand, where it does not (before ``make setup``)."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+        return Path(default_cache_dir()) / "precompiled_headers"
+    except Exception:  # no torch yet, or one that fails to import
+        import getpass
+        import tempfile
+
+        try:
+            user = getpass.getuser()
+        except Exception:  # a container without a user entry
+            user = "unknown"
+        safe_user = re.sub(r'[\\/:*?"<>|]', "_", user)
+        return Path(tempfile.gettempdir()) / f"torchinductor_{safe_user}" / "precompiled_headers"
+
+
 def inductor_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     """Return the folder for Inductor's compile cache in this course: ``TORCHINDUCTOR_CACHE_DIR``
     when the learner set it, else ``<user cache>/pytorch2-course/inductor/<cache_tag()>``.

@@ -329,3 +329,14 @@ def test_page_faults_per_call_counts_fresh_pages_and_not_reused_memory():
     assert bench.page_faults_per_call(reuse, calls=5) < 30
     with pytest.raises(ValueError, match="calls"):
         bench.page_faults_per_call(reuse, calls=0)
+
+
+def test_with_load_samples_other_programs_once_and_keeps_a_sample_compare_took(monkeypatch):
+    calls = []
+    monkeypatch.setattr(bench.threads, "other_load", lambda: calls.append(1) or 1.2)
+    table = _two(1.0, 0.01, 2.0, 0.01)
+    assert table.other_load is None
+    sampled = table.with_load()
+    assert sampled.other_load == 1.2 and calls == [1]
+    assert sampled.load_note() == "other programs used about 1.2 cores just after the timings"
+    assert sampled.with_load() is sampled and calls == [1], "a table that has its sample keeps it"

@@ -242,7 +242,7 @@ def test_the_temporary_directory_check_reports_the_precompiled_headers(monkeypat
     headers = tmp_path / "torchinductor_me" / "precompiled_headers"
     headers.mkdir(parents=True)
     (headers / "abc.h.gch").write_bytes(b"x" * 2_500_000)
-    monkeypatch.setattr(host_checks, "precompiled_header_dir", lambda: headers)
+    monkeypatch.setattr(host_checks.config, "precompiled_header_dir", lambda: headers)
     monkeypatch.setattr(host_checks.shutil, "disk_usage", lambda path: Usage(100 * 2**30, 95 * 2**30, 5 * 2**30))
     tmp = host_checks.check_disk_space()[2]
     assert tmp.ok and "precompiled headers there: 2 MB" in tmp.detail, tmp
@@ -348,8 +348,8 @@ def test_the_precompiled_header_folder_is_found_without_torch(monkeypatch):
     import sys
     import tempfile
 
-    with_torch = host_checks.precompiled_header_dir()
+    with_torch = config.precompiled_header_dir()
     monkeypatch.setitem(sys.modules, "torch._inductor.runtime.cache_dir_utils", None)  # import now fails
-    without = host_checks.precompiled_header_dir()
+    without = config.precompiled_header_dir()
     assert without.name == "precompiled_headers" and without.parent.parent == Path(tempfile.gettempdir())
     assert without == with_torch, "the fallback must name the folder torch itself uses"

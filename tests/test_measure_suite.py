@@ -45,7 +45,7 @@ def test_calibration_times_the_same_loop_and_returns_its_median():
 def test_the_headers_folder_is_inductors_own():
     from torch._inductor import codecache
 
-    assert measure_suite.precompiled_headers_dir() == Path(codecache._HEADER_DIR)
+    assert config.precompiled_header_dir() == Path(codecache._HEADER_DIR)
 
 
 def test_headers_are_absent_during_the_run_and_put_back_after(tmp_path):

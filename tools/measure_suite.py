@@ -36,6 +36,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from course_utils import config  # noqa: E402  (the one rule for where Inductor's precompiled headers live)
 
 
 def per_file_seconds(junit: Path) -> dict[str, float]:
@@ -53,14 +55,6 @@ def cold_env(env: dict[str, str], cache: Path) -> dict[str, str]:
     cache.mkdir(parents=True, exist_ok=True)
     out = {k: v for k, v in env.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
     return {**out, "XDG_CACHE_HOME": str(cache), "PIP_NO_CACHE_DIR": "1"}
-
-
-def precompiled_headers_dir() -> Path:
-    """Return the folder where Inductor keeps its precompiled C++ headers (``codecache._HEADER_DIR``):
-    under its default cache folder in the temporary directory, whatever ``TORCHINDUCTOR_CACHE_DIR`` says."""
-    import getpass
-
-    return Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}" / "precompiled_headers"
 
 
 @contextlib.contextmanager
@@ -125,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cold:
         env = cold_env(env, cold_cache)
     speed_before = calibration_s()
-    with headers_moved_aside(precompiled_headers_dir()) if args.cold else contextlib.nullcontext():
+    with headers_moved_aside(config.precompiled_header_dir()) if args.cold else contextlib.nullcontext():
         start, cpu_start = time.perf_counter(), cpu_times()
         setup = subprocess.run(["make", "setup"], cwd=clone, env=env)
         setup_s, cpu_setup = time.perf_counter() - start, cpu_times()

@@ -353,25 +353,6 @@ def free_gib(path: Path) -> float:
     return shutil.disk_usage(_existing(path)).free / 2**30
 
 
-def precompiled_header_dir() -> Path:
-    """Where torch keeps Inductor's precompiled C++ headers: under the temporary directory
-    (``<tmp>/torchinductor_<user>/precompiled_headers`` in torch 2.14), whatever ``TORCHINDUCTOR_CACHE_DIR`` says."""
-    try:
-        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-
-        return Path(default_cache_dir()) / "precompiled_headers"
-    except Exception:  # no torch yet (before `make setup`), or one that fails to import: torch 2.14's rule
-        import getpass
-        import tempfile
-
-        try:
-            user = getpass.getuser()
-        except Exception:  # a container without a user entry
-            user = "unknown"
-        safe_user = re.sub(r'[\\/:*?"<>|]', "_", user)
-        return Path(tempfile.gettempdir()) / f"torchinductor_{safe_user}" / "precompiled_headers"
-
-
 def folder_mb(folder: Path) -> float:
     """Return the size of the files under ``folder`` in MB (10**6 bytes); 0 when it does not exist."""
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6 if folder.is_dir() else 0.0
@@ -382,7 +363,7 @@ def check_disk_space(min_gib: float = DISK_WARN_GIB) -> list[Check]:
     (where torch keeps Inductor's precompiled headers, over 100 MB per set of compiler flags); each warns
     below ``min_gib`` free (the checkout's below ``min_gib + VENV_GIB`` while ``.venv`` is still to be made)."""
     cache = config.inductor_cache_dir()
-    headers = precompiled_header_dir()
+    headers = config.precompiled_header_dir()
     places = [("disk (checkout)", config.REPO_ROOT, min_gib,
                "free space on that disk or move the outputs there (COURSE_BUILD_DIR=/a/disk/with/room)"),
               ("disk (compile cache)", cache, min_gib,

@@ -85,7 +85,7 @@ else:
 
 import torch
 
-from course_utils import bench, config, exercises, inductor_code, session, threads
+from course_utils import bench, config, exercises, inductor_code, session
 from course_utils.device import accelerator, accelerator_description, accelerator_memory, requires_accelerator
 from course_utils.kit import doctor, env
 from course_utils.text import counted
@@ -273,11 +273,10 @@ saved_ms = (n_ops - 1) * pass_ms      # eager makes n_ops passes over the tensor
 gain_ms = eager_ms - compiled_ms
 eager_iqr_ms = table.row("eager").iqr_s * 1e3
 widest_iqr_ms = max(eager_iqr_ms, table.row("compiled").iqr_s * 1e3)
-# Other programs' load: compare samples it only when a spread is large, so sample it here too, and name it
-# only at or above the course's threshold (threads.BUSY_CORES).
-load_now = threads.other_load()
-chain_load = table.load_note() or (f"other programs used about {load_now:.1f} cores just after the timings"
-                                   if load_now is not None and load_now >= threads.BUSY_CORES else "")
+# Other programs' load, sampled whatever the spread (compare samples it only for a large one), named only
+# from the course's threshold.
+table = table.with_load()
+chain_load = table.load_note()
 print(f"eager makes {n_ops} passes over the tensor (a few read two tensors), the fused loop one; at {pass_ms:.3f} ms "
       f"a pass (x + 1, timed on its own), the {n_ops - 1} saved passes are worth roughly {saved_ms:.2f} ms of eager's "
       f"{eager_ms:.2f} ms; the rest of eager's time ({eager_ms - n_ops * pass_ms:.2f} ms) is everything this cell does "

@@ -585,8 +585,9 @@ bench.bar_chart(mode_table, title="MLP inference on this CPU, by mode");
 # matrix multiply with a weight (`mm`, `addmm`: every `nn.Linear`, and this model's layers) it only
 # considers it when it may treat the weights as constants, which it does with **freezing**
 # (`torch._inductor.config.freezing = True`, for inference only: the weights are baked into the
-# compiled code, and later changes to them are ignored). (A batched `bmm` between two activations,
-# as in attention, is a candidate without freezing.) With freezing on, `max-autotune` times its
+# compiled code, and later changes to them are ignored). (In torch's source, `use_cpp_bmm_template`
+# also lets a batched `bmm` between two activations, as in attention, be a candidate without freezing;
+# this notebook times none.) With freezing on, `max-autotune` times its
 # templates against the oneDNN/MKL library call for every such matrix multiply and keeps the faster one.
 # That adds building and timing the candidates to the compile; the cells below measure what it
 # did to the first call and how run time changed.

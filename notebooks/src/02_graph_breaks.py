@@ -93,7 +93,6 @@ else:
 
 # %%
 import contextlib
-import dataclasses
 import inspect
 import io
 import logging
@@ -112,7 +111,7 @@ import torch
 import torch._dynamo
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from course_utils import bench, compat, config, exercises, session, threads
+from course_utils import bench, compat, config, exercises, session
 from course_utils.breaks import break_report
 from course_utils.inductor_code import fused_kernels, generated_code
 from course_utils.device import accelerator, requires_accelerator
@@ -582,8 +581,8 @@ assert disabled.breaks == 1 and inlined.breaks > disabled.breaks
 # graph as one node; the backend (AOTAutograd, then Inductor) still traces through it. It is often
 # recommended for "known safe" functions. The current documentation is more careful, and
 # the cell below shows why: Dynamo runs `fn` once on fake tensors to learn its output, and
-# AOTAutograd runs it twice more while it traces (once to collect metadata about the outputs, once to
-# record the graph; the cell counts every run). The graph Inductor compiles
+# AOTAutograd runs it again while it traces (twice in torch 2.14.1: once to collect metadata about the
+# outputs, once to record the graph; the cell counts the runs, not which pass made each). The graph Inductor compiles
 # no longer calls `fn`, so any Python side effect inside it (here a deprecation warning) happens
 # **while compiling, not on each call**. A backend without AOTAutograd, such as `"eager"`, would
 # still call it every time. For pure tensor code
@@ -1168,8 +1167,7 @@ print("both compiled versions match eager for both temperatures (rtol=atol=1e-5)
 # %%
 variants = {"eager": broken_block, "compiled, 3 breaks": compiled_broken, "compiled, fixed": compiled_fixed}
 large = bench.compare(variants, big, hot)
-if large.other_load is None:  # compare samples other programs' load only for a large spread; the reasons below want it
-    large = dataclasses.replace(large, other_load=threads.other_load())
+large = large.with_load()  # other programs' load, sampled whatever the spread: the reasons below name it
 tiny_x = torch.randn(8)
 tiny = bench.compare(variants, tiny_x, hot)
 torch.testing.assert_close(compiled_fixed(tiny_x, hot), broken_block(tiny_x, hot), rtol=1e-5, atol=1e-5)

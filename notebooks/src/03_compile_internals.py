@@ -92,7 +92,6 @@ else:
 # %%
 import collections
 import contextlib
-import dataclasses
 import io
 import logging
 from collections.abc import Callable
@@ -112,7 +111,7 @@ from torch._prims.context import TorchRefsMode
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from course_utils import bench, config, exercises, session, threads
+from course_utils import bench, config, exercises, session
 from course_utils.device import accelerator, requires_accelerator
 from course_utils.inductor_code import fused_kernels, generated_code, kernel_source, library_calls, scalar_note, wrapper_call
 from course_utils.text import counted
@@ -781,8 +780,7 @@ bench.record("internals.kernels.fused", fused_count, "kernels", example="norm_ge
 
 # %%
 table = bench.compare({"eager": norm_gelu_residual, "compiled": compiled_block}, x, weight, bias)
-if table.other_load is None:  # compare samples other programs' load only for a large spread; the reasons below want it
-    table = dataclasses.replace(table, other_load=threads.other_load())
+table = table.with_load()  # other programs' load, sampled whatever the spread: the reasons below name it
 print(table)
 speedup = table.speedup("compiled")
 torch.testing.assert_close(compiled_block(x, weight, bias), expected, rtol=1e-5, atol=1e-5)
@@ -864,8 +862,9 @@ bench.bar_chart(table, title=f"LayerNorm + GELU + residual, {ROWS}x{DIM}");
 # it only considers with `max_autotune` (or `max_autotune_gemm`) on, as `mode="max-autotune"` and
 # `"max-autotune-no-cudagraphs"` set it.
 # On a CPU, for a matrix multiply with a weight (`mm`, `addmm`: every `nn.Linear`), it also needs
-# `torch._inductor.config.freezing` on, which lets it treat the weights as constants; a batched
-# matrix multiply (`bmm`, as in attention) is a candidate without freezing.)
+# `torch._inductor.config.freezing` on, which lets it treat the weights as constants; torch's source
+# (`use_cpp_bmm_template`) also lets a batched `bmm`, as in attention, be a candidate without freezing,
+# which no cell here times.)
 
 # %%
 def linear_relu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
