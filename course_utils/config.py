@@ -153,6 +153,15 @@ def precompiled_header_dir() -> Path:
         return Path(tempfile.gettempdir()) / f"torchinductor_{safe_user}" / "precompiled_headers"
 
 
+def precompiled_headers(folder: Path | None = None) -> list[Path]:
+    """Return the precompiled C++ header files under ``folder`` (default ``precompiled_header_dir()``):
+    GCC names them ``.gch``, clang and Apple's compilers ``.pch``. Empty when the folder does not exist."""
+    folder = precompiled_header_dir() if folder is None else Path(folder)
+    if not folder.is_dir():
+        return []
+    return sorted(f for f in folder.rglob("*") if f.suffix in (".gch", ".pch") and f.is_file())
+
+
 def inductor_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     """Return the folder for Inductor's compile cache in this course: ``TORCHINDUCTOR_CACHE_DIR``
     when the learner set it, else ``<user cache>/pytorch2-course/inductor/<cache_tag()>``.

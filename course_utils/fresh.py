@@ -5,8 +5,8 @@ can only be measured in a process that has compiled nothing, with an Inductor ca
 (FX graph, AOTAutograd and C++ build caches) that holds nothing. Notebook 11 times whole-model and
 regional compilation this way, and runs its ``TORCH_TRACE`` example in a process of its own. Inductor's
 precompiled C++ header is not in that directory (torch 2.14 keeps it under the temporary directory), so
-these cold runs find it built, as on a machine that compiled anything before; pass ``TMPDIR`` in ``extra``
-to build it too.
+these cold runs find it ready wherever a compile with the same compiler flags built it before (notebook 11
+counts the headers around its cold starts); pass an empty folder as ``TMPDIR`` in ``env`` to build it too.
 
 The script prints its result as one JSON object on its last line of standard output.
 """

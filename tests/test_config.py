@@ -106,3 +106,20 @@ def test_teaching_helpers_never_import_the_course_kit():
             if any(n == "kit" or n.endswith(".kit") or ".kit." in n or n.startswith("kit.") for n in names):
                 offenders.append(f"{rel}:{node.lineno}")
     assert not offenders, f"teaching helpers import course_utils.kit: {offenders}"
+
+
+def test_precompiled_headers_lists_gch_and_pch_files_only(tmp_path):
+    """GCC's .gch and clang's/Apple's .pch count, at any depth; other files and folders do not."""
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    gch, pch = tmp_path / "a" / "cpp_prefix.h.gch", tmp_path / "a" / "b" / "cpp_prefix.h.pch"
+    for f in (gch, pch, tmp_path / "a" / "cpp_prefix.h", tmp_path / "lock"):
+        f.write_bytes(b"x")
+    (tmp_path / "folder.gch").mkdir()  # a folder named like a header is not one
+    assert config.precompiled_headers(tmp_path) == sorted([gch, pch])
+    assert config.precompiled_headers(tmp_path / "missing") == []
+
+
+def test_precompiled_headers_defaults_to_torchs_folder(monkeypatch, tmp_path):
+    (tmp_path / "h.gch").write_bytes(b"x")
+    monkeypatch.setattr(config, "precompiled_header_dir", lambda: tmp_path)
+    assert config.precompiled_headers() == [tmp_path / "h.gch"]

@@ -1,5 +1,6 @@
 """tools/measure_suite.py: where the suite's time goes, summed per test file and notebook."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -31,7 +32,8 @@ def test_cold_env_points_every_compile_cache_at_an_empty_folder(tmp_path):
                                  tmp_path / "cache")
     assert "TORCHINDUCTOR_CACHE_DIR" not in env and "TRITON_CACHE_DIR" not in env and env["PATH"] == "/bin"
     assert env["XDG_CACHE_HOME"] == str(tmp_path / "cache") and env["PIP_NO_CACHE_DIR"] == "1"
-    assert (tmp_path / "cache").is_dir() and not any((tmp_path / "cache").iterdir())
+    assert env["TMPDIR"] == str(tmp_path / "cache" / "tmp")
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == ["tmp"] and not any((tmp_path / "cache" / "tmp").iterdir())
     # the course's Inductor cache follows XDG_CACHE_HOME, so it starts empty too
     assert config.inductor_cache_dir(env) == tmp_path / "cache" / "pytorch2-course" / "inductor" / config.build_tag()
 
@@ -48,18 +50,15 @@ def test_the_headers_folder_is_inductors_own():
     assert config.precompiled_header_dir() == Path(codecache._HEADER_DIR)
 
 
-def test_headers_are_absent_during_the_run_and_put_back_after(tmp_path):
-    folder = tmp_path / "precompiled_headers"
-    folder.mkdir()
-    (folder / "old.h.gch").write_bytes(b"old")
-    with measure_suite.headers_moved_aside(folder) as aside:
-        assert not folder.exists() and (aside / "old.h.gch").read_bytes() == b"old"
-        folder.mkdir()
-        (folder / "new.h.gch").write_bytes(b"new")  # what the cold run builds
-    assert [p.name for p in folder.iterdir()] == ["old.h.gch"] and not aside.exists()
-    with measure_suite.headers_moved_aside(tmp_path / "never_made") as aside:  # nothing to move aside
-        assert aside is None
-    assert not (tmp_path / "never_made").exists()
+def test_a_cold_run_builds_its_precompiled_headers_in_its_own_empty_temporary_directory(tmp_path):
+    """torch decides where the headers go at import, from TMPDIR: a process started with cold_env's
+    environment looks for them under the empty folder, never in this user's temporary directory."""
+    import subprocess
+
+    env = measure_suite.cold_env(dict(os.environ), tmp_path / "cache")
+    code = "from torch._inductor import codecache; print(codecache._HEADER_DIR)"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert Path(out.stdout.strip()).is_relative_to(tmp_path / "cache" / "tmp")
 
 
 def test_idle_share_is_the_idle_ticks_over_all_ticks_between_two_readings():

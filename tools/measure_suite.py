@@ -12,10 +12,11 @@ so that two runs of different days can be told apart from a change in the code.
 
 ``--cold`` is what a CI runner sees: the clone gets an empty user cache folder (``XDG_CACHE_HOME``,
 so the course's Inductor cache under it starts empty; ``TORCHINDUCTOR_CACHE_DIR`` and
-``TRITON_CACHE_DIR`` unset), Inductor's precompiled headers are moved aside for the run (Inductor keeps
-them in ``<temporary directory>/torchinductor_<user>/precompiled_headers`` whatever cache folder is set:
-about 150 MB each, some 10 s of g++ to build, one per set of compiler flags; they are put back
-afterwards), pip's download cache is off, and the record says ``cold: true``.
+``TRITON_CACHE_DIR`` unset), an empty temporary directory (``TMPDIR``, since Inductor keeps its
+precompiled headers in ``<temporary directory>/torchinductor_<user>/precompiled_headers`` whatever cache
+folder is set: about 150 MB each, some 10 s of g++ to build, one per set of compiler flags; this user's
+own headers are left untouched), pip's download cache is off, and the record says ``cold: true``.
+``make report-cold`` (``course_utils.kit.runner``) starts notebooks the same way.
 Without it, the run reuses this user's warm compile cache (``~/.cache/pytorch2-course``).
 """
 
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import os
 import shutil
 import statistics
@@ -36,8 +36,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-from course_utils import config  # noqa: E402  (the one rule for where Inductor's precompiled headers live)
 
 
 def per_file_seconds(junit: Path) -> dict[str, float]:
@@ -51,25 +49,11 @@ def per_file_seconds(junit: Path) -> dict[str, float]:
 
 
 def cold_env(env: dict[str, str], cache: Path) -> dict[str, str]:
-    """Return ``env`` with every compile cache pointed at the empty folder ``cache`` and pip's cache off."""
-    cache.mkdir(parents=True, exist_ok=True)
+    """Return ``env`` with every compile cache pointed at the empty folder ``cache``, the temporary
+    directory (where Inductor's precompiled headers go) at the empty folder ``cache/tmp``, and pip's cache off."""
+    (cache / "tmp").mkdir(parents=True, exist_ok=True)
     out = {k: v for k, v in env.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
-    return {**out, "XDG_CACHE_HOME": str(cache), "PIP_NO_CACHE_DIR": "1"}
-
-
-@contextlib.contextmanager
-def headers_moved_aside(folder: Path):
-    """Move ``folder`` aside while the block runs (so it starts absent); afterwards remove what the run
-    wrote there and put the original back. Yields the folder the original waits in (None if absent)."""
-    aside = folder.with_name(f"{folder.name}.before-cold-{os.getpid()}") if folder.exists() else None
-    if aside is not None:
-        folder.rename(aside)
-    try:
-        yield aside
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-        if aside is not None:
-            aside.rename(folder)
+    return {**out, "XDG_CACHE_HOME": str(cache), "TMPDIR": str(cache / "tmp"), "PIP_NO_CACHE_DIR": "1"}
 
 
 def cpu_times() -> tuple[float, float] | None:
@@ -119,13 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.cold:
         env = cold_env(env, cold_cache)
     speed_before = calibration_s()
-    with headers_moved_aside(config.precompiled_header_dir()) if args.cold else contextlib.nullcontext():
-        start, cpu_start = time.perf_counter(), cpu_times()
-        setup = subprocess.run(["make", "setup"], cwd=clone, env=env)
-        setup_s, cpu_setup = time.perf_counter() - start, cpu_times()
-        test = subprocess.run(["make", "test", f"WORKERS={args.workers}", f"PYTEST_ARGS=--junitxml={junit}"],
-                              cwd=clone, env=env) if setup.returncode == 0 else setup
-        total_s, cpu_end = time.perf_counter() - start, cpu_times()
+    start, cpu_start = time.perf_counter(), cpu_times()
+    setup = subprocess.run(["make", "setup"], cwd=clone, env=env)
+    setup_s, cpu_setup = time.perf_counter() - start, cpu_times()
+    test = subprocess.run(["make", "test", f"WORKERS={args.workers}", f"PYTEST_ARGS=--junitxml={junit}"],
+                          cwd=clone, env=env) if setup.returncode == 0 else setup
+    total_s, cpu_end = time.perf_counter() - start, cpu_times()
     speed_after = calibration_s()
     print(f"\nmake test (clean clone, WORKERS={args.workers}{', cold caches' if args.cold else ''}): {total_s / 60:.1f} min "
           f"({setup_s / 60:.1f} building .venv, {(total_s - setup_s) / 60:.1f} pytest); exit {test.returncode}")

@@ -1281,7 +1281,7 @@ if not config.is_quick():   # a machine's very first compile: empty cache folder
     first_tmp.mkdir()
     cache_runs["cold + empty tmp dir"] = first_call_in_new_process(first_dir, tmp_dir=first_tmp)
     # GCC names a precompiled header .gch, other compilers (clang, Apple's g++) .pch
-    header_mb = sum(f.stat().st_size for f in first_tmp.rglob("*") if f.suffix in (".gch", ".pch")) / 1e6
+    header_mb = sum(f.stat().st_size for f in config.precompiled_headers(first_tmp)) / 1e6
     shutil.rmtree(first_tmp, ignore_errors=True)   # the header is large: do not keep a second copy
 
 for name, r in cache_runs.items():

@@ -598,6 +598,10 @@ assert rel < 2e-2, "bf16 keeps 2 to 3 significant digits: the error should be we
 # `course_utils.fresh.run_script` runs a script in a new Python with its own empty Inductor cache
 # directory and returns the JSON the script prints. The model below is written once as a string of Python code, so
 # that this notebook and the fresh processes run exactly the same code.
+# One thing such a cold start can still find ready: the precompiled C++ header that Inductor builds
+# once per set of compiler flags and that torch 2.14 keeps under the temporary directory, outside the
+# cache directory (notebook 01, section 7, times a first compile without it). The cell counts these
+# headers before and after each cold start and says which runs, if any, built one.
 
 # %%
 MODEL_SOURCE = """
@@ -675,15 +679,28 @@ start = time.perf_counter()
 f(torch.randn(8))
 print(json.dumps({"first_s": time.perf_counter() - start}))
 """
-floor_s = fresh.run_script(FLOOR, cold=True)["first_s"]
-print(f"floor: a one-line function, compiled cold, first call {floor_s:.1f} s")
+HEADERS_BEFORE = set(config.precompiled_headers())   # Inductor's precompiled headers, outside the cache folder
+
+
+def cold_start(script: str, args: list | None = None) -> dict:
+    """Run ``script`` in a fresh process with empty compile caches; note whether it built a precompiled header."""
+    before = set(config.precompiled_headers())
+    result = fresh.run_script(script, args or [], cold=True)
+    result["built_header"] = bool(set(config.precompiled_headers()) - before)
+    return result
+
+
+floor = cold_start(FLOOR)
+floor_s = floor["first_s"]
+print(f"floor: a one-line function, compiled cold, first call {floor_s:.1f} s"
+      + (" (it built a precompiled header)" if floor["built_header"] else ""))
 cold = {}
 for n in DEPTHS:
     hows = ["whole model", "regional"]
     if n == N_LAYER and compat.has("nested_compile_region") and not config.is_quick():
         hows.append("nested region")
     for how in hows:
-        r = cold[(how, n)] = fresh.run_script(COLD_START, [how, n, DIM, TOKENS], cold=True)
+        r = cold[(how, n)] = cold_start(COLD_START, [how, n, DIM, TOKENS])
         print(f"{how:<14} {n:2} blocks: cold first call {r['first_s']:6.1f} s (C++ compiler time, summed over "
               f"builds that overlap: {r['cpp_build_s']:5.1f} s; "
               # the rest from the figures as printed (to 0.1 s), so that the line adds up
@@ -691,7 +708,21 @@ for n in DEPTHS:
                  if r["first_s"] > r["cpp_build_s"] else
                  "more than the cold start, since builds overlapped")
               + ") | "
-              f"graphs {r['graphs']}, operations traced {r['ops_traced']}")
+              f"graphs {r['graphs']}, operations traced {r['ops_traced']}"
+              + (" | built a precompiled header" if r["built_header"] else ""))
+built = [name for name, r in [("the floor", floor), *((f"{how}, {n} blocks", r) for (how, n), r in cold.items())]
+         if r["built_header"]]
+where = config.precompiled_header_dir()
+if built:
+    print(f"precompiled headers: {', '.join(built)} built one in {where}, and that figure includes the build; "
+          "the runs after it with the same compiler flags found it ready")
+elif HEADERS_BEFORE:
+    print(f"precompiled headers: {len(HEADERS_BEFORE)} already in {where} before these runs, and none of them built "
+          "one, so every cold start above leaves out that build (a machine's very first compile pays it, once per "
+          "set of compiler flags; notebook 01, section 7, times it)")
+else:
+    print(f"precompiled headers: none in {where} before or after these runs (this compiler or torch keeps none "
+          "there), so no cold start above left such a build out")
 
 # %% [markdown]
 # The counts differ by construction: whole-model compile traces every block's operations; regional
