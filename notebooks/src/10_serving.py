@@ -1128,6 +1128,82 @@ else:
                  "changes both at once)"))
 
 # %% [markdown]
+# ### Testing the pointer: less work for the sending side
+#
+# The last line above names what the figures point to. A pointer is a hypothesis until a run changes
+# that one thing and looks again. The side that sends requests and reads tokens does some work per
+# *chunk* of a stream: the HTTP side writes each chunk, and the load generator reads and parses it.
+# `stream_interval_ms` sets how often the engine hands tokens over (10 ms by default; a request's first
+# and last tokens go at once). A longer interval sends the same tokens in fewer, larger chunks, so that
+# side has less work per token; each token reaches its client up to that much later.
+#
+# The cell below runs the layout of the cell above (the engine process alone on one core, the HTTP
+# side and the load generator on the rest) at 10 ms and at 40 ms, two servers taking turns, and prints
+# for each the tokens per second, the rows per forward pass and the load generator's CPU time per
+# thousand tokens, each with a verdict. If the sending side limited the batch, the longer interval
+# should cut the load generator's CPU per token and fill the batch; if it did not, the batch stays as
+# it was. Fewer hand-overs also save the engine a little work of its own (fewer messages on its pipe),
+# which this cell does not time apart; that saving would show as faster passes, not as fuller ones,
+# so the rows per pass are the figure to watch. The last line says what this run shows.
+
+# %%
+if plan is None:
+    print("skipped: this OS or machine cannot give the engine a core of its own")
+else:
+    INTERVALS = (10, 40)               # ms: the default, and four times it
+    IV_ROUNDS = config.pick(quick=2, full=8)
+    iv: dict[int, dict[str, list[float]]] = {ms: {"tokens/s": [], "rows": [], "client ms per 1k tokens": []}
+                                             for ms in INTERVALS}
+    with contextlib.ExitStack() as stack:
+        servers = {ms: stack.enter_context(serve_in_subprocess(
+            {"batching": "iteration", "embed": False, "engine_process": True, "threads": EFF_THREADS,
+             "stream_interval_ms": ms})) for ms in INTERVALS}
+        children = {ms: engine_child(srv.proc.pid) for ms, srv in servers.items()}
+        layout = {os.getpid(): plan[1]}
+        for ms, srv in servers.items():
+            layout[srv.proc.pid] = plan[1]
+            if children[ms]:
+                layout[children[ms]] = plan[0]
+        iv_pinned = stack.enter_context(pinned(layout if all(children.values()) else {}))
+        for srv in servers.values():
+            run_load(srv.url, concurrency=8, n_requests=8, max_new_tokens=8)  # warm-up
+        for round_ in range(3):        # rounds alternate which server goes first
+            for ms in (INTERVALS if round_ % 2 == 0 else INTERVALS[::-1]):
+                srv = servers[ms]
+                cpu = time.process_time()
+                iv_run, iv_bd = measure(srv.url, srv.proc.pid, lambda: run_load(
+                    srv.url, concurrency=32, n_requests=32 * IV_ROUNDS, prompts=PROMPTS, max_new_tokens=NEW_TOKENS))
+                client_cpu = time.process_time() - cpu
+                assert iv_run.n_lost == 0, (ms, iv_run.errors[:3], srv.log_tail(1500))
+                iv[ms]["tokens/s"].append(iv_run.tokens_per_s)
+                iv[ms]["rows"].append(iv_bd.mean_rows)
+                iv[ms]["client ms per 1k tokens"].append(1e6 * client_cpu / (iv_run.n_ok * NEW_TOKENS))
+    print("engine process alone on one core, HTTP side and load generator on the other" if iv_pinned else
+          "the engines could not be pinned apart, so these runs share every core")
+    med = {ms: {k: statistics.median(v) for k, v in figures.items()} for ms, figures in iv.items()}
+    words = {}
+    for what in ("tokens/s", "rows", "client ms per 1k tokens"):
+        a, b = med[INTERVALS[1]][what], med[INTERVALS[0]][what]
+        words[what] = bench.band_verdict(a, b, band=PAIR_BAND, name=f"serve.stream_interval.{what.split()[0].replace('/', '_')}_40_vs_10")
+        spread = {ms: f"{min(iv[ms][what]):,.1f}-{max(iv[ms][what]):,.1f}" for ms in INTERVALS}
+        print(f"{what:>24}: {INTERVALS[0]} ms {b:8,.1f} | {INTERVALS[1]} ms {a:8,.1f} -> {a / b:.2f}x, {words[what]} "
+              f"(medians of 3 runs, ranges {spread[INTERVALS[0]]} and {spread[INTERVALS[1]]}"
+              f"{overlap_text(iv[INTERVALS[1]][what], iv[INTERVALS[0]][what], words[what])})")
+    print(f"(for the medians, {bench.band_text(PAIR_BAND)})")
+    if words["client ms per 1k tokens"] != "lower":
+        print("what this run shows: the longer interval did not clearly cut the load generator's CPU per token, "
+              "so it did not test the pointer here")
+    elif words["rows"] == "higher":
+        print(f"what this run shows: with fewer chunks to send and read, the batch held more rows "
+              f"({med[INTERVALS[0]]['rows']:.1f} -> {med[INTERVALS[1]]['rows']:.1f}), tokens/s "
+              + ("rose with it" if words["tokens/s"] == "higher" else f"{words['tokens/s']}")
+              + ": the sending side's work per chunk was limiting the batch on this machine")
+    else:
+        print("what this run shows: the load generator spent less CPU per token, but the batch did not clearly "
+              f"grow (tokens/s: {words['tokens/s']}), so the sending side's work per chunk was not what limited "
+              "the batch in this run")
+
+# %% [markdown]
 # ## Compiling the model inside the server
 #
 # `ServeSettings(compile=True)` compiles the tensor work of a decoding step
