@@ -1182,9 +1182,9 @@ else:
           "the engines could not be pinned apart, so these runs share every core")
     med = {ms: {k: statistics.median(v) for k, v in figures.items()} for ms, figures in iv.items()}
     words = {}
-    for what in ("tokens/s", "rows", "client ms per 1k tokens"):
+    for what, short in (("tokens/s", "tokens_per_s"), ("rows", "rows"), ("client ms per 1k tokens", "client_cpu")):
         a, b = med[INTERVALS[1]][what], med[INTERVALS[0]][what]
-        words[what] = bench.band_verdict(a, b, band=PAIR_BAND, name=f"serve.stream_interval.{what.split()[0].replace('/', '_')}_40_vs_10")
+        words[what] = bench.band_verdict(a, b, band=PAIR_BAND, name=f"serve.stream_interval.{short}.40_vs_10")
         spread = {ms: f"{min(iv[ms][what]):,.1f}-{max(iv[ms][what]):,.1f}" for ms in INTERVALS}
         print(f"{what:>24}: {INTERVALS[0]} ms {b:8,.1f} | {INTERVALS[1]} ms {a:8,.1f} -> {a / b:.2f}x, {words[what]} "
               f"(medians of 3 runs, ranges {spread[INTERVALS[0]]} and {spread[INTERVALS[1]]}"
