@@ -1151,7 +1151,8 @@ if plan is None:
     print("skipped: this OS or machine cannot give the engine a core of its own")
 else:
     INTERVALS = (10, 40)               # ms: the default, and four times it
-    IV_ROUNDS = config.pick(quick=2, full=8)
+    IV_ROUNDS = config.pick(quick=2, full=6)    # requests per client in each run
+    IV_RUNS = config.pick(quick=2, full=5)      # runs per server, taking turns
     iv: dict[int, dict[str, list[float]]] = {ms: {"tokens/s": [], "rows": [], "client ms per 1k tokens": []}
                                              for ms in INTERVALS}
     with contextlib.ExitStack() as stack:
@@ -1167,7 +1168,7 @@ else:
         iv_pinned = stack.enter_context(pinned(layout if all(children.values()) else {}))
         for srv in servers.values():
             run_load(srv.url, concurrency=8, n_requests=8, max_new_tokens=8)  # warm-up
-        for round_ in range(3):        # rounds alternate which server goes first
+        for round_ in range(IV_RUNS):  # rounds alternate which server goes first
             for ms in (INTERVALS if round_ % 2 == 0 else INTERVALS[::-1]):
                 srv = servers[ms]
                 cpu = time.process_time()
@@ -1187,17 +1188,23 @@ else:
         words[what] = bench.band_verdict(a, b, band=PAIR_BAND, name=f"serve.stream_interval.{short}.40_vs_10")
         spread = {ms: f"{min(iv[ms][what]):,.1f}-{max(iv[ms][what]):,.1f}" for ms in INTERVALS}
         print(f"{what:>24}: {INTERVALS[0]} ms {b:8,.1f} | {INTERVALS[1]} ms {a:8,.1f} -> {a / b:.2f}x, {words[what]} "
-              f"(medians of 3 runs, ranges {spread[INTERVALS[0]]} and {spread[INTERVALS[1]]}"
+              f"(medians of {IV_RUNS} runs, ranges {spread[INTERVALS[0]]} and {spread[INTERVALS[1]]}"
               f"{overlap_text(iv[INTERVALS[1]][what], iv[INTERVALS[0]][what], words[what])})")
     print(f"(for the medians, {bench.band_text(PAIR_BAND)})")
+    rows_apart = min(iv[INTERVALS[1]]["rows"]) > max(iv[INTERVALS[0]]["rows"])   # every run above every run
     if words["client ms per 1k tokens"] != "lower":
         print("what this run shows: the longer interval did not clearly cut the load generator's CPU per token, "
               "so it did not test the pointer here")
     elif words["rows"] == "higher":
-        print(f"what this run shows: with fewer chunks to send and read, the batch held more rows "
-              f"({med[INTERVALS[0]]['rows']:.1f} -> {med[INTERVALS[1]]['rows']:.1f}), tokens/s "
-              + ("rose with it" if words["tokens/s"] == "higher" else f"{words['tokens/s']}")
-              + ": the sending side's work per chunk was limiting the batch on this machine")
+        gained = (f"the batch held more rows ({med[INTERVALS[0]]['rows']:.1f} -> {med[INTERVALS[1]]['rows']:.1f} "
+                  "by the medians), and tokens/s " + {"higher": "rose with it", "lower": "fell",
+                                                       "no clear difference": "showed no clear difference"}[words["tokens/s"]])
+        print(f"what this run shows: with fewer chunks to send and read, {gained}: "
+              + (f"every run at {INTERVALS[1]} ms held more rows than every run at {INTERVALS[0]} ms, so the sending "
+                 "side's work per chunk "
+                 "limited the batch on this machine in these runs" if rows_apart else
+                 f"the medians point to the sending side's work per chunk as a limit on the batch, but the rows' "
+                 f"ranges overlap, so {IV_RUNS} runs each do not settle it: rerun the cell"))
     else:
         print("what this run shows: the load generator spent less CPU per token, but the batch did not clearly "
               f"grow (tokens/s: {words['tokens/s']}), so the sending side's work per chunk was not what limited "
