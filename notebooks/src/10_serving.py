@@ -1982,6 +1982,9 @@ else:
 #   event loop and, on a busy machine, with other programs), and time with no request in the engine while
 #   clients come back (the idle share). `course_utils.serving.extras.breakdown` measures each; a separate engine process removes the GIL wait
 #   where there are cores to spare.
+# - A breakdown points; a run that changes one thing tests the pointer. Here `stream_interval_ms`
+#   changed only how many chunks the sending side handles, and the rows per pass said whether that
+#   side limited the batch on this machine.
 # - `torch.compile` in a server must be paid before traffic arrives (compile during start-up), and
 #   the compiled region must be free of graph breaks and side effects; then measure whether it pays
 #   (above: the compiled-server cell).
