@@ -1151,7 +1151,7 @@ if plan is None:
     print("skipped: this OS or machine cannot give the engine a core of its own")
 else:
     INTERVALS = (10, 40)               # ms: the default, and four times it
-    IV_ROUNDS = config.pick(quick=2, full=6)    # requests per client in each run
+    IV_ROUNDS = config.pick(quick=2, full=12)   # requests per client in each run (the batch fills and drains once)
     IV_RUNS = config.pick(quick=2, full=5)      # runs per server, taking turns
     iv: dict[int, dict[str, list[float]]] = {ms: {"tokens/s": [], "rows": [], "client ms per 1k tokens": []}
                                              for ms in INTERVALS}
