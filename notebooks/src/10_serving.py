@@ -1131,8 +1131,9 @@ else:
 # ### Testing the pointer: less work for the sending side
 #
 # The last line above names what the figures point to. A pointer is a hypothesis until a run changes
-# that one thing and looks again. The side that sends requests and reads tokens does some work per
-# *chunk* of a stream: the HTTP side writes each chunk, and the load generator reads and parses it.
+# that one thing and looks again. The side that sends requests and reads tokens does some of its work
+# per *chunk* of a stream: the HTTP side writes each chunk, and the load generator receives each one
+# (it parses every token's event whatever the chunks, so that part stays).
 # `stream_interval_ms` sets how often the engine hands tokens over (10 ms by default; a request's first
 # and last tokens go at once). A longer interval sends the same tokens in fewer, larger chunks, so that
 # side has less work per token; each token reaches its client up to that much later.
