@@ -341,8 +341,10 @@ class Comparison:
         worst = max(self.rows, key=lambda r: r.iqr_s / r.median_s if r.median_s else 0.0, default=None)
         if worst is None or not worst.median_s or worst.iqr_s / worst.median_s <= limit:
             return ""
-        head = (f"note: the spread is large (IQR {worst.iqr_s / worst.median_s:.0%} of the median "
-                f"for {worst.label!r}): ")
+        share = f"{worst.iqr_s / worst.median_s:.0%}"
+        if share == f"{limit:.0%}":  # just over the limit, which rounds to it: a decimal more
+            share = f"{worst.iqr_s / worst.median_s:.1%}"
+        head = f"note: the spread is large (IQR {share} of the median for {worst.label!r}): "
         return head + (cause if cause is not None else _spread_cause(self.other_load))
 
     def format(self, *, cause: str | None = None) -> str:
@@ -416,6 +418,16 @@ def band_verdict(value: float, other: float, band: float = 0.1, *, name: str | N
     if name is not None:
         record_verdict(name, word, device=device, value=value, other=other, band=band)
     return word
+
+
+def ratio_text(ratio: float, band: float = 0.1) -> str:
+    """Return ``ratio`` as "1.23x" for printing beside a ``band_verdict``, with a third decimal where two
+    would print an edge of the band ("0.87x, lower" beside "a ratio between 0.87x and 1.15x is called no
+    clear difference" reads as a contradiction; "0.867x" does not)."""
+    if not ratio > 0 or band < 0:
+        raise ValueError(f"ratio must be > 0 and band >= 0, got {ratio!r} and {band!r}")
+    edges = {f"{1 / (1 + band):.2f}", f"{1 + band:.2f}"}
+    return f"{ratio:.3f}x" if f"{ratio:.2f}" in edges else f"{ratio:.2f}x"
 
 
 def band_text(band: float = 0.1, *, inside: bool = False) -> str:

@@ -159,6 +159,8 @@ def test_a_noisy_table_says_so_in_one_line():
     assert "45%" in note and "'b'" in note and "rough" in note
     assert str(noisy).splitlines()[-1] == note
     assert bench.Comparison("b", []).spread_note() == ""
+    # just over the 20% limit: "20%" would read as at the limit, so a decimal more
+    assert "IQR 20.3% of the median" in _two(1.0, 0.1, 2.0, 0.406).spread_note()
 
 
 def test_load_note_names_other_programs_only_when_a_sample_found_them_busy():
@@ -218,6 +220,18 @@ def test_band_text_gives_the_interval_band_verdict_uses():
     assert bench.band_verdict(hi * 1.001, 1.0, band=0.15) == "higher"
     with pytest.raises(ValueError, match="band"):
         bench.band_text(-0.1)
+
+
+def test_ratio_text_never_prints_a_band_edge_beside_a_verdict_that_crossed_it():
+    # 0.8667 is "lower" with a 15% band (below 1/1.15 = 0.8696) but rounds to the edge's "0.87"
+    assert bench.band_verdict(0.8667, 1.0, band=0.15) == "lower"
+    assert bench.ratio_text(0.8667, 0.15) == "0.867x"
+    assert bench.ratio_text(1.1520, 0.15) == "1.152x"
+    assert bench.ratio_text(1.23, 0.15) == "1.23x" and bench.ratio_text(0.5, 0.15) == "0.50x"
+    assert bench.ratio_text(0.905, 0.1) == "0.905x"  # the 10% band's lower edge prints as 0.91x
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError):
+            bench.ratio_text(bad, 0.15)
 
 
 def test_band_verdict_needs_a_gap_beyond_the_band():

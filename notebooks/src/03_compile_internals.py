@@ -818,12 +818,10 @@ elif fused_word == "no clear difference":
     if table.spread_note():
         fused_reason = "the saved traffic was lost in the timing spread (see the note under the table)"
     elif table.within_margin("compiled"):
-        load = table.other_load  # other programs' CPU use just after the timings, in cores
         fused_reason = (f"the medians are within {bench.VERDICT_MARGIN:.0%} and no row's spread is over "
                         f"{bench.NOISY_SPREAD:.0%} of its median: on this machine the fused kernel took about "
                         f"as long as eager's {eager_count} kernels"
-                        + (f" (other programs used about {load:.1f} cores just after the timings)"
-                           if load is not None else ""))
+                        + (f" ({table.load_note()})" if table.load_note() else ""))
     else:
         fused_reason = (f"the medians differ by more than {bench.VERDICT_MARGIN:.0%}, but the two timings' spreads "
                         "overlap, so neither is clearly faster" + (f"; {table.load_note()}" if table.load_note() else ""))

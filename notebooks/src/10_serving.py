@@ -685,7 +685,7 @@ for c in (8, 32):
     tput_word = bench.band_verdict(it.tokens_per_s, st.tokens_per_s, band=0.15)
     tput_said = (f"no clear difference: {bench.band_text(0.15, inside=True)}" if tput_word == "no clear difference"
                  else f"{'iteration' if tput_word == 'higher' else 'static'} served more: {bench.band_text(0.15)}")
-    print(f"{c} clients: iteration/static throughput {it.tokens_per_s / st.tokens_per_s:.2f}x ({tput_said}), "
+    print(f"{c} clients: iteration/static throughput {bench.ratio_text(it.tokens_per_s / st.tokens_per_s, 0.15)} ({tput_said}), "
           f"median TTFT {it.ttft_ms['p50']:.0f} ms (iteration) vs {st.ttft_ms['p50']:.0f} ms (static), "
           f"p99 latency {it.latency_ms['p99']:.0f} ms vs {st.latency_ms['p99']:.0f} ms ({which} of {n} requests "
           f"in each run): {p99_said}")
@@ -781,10 +781,10 @@ with serve_in_subprocess({"batching": "iteration", "embed": False, "max_batch_si
                           "threads": EFF_THREADS}) as server, \
         pinned({server.proc.pid: plan[0], os.getpid(): plan[1]} if plan else {}) as is_pinned:
     run_load(server.url, concurrency=8, n_requests=8, max_new_tokens=8)  # warm-up
-    cpu = time.process_time()
+    cpu, clock = time.process_time(), time.perf_counter()
     eff_run, breakdown = measure(server.url, server.proc.pid, lambda: run_load(
         server.url, concurrency=32, n_requests=32 * EFF_ROUNDS, prompts=PROMPTS, max_new_tokens=NEW_TOKENS))
-    client_s = time.process_time() - cpu
+    client_s, client_window_s = time.process_time() - cpu, time.perf_counter() - clock  # CPU and clock, one window
 assert eff_run.n_lost == 0, (eff_run.errors[:3], server.log_tail(1500))  # the server's log, kept after it stopped
 bare_after = bare32_now()
 bare32 = (bare_before + bare_after) / 2
@@ -803,7 +803,7 @@ print("server pinned to one core, load generator to "
       if is_pinned else
       "server and load generator share every core (this OS or machine cannot give each its own)")
 print("\n".join(breakdown.lines()))
-print(f"load generator (this kernel): {client_s / eff_run.wall_s:.0%} of a core")
+print(f"load generator (this kernel): {client_s / client_window_s:.0%} of a core")
 bench.record("serve.efficiency.c32", efficiency, "ratio", mode="iteration", pinned=is_pinned, rounds=EFF_ROUNDS,
              bare_tokens_per_s=round(bare32), bare_before=round(bare_before), bare_after=round(bare_after),
              served_tokens_per_s=round(eff_run.tokens_per_s))
@@ -970,7 +970,7 @@ for name, rate in ep_median.items():
     print(f"{name:15s} {rate:8,.0f} tokens/s at 32 clients ({runs_text(ep_rates[name])})")
 ep_word = bench.band_verdict(ep_median["engine process"], ep_median["engine thread"], band=PAIR_BAND,
                              name="serve.engine_process.vs_thread")
-print(f"engine in its own process: {ep_median['engine process'] / ep_median['engine thread']:.2f}x the "
+print(f"engine in its own process: {bench.ratio_text(ep_median['engine process'] / ep_median['engine thread'], PAIR_BAND)} the "
       f"throughput of the engine thread -> {ep_word} on this machine ({os.cpu_count()} cores; for the medians, "
       f"{bench.band_text(PAIR_BAND)}"
       f"{overlap_text(ep_rates['engine process'], ep_rates['engine thread'], ep_word)})")
@@ -1026,11 +1026,12 @@ else:
         layout = {server.proc.pid: plan[1], child: plan[0], os.getpid(): plan[1]} if child else {}
         with pinned(layout) as pinned_own:
             run_load(server.url, concurrency=8, n_requests=8, max_new_tokens=8)  # warm-up
-            cpu0 = (cpu_seconds(child), cpu_seconds(server.proc.pid), time.process_time())
+            cpu0, clock = (cpu_seconds(child), cpu_seconds(server.proc.pid), time.process_time()), time.perf_counter()
             own_run, own = measure(server.url, server.proc.pid, lambda: run_load(
                 server.url, concurrency=32, n_requests=32 * EFF_ROUNDS, prompts=PROMPTS, max_new_tokens=NEW_TOKENS))
             engine_s, http_s, own_client_s = (cpu_seconds(child) - cpu0[0], cpu_seconds(server.proc.pid) - cpu0[1],
                                               time.process_time() - cpu0[2])
+            own_window_s = time.perf_counter() - clock   # the clock over the same window as these CPU seconds
     assert own_run.n_lost == 0, (own_run.errors[:3], server.log_tail(1500))
     assert own.tokens == own_run.n_ok * NEW_TOKENS, "the engine counted other tokens than the clients received"
     print(("engine process alone on one core, HTTP side and load generator on the other" if pinned_own else
@@ -1057,7 +1058,8 @@ else:
     tps_word = bench.band_verdict(own_run.tokens_per_s, eff_run.tokens_per_s, band=one_run_band,
                                   name="serve.engine_process.own_core_vs_thread")
     print(f"tokens/s at 32 clients: {eff_run.tokens_per_s:,.0f} -> {own_run.tokens_per_s:,.0f} "
-          f"({own_run.tokens_per_s / eff_run.tokens_per_s:.2f}x: {tps_word}; one run each, so the band is the "
+          f"({bench.ratio_text(own_run.tokens_per_s / eff_run.tokens_per_s, one_run_band)}: {tps_word}; "
+          "one run each, so the band is the "
           f"wider of the pairs' {PAIR_BAND:.0%} and the widest spread of one server's runs above, "
           + (f"{widest:.1%}" if widest > 0 else "none with one run each")
           + f": {bench.band_text(one_run_band)})")
@@ -1068,9 +1070,9 @@ else:
           f"requests outside the batch (32 - rows): {32 - breakdown.mean_rows:.1f} -> {32 - own.mean_rows:.1f}")
     n_other = len(plan[1])
     cores_word = "core" if n_other == 1 else f"{n_other} cores"
-    before_server, before_client = breakdown.share(sum(breakdown.thread_cpu_s)), client_s / eff_run.wall_s
-    engine_share, http_share = own.share(engine_s), own.share(http_s)
-    client_share = own_client_s / own_run.wall_s
+    # each CPU figure over the clock of its own window (the breakdown's threads over its own wall time)
+    before_server, before_client = breakdown.share(sum(breakdown.thread_cpu_s)), client_s / client_window_s
+    engine_share, http_share, client_share = (seconds / own_window_s for seconds in (engine_s, http_s, own_client_s))
     shared = (http_share + client_share) / n_other  # how busy the HTTP side and the clients kept their cores
     # Everything that ran on those cores over the run (psutil's per-core times, every process); what the
     # two processes did not use of it is other programs', named as a cause only from bench.BUSY_LOAD
@@ -1078,10 +1080,11 @@ else:
     measured = own.busy_cores(plan[1])
     busy = shared if measured is None else max(shared, measured / n_other)
     others_named = measured is not None and (busy - shared) * n_other >= bench.BUSY_LOAD
-    busy_pct, shared_pct = round(100 * busy), round(100 * shared)   # whole percents, so that they add up
+    # whole percents, so that they add up; at most 100 (two clocks read a moment apart can give 101)
+    busy_pct, shared_pct = min(100, round(100 * busy)), min(100, round(100 * shared))
     their, was = ("their core", "was") if n_other == 1 else (f"their {n_other} cores", "were")
     after = (f"engine {engine_share:.0%} (on its core), HTTP side {http_share:.0%} + load generator "
-             f"{client_share:.0%} on the other {cores_word}, i.e. {shared:.0%} of {'it' if n_other == 1 else 'them'}"
+             f"{client_share:.0%} on the other {cores_word}, i.e. {shared_pct}% of {'it' if n_other == 1 else 'them'}"
              if pinned_own else
              "not pinned apart: " + (f"engine {engine_share:.0%}, " if child else "engine not found, ")
              + f"HTTP side {http_share:.0%}, load generator {client_share:.0%}")
@@ -1136,14 +1139,15 @@ else:
 # (it parses every token's event whatever the chunks, so that part stays).
 # `stream_interval_ms` sets how often the engine hands tokens over (10 ms by default; a request's first
 # and last tokens go at once). A longer interval sends the same tokens in fewer, larger chunks, so that
-# side has less work per token; each token reaches its client up to that much later.
+# side should have less work per token (the cell measures whether it did); each token reaches its
+# client up to that much later.
 #
 # The cell below runs the layout of the cell above (the engine process alone on one core, the HTTP
-# side and the load generator on the rest) at 10 ms and at 40 ms, two servers taking turns, and prints
+# side and the load generator on the other core or cores) at 10 ms and at 40 ms, two servers taking turns, and prints
 # for each the tokens per second, the rows per forward pass and the sending side's CPU time per
 # thousand tokens (the HTTP side's threads and the load generator's together), each with a verdict. If
 # the sending side limited the batch, the longer interval should cut its CPU per token and fill the
-# batch; if it did not, the batch stays as it was. Fewer hand-overs also save the engine a little work of its own (fewer messages on its pipe),
+# batch; if it did not, the batch stays as it was. Fewer hand-overs also save the engine some work of its own (fewer messages on its pipe),
 # which this cell does not time apart; that saving would show as faster passes, not as fuller ones,
 # so the rows per pass are the figure to watch. The last line says what this run shows.
 
@@ -1188,7 +1192,8 @@ else:
         a, b = med[INTERVALS[1]][what], med[INTERVALS[0]][what]
         words[what] = bench.band_verdict(a, b, band=PAIR_BAND, name=f"serve.stream_interval.{short}.40_vs_10")
         spread = {ms: f"{min(iv[ms][what]):,.1f}-{max(iv[ms][what]):,.1f}" for ms in INTERVALS}
-        print(f"{what:>34}: {INTERVALS[0]} ms {b:8,.1f} | {INTERVALS[1]} ms {a:8,.1f} -> {a / b:.2f}x, {words[what]} "
+        print(f"{what:>34}: {INTERVALS[0]} ms {b:8,.1f} | {INTERVALS[1]} ms {a:8,.1f} -> "
+              f"{bench.ratio_text(a / b, PAIR_BAND)}, {words[what]} "
               f"(medians of {IV_RUNS} runs, ranges {spread[INTERVALS[0]]} and {spread[INTERVALS[1]]}"
               f"{overlap_text(iv[INTERVALS[1]][what], iv[INTERVALS[0]][what], words[what])})")
     print(f"(for the medians, {bench.band_text(PAIR_BAND)})")
@@ -1209,9 +1214,11 @@ else:
                  f"the medians point to the sending side's work per chunk as a limit on the batch, but the rows' "
                  f"ranges overlap, so {IV_RUNS} runs each do not settle it: rerun the cell"))
     else:
+        rows_overlap = min(iv[INTERVALS[1]]["rows"]) <= max(iv[INTERVALS[0]]["rows"])
         print("what this run shows: the sending side spent less CPU per token, but the batch did not clearly "
-              f"grow (tokens/s: {words['tokens/s']}), so the sending side's work per chunk was not what limited "
-              "the batch in this run")
+              f"grow (tokens/s: {words['tokens/s']}): these runs do not show the sending side's work per chunk "
+              "limiting the batch" + (f", and the rows' ranges overlap, so {IV_RUNS} runs each do not rule it out"
+                                      if rows_overlap else ""))
 
 # %% [markdown]
 # ## Compiling the model inside the server
@@ -1261,7 +1268,8 @@ else:
           "(clients could not connect to either before its start-up ended)")
     print("iteration batching at 32 clients, " + "; ".join(
         f"{name} {median[name]:,.0f} tokens/s ({runs_text(r)})" for name, r in rates.items()))
-    print(f"compiled / eager: {median['compiled'] / median['eager']:.2f}x -> compiling {compile_word} here "
+    print(f"compiled / eager: {bench.ratio_text(median['compiled'] / median['eager'], PAIR_BAND)} -> "
+          f"compiling {compile_word} here "
           f"(the same rule as for the engine process: for the medians, {bench.band_text(PAIR_BAND)}"
           f"{overlap_text(rates['compiled'], rates['eager'], compile_band)})" + inductor_code.scalar_note())
 
@@ -1985,9 +1993,10 @@ else:
 #   event loop and, on a busy machine, with other programs), and time with no request in the engine while
 #   clients come back (the idle share). `course_utils.serving.extras.breakdown` measures each; a separate engine process removes the GIL wait
 #   where there are cores to spare.
-# - A breakdown points; a run that changes one thing tests the pointer. Here `stream_interval_ms`
-#   changed only how many chunks the sending side handles, and the rows per pass said whether that
-#   side limited the batch on this machine.
+# - A breakdown points; a run that changes one thing tests the pointer. Here a longer
+#   `stream_interval_ms` sent the same tokens in fewer chunks (it also spares the engine some pipe
+#   messages and can delay a token by up to the interval); the cell's last line says whether this
+#   machine's runs settled what limited the batch, or that they did not.
 # - `torch.compile` in a server must be paid before traffic arrives (compile during start-up), and
 #   the compiled region must be free of graph breaks and side effects; then measure whether it pays
 #   (above: the compiled-server cell).

@@ -599,7 +599,7 @@ assert rel < 2e-2, "bf16 keeps 2 to 3 significant digits: the error should be we
 # directory and returns the JSON the script prints. The model below is written once as a string of Python code, so
 # that this notebook and the fresh processes run exactly the same code.
 # One thing such a cold start can still find ready: the precompiled C++ header that Inductor builds
-# once per set of compiler flags and that torch 2.14 keeps under the temporary directory, outside the
+# once per compiler, set of flags and torch install, and that torch 2.14 keeps under the temporary directory, outside the
 # cache directory (notebook 01, section 7, times a first compile without it). The cell counts these
 # headers before and after each cold start and says which runs, if any, built one.
 
@@ -683,7 +683,8 @@ HEADERS_BEFORE = set(config.precompiled_headers())   # Inductor's precompiled he
 
 
 def cold_start(script: str, args: list | None = None) -> dict:
-    """Run ``script`` in a fresh process with empty compile caches; note whether it built a precompiled header."""
+    """Run ``script`` in a fresh process with empty compile caches; note whether a precompiled header appeared
+    during its run (the folder is this user's, so another program compiling at the same moment could add one)."""
     before = set(config.precompiled_headers())
     result = fresh.run_script(script, args or [], cold=True)
     result["built_header"] = bool(set(config.precompiled_headers()) - before)
@@ -714,12 +715,14 @@ built = [name for name, r in [("the floor", floor), *((f"{how}, {n} blocks", r) 
          if r["built_header"]]
 where = config.precompiled_header_dir()
 if built:
-    print(f"precompiled headers: {', '.join(built)} built one in {where}, and that figure includes the build; "
-          "the runs after it with the same compiler flags found it ready")
+    print(f"precompiled headers: a header appeared in {where} during the run of {'; '.join(built)}, so "
+          f"{'that figure includes' if len(built) == 1 else 'those figures include'} building it; the runs after "
+          "with the same compiler flags found it ready")
 elif HEADERS_BEFORE:
-    print(f"precompiled headers: {len(HEADERS_BEFORE)} already in {where} before these runs, and none of them built "
-          "one, so every cold start above leaves out that build (a machine's very first compile pays it, once per "
-          "set of compiler flags; notebook 01, section 7, times it)")
+    print(f"precompiled headers: {len(HEADERS_BEFORE)} already in {where} before these runs (one per header, "
+          "compiler, set of flags and torch install this machine has compiled with), and none of these runs built "
+          "one, so every cold start above leaves out that build (a machine's very first compile pays it; notebook "
+          "01, section 7, times it)")
 else:
     print(f"precompiled headers: none in {where} before or after these runs (this compiler or torch keeps none "
           "there), so no cold start above left such a build out")
@@ -729,8 +732,10 @@ else:
 # compile traces one block and reuses it, so it traces about 1/N as many. Whether tracing is where the
 # time goes is for the measurements to say: for each depth the next cell splits the gap between the two
 # cold starts into C++ compiler time and the rest. What does not shrink is the
-# floor measured first: any cold start loads the compiler and builds a few small C++ programs that
-# probe the CPU, whatever it compiles. The ratio of the two cold starts is therefore the ratio of
+# floor measured first: any cold start loads the compiler and builds small C++ programs that probe the
+# CPU (notebook 01 counts them), whatever it compiles; each run here found Inductor's precompiled header
+# ready unless the line above says otherwise (a run that built it also holds that build, and the next
+# cell says where that touches a comparison). The ratio of the two cold starts is therefore the ratio of
 # (floor + the whole model's work) to (floor + one block's work). Each work term also holds a fixed
 # cost of lowering and building any graph at all, which the whole model pays once, not N times; the next
 # cell prints both terms above the floor where one block's term is at least a tenth of the floor. The
@@ -762,9 +767,15 @@ for n, ratio in ratios.items():
     # In quick mode one block's work is a fraction of a second above a floor of many seconds that moves as much.
     # Differences from the figures as printed (to 0.1 s), so that the printed numbers add up.
     w1, r1, floor1 = round(w, 1), round(r, 1), round(floor_s, 1)
-    above = (f"above the floor: {w1 - floor1:.1f} s against {r1 - floor1:.1f} s" if r - floor_s >= 0.1 * floor_s
+    above = ("no figures above the floor, since the floor's run built the precompiled header that the others "
+             "found ready" if floor["built_header"] else
+             f"above the floor: {w1 - floor1:.1f} s against {r1 - floor1:.1f} s" if r - floor_s >= 0.1 * floor_s
              else f"regional's cold start is within 10% of the floor ({floor_s:.1f} s), or below it: one block's "
                   "work is too small to separate from it")
+    builders = [how for how in ("whole model", "regional") if cold[(how, n)]["built_header"]]
+    if builders:
+        above += (f" (careful: the {' and the '.join(builders)} run also built the precompiled header, a one-off "
+                  "build that later runs found ready, so this comparison carries it)")
     print(f"{n:2} blocks: whole model {w:.1f} s, regional {r:.1f} s: regional's cold start is {said} (10% band; "
           f"whole/regional {ratio:.2f}x, {target} the 2x target), for "
           f"{traced[0]} against {traced[1]} operations traced; {above}")
@@ -794,7 +805,9 @@ if len(DEPTHS) > 1:
     print(f"whole-model compile, {DEPTHS[0]} -> {DEPTHS[-1]} blocks (one cold start each, 10% band): " + "; ".join(
         f"{part} {a:.1f} -> {b:.1f} s, {bench.band_verdict(b, a, band=0.1)}" if min(a, b) > 0 else
         f"{part} {a:.1f} -> {b:.1f} s: not a time here (the overlapping builds' summed time exceeds a cold start), "
-        "so no verdict" for part, (a, b) in parts.items()))
+        "so no verdict" for part, (a, b) in parts.items())
+        + (" (careful: one of these two runs built the precompiled header, so the change carries that one-off build)"
+           if shallow["built_header"] != deep["built_header"] else ""))
 if ("nested region", N_LAYER) in cold:
     nested = cold[("nested region", N_LAYER)]["first_s"]
     nested_word = {"lower": "shorter than", "higher": "longer than", "no clear difference": "not clearly different from"}[
@@ -1596,8 +1609,9 @@ exercises.check("11.block_sparsity", block_sparsity)
 # - Autocast to bf16 under `torch.compile` keeps two to three significant digits (section 3 printed its
 #   error); whether it is faster depends on the CPU's bf16 support (the verdict above).
 # - Regional compilation compiles one block and reuses it: far fewer operations traced (asserted), so
-#   less to compile; its cold start, measured in fresh processes with empty caches, and its steady-state
-#   cost were printed as verdicts.
+#   less to compile; its cold start, measured in fresh processes with empty caches (Inductor's
+#   precompiled header aside, whose line in section 4 says whether any run built it), and its
+#   steady-state cost were printed as verdicts.
 # - On real models (section 5) `torch.compile` was checked against eager to 1e-4 in fp32 and, where
 #   bf16 rows ran, 5e-2 in bf16; how much faster each model and setting runs here, after how many calls its first call is
 #   repaid, and how the geometric means compare with the published suites' are this machine's verdicts,
