@@ -1204,13 +1204,20 @@ else:
               "did not test the pointer here" + (f" ({' and '.join(moved)} all the same, from a cause this cell "
                                                  "does not measure)" if moved else ""))
     elif words["rows"] == "higher":
+        tokens_said = {"higher": "rose by the medians", "lower": "fell by the medians",
+                       "no clear difference": "showed no clear difference"}[words["tokens/s"]]
         gained = (f"the batch held more rows ({med[INTERVALS[0]]['rows']:.1f} -> {med[INTERVALS[1]]['rows']:.1f} "
-                  "by the medians), and tokens/s " + {"higher": "rose with it", "lower": "fell",
-                                                       "no clear difference": "showed no clear difference"}[words["tokens/s"]])
+                  f"by the medians), and tokens/s {tokens_said}")
+        unsettled = [what for what in (SENDING, "tokens/s") if words[what] != "no clear difference"
+                     and min(iv[INTERVALS[0]][what]) <= max(iv[INTERVALS[1]][what])
+                     and min(iv[INTERVALS[1]][what]) <= max(iv[INTERVALS[0]][what])]
         print(f"what this run shows: with fewer chunks to send and read, {gained}: "
-              + (f"every run at {INTERVALS[1]} ms held more rows than every run at {INTERVALS[0]} ms, so the sending "
-                 "side's work per chunk "
-                 "limited the batch on this machine in these runs" if rows_apart else
+              + (f"every run at {INTERVALS[1]} ms held more rows than every run at {INTERVALS[0]} ms, so fewer chunks "
+                 "went with a fuller batch, which points to the sending side's work per chunk as a limit on the batch "
+                 "on this machine in these runs" + (f" (the ranges of {' and of '.join(unsettled)} overlap, so "
+                                                    f"{'that figure is' if len(unsettled) == 1 else 'those figures are'}"
+                                                    " not settled)" if unsettled else "")
+                 if rows_apart else
                  f"the medians point to the sending side's work per chunk as a limit on the batch, but the rows' "
                  f"ranges overlap, so {IV_RUNS} runs each do not settle it: rerun the cell"))
     else:
@@ -1619,7 +1626,8 @@ lit_rates = {name: [r.tokens_per_s for r in runs] for name, runs in lit_runs.ite
 lit_median = {name: statistics.median(rates) for name, rates in lit_rates.items()}
 vs_lit = lit_median["ours"] / lit_median["LitServe"]
 print(f"32 clients: ours ({OURS_MODE}) {lit_median['ours']:,.0f} tokens/s ({runs_text(lit_rates['ours'])}), "
-      f"LitServe {lit_median['LitServe']:,.0f} tokens/s ({runs_text(lit_rates['LitServe'])}) -> {vs_lit:.2f}x")
+      f"LitServe {lit_median['LitServe']:,.0f} tokens/s ({runs_text(lit_rates['LitServe'])}) -> "
+      f"{bench.ratio_text(vs_lit, PAIR_BAND)}")
 print("medians over the runs: TTFT p50 " + ", ".join(
     f"{name} {statistics.median(r.ttft_ms['p50'] for r in runs):.0f} ms" for name, runs in lit_runs.items()) +
       "; p99 latency " + ", ".join(

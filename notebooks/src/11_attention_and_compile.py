@@ -715,9 +715,10 @@ built = [name for name, r in [("the floor", floor), *((f"{how}, {n} blocks", r) 
          if r["built_header"]]
 where = config.precompiled_header_dir()
 if built:
-    print(f"precompiled headers: a header appeared in {where} during the run of {'; '.join(built)}, so "
-          f"{'that figure includes' if len(built) == 1 else 'those figures include'} building it; the runs after "
-          "with the same compiler flags found it ready")
+    print(f"precompiled headers: {'a header' if len(built) == 1 else 'headers'} appeared in {where} during the "
+          f"{'run' if len(built) == 1 else 'runs'} of {'; '.join(built)}, so "
+          f"{'that figure includes building it' if len(built) == 1 else 'those figures include building them'}; "
+          "any run after with the same compiler flags found it ready")
 elif HEADERS_BEFORE:
     print(f"precompiled headers: {len(HEADERS_BEFORE)} already in {where} before these runs (one per header, "
           "compiler, set of flags and torch install this machine has compiled with), and none of these runs built "
@@ -732,17 +733,17 @@ else:
 # compile traces one block and reuses it, so it traces about 1/N as many. Whether tracing is where the
 # time goes is for the measurements to say: for each depth the next cell splits the gap between the two
 # cold starts into C++ compiler time and the rest. What does not shrink is the
-# floor measured first: any cold start loads the compiler and builds small C++ programs that probe the
-# CPU (notebook 01 counts them), whatever it compiles; each run here found Inductor's precompiled header
+# floor measured first: any cold start loads the compiler and builds a small C++ program that probes
+# the CPU (notebook 01 counts such probes), whatever it compiles; each run here found Inductor's precompiled header
 # ready unless the line above says otherwise (a run that built it also holds that build, and the next
 # cell says where that touches a comparison). The ratio of the two cold starts is therefore the ratio of
 # (floor + the whole model's work) to (floor + one block's work). Each work term also holds a fixed
 # cost of lowering and building any graph at all, which the whole model pays once, not N times; the next
 # cell prints both terms above the floor where one block's term is at least a tenth of the floor. The
 # ratio reaches 2 only once the whole model's
-# work exceeds the floor plus twice one block's, and when the floor is many seconds that takes a deep
-# model: full mode's deeper model has 48 blocks for that reason, and the 6-block model shows
-# what a shallow one gets. The next cell prints the ratio for each depth and says whether it reaches the
+# work exceeds the floor plus twice one block's, and when the floor is many seconds that can take a
+# deep model: full mode's deeper model has 48 blocks for that reason, and the 6-block model shows
+# what a shallow one gets on this machine. The next cell prints the ratio for each depth and says whether it reaches the
 # course's target for compiling only the block.
 
 # %%
