@@ -951,12 +951,17 @@ def runs_text(rates: list[float]) -> str:
     return f"median of {len(rates)} runs, which ranged {min(rates):,.0f}-{max(rates):,.0f}"
 
 
+def ranges_overlap(a: list[float], b: list[float]) -> bool:
+    """Whether the range of runs ``a`` (lowest to highest) and the range ``b`` share any value."""
+    return min(a) <= max(b) and min(b) <= max(a)
+
+
 def overlap_text(a: list[float], b: list[float], word: str = "no clear difference") -> str:
     """Say whether two servers' ranges of runs overlap (nothing to say with one run each), and, when
     they do while the medians' verdict (``word``) is a direction, that a few runs leave it unsettled."""
     if len(a) == 1 and len(b) == 1:
         return ""
-    if not (min(a) <= max(b) and min(b) <= max(a)):
+    if not ranges_overlap(a, b):
         return "; the two ranges do not overlap" + (
             ": one server's every run beat the other's every run, though the medians differ by less than the band"
             if word == "no clear difference" else "")
@@ -1197,7 +1202,7 @@ else:
               f"(medians of {IV_RUNS} runs, ranges {spread[INTERVALS[0]]} and {spread[INTERVALS[1]]}"
               f"{overlap_text(iv[INTERVALS[1]][what], iv[INTERVALS[0]][what], words[what])})")
     print(f"(for the medians, {bench.band_text(PAIR_BAND)})")
-    rows_apart = min(iv[INTERVALS[1]]["rows"]) > max(iv[INTERVALS[0]]["rows"])   # every run above every run
+    runs = {what: (iv[INTERVALS[0]][what], iv[INTERVALS[1]][what]) for what in words}   # (10 ms runs, 40 ms runs)
     if words[SENDING] != "lower":
         moved = [f"{what} {words[what]}" for what in ("rows", "tokens/s") if words[what] != "no clear difference"]
         print("what this run shows: the longer interval did not clearly cut the sending side's CPU per token, so it "
@@ -1208,24 +1213,22 @@ else:
                        "no clear difference": "showed no clear difference"}[words["tokens/s"]]
         gained = (f"the batch held more rows ({med[INTERVALS[0]]['rows']:.1f} -> {med[INTERVALS[1]]['rows']:.1f} "
                   f"by the medians), and tokens/s {tokens_said}")
-        unsettled = [what for what in (SENDING, "tokens/s") if words[what] != "no clear difference"
-                     and min(iv[INTERVALS[0]][what]) <= max(iv[INTERVALS[1]][what])
-                     and min(iv[INTERVALS[1]][what]) <= max(iv[INTERVALS[0]][what])]
+        unsettled = [what for what in (SENDING, "tokens/s")
+                     if words[what] != "no clear difference" and ranges_overlap(*runs[what])]
         print(f"what this run shows: with fewer chunks to send and read, {gained}: "
               + (f"every run at {INTERVALS[1]} ms held more rows than every run at {INTERVALS[0]} ms, so fewer chunks "
                  "went with a fuller batch, which points to the sending side's work per chunk as a limit on the batch "
                  "on this machine in these runs" + (f" (the ranges of {' and of '.join(unsettled)} overlap, so "
                                                     f"{'that figure is' if len(unsettled) == 1 else 'those figures are'}"
                                                     " not settled)" if unsettled else "")
-                 if rows_apart else
+                 if not ranges_overlap(*runs["rows"]) else
                  f"the medians point to the sending side's work per chunk as a limit on the batch, but the rows' "
                  f"ranges overlap, so {IV_RUNS} runs each do not settle it: rerun the cell"))
     else:
-        rows_overlap = min(iv[INTERVALS[1]]["rows"]) <= max(iv[INTERVALS[0]]["rows"])
         print("what this run shows: the sending side spent less CPU per token, but the batch did not clearly "
               f"grow (tokens/s: {words['tokens/s']}): these runs do not show the sending side's work per chunk "
               "limiting the batch" + (f", and the rows' ranges overlap, so {IV_RUNS} runs each do not rule it out"
-                                      if rows_overlap else ""))
+                                      if ranges_overlap(*runs["rows"]) else ""))
 
 # %% [markdown]
 # ## Compiling the model inside the server
