@@ -1141,11 +1141,18 @@ if cpp_run is not None:
           "between them would show as a difference)")
     verdict = epoch_table.verdict("C++", "Python")
     steps = math.ceil(len(digits.x_train) / LT["batch"])
+    # The machine's own speed is not sampled; how much each side's epochs varied says how far it can move.
+    swing = max(max(t) / min(t) for t in (py_seconds[1:], cpp_run.epoch_seconds[1:]))
+    gap = max(py_epoch_s, cpp_epoch_s) / min(py_epoch_s, cpp_epoch_s)
+    likely = ("likely" if swing < gap else
+              f"possibly (though one side's epochs alone varied {swing:.2f}x, against a {gap:.2f}x gap, so this run "
+              "cannot tell it from a change in the machine's speed)")
+    speed_said = f"; the machine's speed is not sampled, and the epochs of one side varied up to {swing:.2f}x"
     print(f"per training step ({steps} per epoch): Python {py_epoch_s / steps * 1e6:.0f} µs, "
           f"C++ {cpp_epoch_s / steps * 1e6:.0f} µs; the model's forward and backward run the same libtorch kernels "
           "(the optimizer steps differ slightly), so " + {
               "faster": f"unless other programs' load or the machine's speed changed between the two runs "
-                        f"({loads_said}), the difference likely lies in the work around those kernels: Python's "
+                        f"({loads_said}{speed_said}), the difference {likely} lies in the work around those kernels: Python's "
                         "interpreter and module calls, and each program's optimizer implementation, threads and "
                         "memory allocation; this cell does not break it down",
               "no clear difference": "the work around those kernels (Python's interpreter and module calls, and "
@@ -1155,7 +1162,8 @@ if cpp_run is not None:
                                      "whatever the work around them costs was lost in the epochs' spread here "
                                      "(the IQRs above)",
               "slower": "the gap is not Python's overhead (C++ has none): unless other programs' load or the "
-                        f"machine's speed changed between the two runs ({loads_said}), it is likely how each program "
+                        f"machine's speed changed between the two runs ({loads_said}{speed_said}), it is {likely} how "
+                        "each program "
                         "uses those "
                         "kernels (the optimizer's implementation, threads, memory allocation), "
                         "which this cell does not break down"}[verdict])

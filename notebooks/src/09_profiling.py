@@ -749,9 +749,15 @@ elif gained_more:
               "were even faster in the per-sample profile") + f" {model_text}, so the extra {gap_ms:.2f} ms lies "
            f"where the per-sample path records about {extra_events:,.0f} more events per step (about "
            f"{1e3 * gap_ms / max(extra_events, 1):.1f} us each): the profiler adds a cost to every event it records")
+elif model_word != "no clear difference":
+    slower = "batched" if model_word == "lower" else "per-sample"
+    why = (f"the model stages, which record the same events in both paths, took clearly longer in the {slower} "
+           f"profile {model_text}, so that profiled run was slower for a reason other than its events, and the two "
+           "added times cannot be compared in this run (rerun the cell)")
 else:
-    why = ("the batched step, with fewer events, gained about as much or more, so the per-sample path's extra "
-           "events do not explain its slow-down; this cell does not measure what slowed both steps")
+    why = ("the batched step, with fewer events, gained about as much or more, and the model stages took about the "
+           f"same time in both profiles {model_text}, so the per-sample path's extra events do not explain its "
+           "slow-down; this cell does not measure what slowed both steps")
     profile_loads = [x for x in (profile_load, fast_profile_load) if x is not None]
     if profile_loads and max(profile_loads) >= threads.BUSY_CORES:
         why += (f" (other programs used about {max(profile_loads):.1f} of {threads.usable_cores()} cores just after "
