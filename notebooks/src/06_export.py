@@ -1147,7 +1147,8 @@ if cpp_run is not None:
     likely = ("likely" if swing < gap else
               f"possibly (though one side's epochs alone varied {swing:.2f}x, against a {gap:.2f}x gap, so this run "
               "cannot tell it from a change in the machine's speed)")
-    speed_said = f"; the machine's speed is not sampled, and the epochs of one side varied up to {swing:.2f}x"
+    speed_said = "; the machine's speed is not sampled" + (
+        f", and the epochs of one side varied up to {swing:.2f}x" if swing < gap else "")
     print(f"per training step ({steps} per epoch): Python {py_epoch_s / steps * 1e6:.0f} µs, "
           f"C++ {cpp_epoch_s / steps * 1e6:.0f} µs; the model's forward and backward run the same libtorch kernels "
           "(the optimizer steps differ slightly), so " + {
