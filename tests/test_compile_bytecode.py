@@ -51,3 +51,15 @@ def test_packages_own_test_suites_are_left_out_even_below_a_folder_named_tests(t
     assert (root / "pkg" / "__pycache__" / f"testing.{tag}.pyc").is_file()
     assert not (root / "pkg" / "tests" / "__pycache__").exists()
     assert not (root / "pkg" / "sub" / "test" / "__pycache__").exists()
+
+
+def test_third_party_escape_warnings_are_silenced_as_pip_silences_them(tmp_path):
+    # '\(' in a plain string: a DeprecationWarning up to Python 3.11, a SyntaxWarning from 3.12;
+    # "-W always" would print either, and the forked or fork-server workers do the compiling.
+    for i in range(4):
+        (tmp_path / f"esc{i}.py").write_text("import re\nPAT = re.compile('a \\(b\\)')\n")
+    out = subprocess.run([sys.executable, "-W", "always", str(SCRIPT), str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "Warning" not in out.stderr, out.stderr
+    for i in range(4):
+        assert (tmp_path / "__pycache__" / f"esc{i}.{sys.implementation.cache_tag}.pyc").is_file()

@@ -10,6 +10,10 @@ and every process that imports torch would compile its modules from source again
 A module that this Python cannot compile is left out, as pip leaves it out (torch ships a test file
 in Python 3.12 syntax, for example); the script says so and exits 0.
 
+Warnings that compiling raises are silenced, as pip silences them: on Python 3.12 and later, some
+packages the course installs (pydub, which Gradio brings, among them) have string escapes such as
+``'\\('`` that make the compiler print a ``SyntaxWarning`` per line, which says nothing about the course.
+
 Packages' own test suites (every file under a folder named ``tests`` or ``test``: some 3,900 of the
 25,000 files, pandas' and sympy's above all) are left out too: nothing the course runs imports them,
 and Python still compiles such a file in memory if something ever does.
@@ -18,9 +22,11 @@ and Python still compiles such a file in memory if something ever does.
 from __future__ import annotations
 
 import compileall
+import os
 import re
 import sys
 import sysconfig
+import warnings
 from pathlib import Path
 
 
@@ -39,6 +45,10 @@ def site_packages() -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     """Compile every folder from :func:`site_packages` (or the folders given); always return 0."""
     folders = [Path(a) for a in argv] if argv else site_packages()
+    # The workers are forked (Python 3.11, 3.12: they copy this filter) or started by a fork server
+    # (3.13 and later: a fresh interpreter, which reads the variable).
+    warnings.simplefilter("ignore")
+    os.environ["PYTHONWARNINGS"] = "ignore"
     for folder in folders:
         # quiet=2: not even the files it leaves out
         ok = compileall.compile_dir(folder, quiet=2, workers=0, rx=test_suites(folder))
