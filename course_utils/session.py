@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import random
+import sys
 
 import torch
 
@@ -36,7 +37,21 @@ def start(seed: int = 0) -> str:
     torch._dynamo.reset()
     policy = threads.apply().line()
     line = summary()
-    return f"{line} | {policy}" if policy else line
+    note = python_note()
+    if note and hasattr(torch._dynamo.config, "issue_3_13_0_warning"):
+        torch._dynamo.config.issue_3_13_0_warning = False  # said once here, not in whichever cell compiles first
+    return " | ".join(part for part in (line, policy, note) if part)
+
+
+def python_note(version: tuple[int, ...] | None = None) -> str:
+    """Return what this Python release costs the course, or ``""``: on Python 3.13.0, a CPython bug
+    (fixed in 3.13.1) keeps torch's guards from a shortcut, so every call of a compiled function checks
+    its guards more slowly, and torch says so in a ``RuntimeWarning`` at its first compile."""
+    version = tuple(sys.version_info[:3] if version is None else version[:3])
+    if version != (3, 13, 0):
+        return ""
+    return ("python 3.13.0: torch's guards run slower on this release (a CPython bug fixed in 3.13.1); "
+            "rebuild with 3.13.1 or newer (`make doctor` says how)")
 
 
 def summary() -> str:

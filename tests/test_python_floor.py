@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+import sys
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -56,3 +57,12 @@ def test_readme_and_doctor_state_the_same_floor():
     assert f"Python {floor}+" in readme
     assert not re.search(r"Python 3\.(\d+)\+", readme.replace(f"Python {floor}+", "")), "README names another floor"
     assert f"{floor}+" in doctor.check_python.__doc__
+
+
+def test_the_doctor_warns_on_python_3_13_0_and_passes_others(monkeypatch):
+    monkeypatch.setattr(sys, "version_info", (3, 13, 0, "final", 0))
+    check = doctor.check_python()
+    assert check.ok and check.warning and "3.13.1" in check.detail and "make clean setup" in check.fix
+    monkeypatch.setattr(sys, "version_info", (3, 13, 1, "final", 0))
+    check = doctor.check_python()
+    assert check.ok and not check.warning

@@ -43,3 +43,13 @@ def test_summary_is_one_line_with_torch_version():
     line = session.summary()
     assert "\n" not in line
     assert torch.__version__ in line and "mode:" in line
+
+
+def test_python_3_13_0_is_named_once_in_the_setup_line():
+    note = session.python_note((3, 13, 0, "final", 0))
+    assert "3.13.0" in note and "3.13.1" in note and "make doctor" in note
+    assert session.python_note((3, 13, 1)) == session.python_note((3, 12, 1)) == ""
+    line = session.start()
+    assert (session.python_note() in line) if session.python_note() else ("3.13.1" not in line)
+    if session.python_note():  # torch's own warning would then come from whichever cell compiles first
+        assert torch._dynamo.config.issue_3_13_0_warning is False

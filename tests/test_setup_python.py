@@ -90,3 +90,21 @@ def test_the_checks_floor_is_pyprojects():
         sys.path.remove(str(ROOT / "tools"))
     found = check_python.floor_from_pyproject(str(ROOT / "pyproject.toml"))
     assert ".".join(map(str, found)) == ".".join(map(str, check_python.DEFAULT_FLOOR)) == floor()
+
+
+def test_python_3_13_0_gets_a_note_and_the_setup_goes_on():
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import check_python
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    (note,) = check_python.notes((3, 13, 0, "final", 0))
+    assert "3.13.1" in note and "guards" in note and "uv python install 3.13" in note
+    assert check_python.notes((3, 13, 1)) == check_python.notes((3, 11, 7)) == check_python.notes((3, 14, 0)) == []
+
+
+@pytest.mark.skipif(not (PYENV_VERSIONS / "3.13.0").is_dir(), reason="needs a pyenv Python 3.13.0 (~/.pyenv/versions)")
+def test_a_real_python_3_13_0_passes_with_the_note():
+    out = subprocess.run([str(PYENV_VERSIONS / "3.13.0" / "bin" / "python"), str(ROOT / "tools" / "check_python.py")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout == "" and "Python 3.13.0 works" in out.stderr, out.stderr

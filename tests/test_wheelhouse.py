@@ -23,14 +23,14 @@ ROOT = config.REPO_ROOT
 
 @pytest.fixture
 def small_house(tmp_path: Path) -> tuple[Path, Path]:
-    """A wheelhouse of two fake wheels for this platform, and constraints pinning them."""
+    """A wheelhouse of two fake wheels for this platform and Python, and constraints pinning them."""
     folder = tmp_path / "wh"
     folder.mkdir()
     (folder / "foo_bar-1.0-py3-none-any.whl").write_bytes(b"foo wheel")
     (folder / "baz-2.0.tar.gz").write_bytes(b"baz sdist")
     constraints = tmp_path / "constraints.txt"
     constraints.write_text("# pins\nFoo.Bar==1.0\nbaz==2.0  # comment\n")
-    wheelhouse.write_manifest(folder, constraints, sysconfig.get_platform(), "3.11")
+    wheelhouse.write_manifest(folder, constraints, sysconfig.get_platform(), "{}.{}".format(*sys.version_info[:2]))
     return folder, constraints
 
 

@@ -76,13 +76,26 @@ def problems(version, modules_present, floor):
     return []
 
 
+def notes(version):
+    """Return warnings for a Python of ``version`` that can build the course's .venv but costs part of
+    it (the setup goes on): Python 3.13.0, where a CPython bug fixed in 3.13.1 slows torch's guards."""
+    if tuple(version[:3]) == (3, 13, 0):
+        return ["make setup: note: Python 3.13.0 works, but torch's compiled functions check their guards more "
+                "slowly on it (a CPython bug fixed in 3.13.1; torch warns about it). Python 3.13.1 or newer, "
+                "or 3.11 or 3.12, avoids that: `uv python install 3.13`, then "
+                "make setup PYTHON=\"$(uv python find 3.13)\"."]
+    return []
+
+
 def main():
-    """Print what is wrong with this Python for the course and return 1, or return 0."""
+    """Print what is wrong with this Python for the course and return 1, or print any note and return 0."""
     floor = floor_from_pyproject(os.path.join(ROOT, "pyproject.toml"))
     found = problems(tuple(sys.version_info), {name: has_module(name) for name in ("venv", "ensurepip")}, floor)
     if found:
         sys.stderr.write("\n".join(found) + "\n")
         return 1
+    for line in notes(tuple(sys.version_info)):
+        sys.stderr.write(line + "\n")
     return 0
 
 

@@ -62,6 +62,11 @@ def check_python() -> Check:
                          f"this Python must be rebuilt with Python 3.11 or newer: {rebuild}")
         return Check("python", False, f"Python {ver} is too old",
                      f"install Python 3.11 or newer and build the environment with it: {rebuild}")
+    if sys.version_info[:3] == (3, 13, 0):
+        return Check.warn("python", f"Python {ver}: torch's guards run slower on it (a CPython bug fixed in 3.13.1; "
+                          "torch warns at the first compile)",
+                          "install Python 3.13.1 or newer (or 3.11, 3.12) and rebuild the environment with it: "
+                          "`make clean setup PYTHON=python3.13`")
     return Check("python", True, f"Python {ver}")
 
 
