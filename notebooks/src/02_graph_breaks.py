@@ -19,8 +19,9 @@
 #   `nonstrict_trace`, and `fullgraph=True` to turn any remaining break into an error;
 # - how to watch the compiler with `TORCH_LOGS` (`graph_breaks`, `recompiles`, `guards`);
 # - guards and recompilation: which changes (shape, dtype, strides, a Python number) recompile,
-#   dynamic shapes (`dynamic=True`, `mark_dynamic`, automatic dynamic), the recompile limit,
-#   and `torch.compiler.set_stance`;
+#   dynamic shapes (`dynamic=True`, `mark_dynamic`, automatic dynamic), one graph that includes
+#   sizes 0 and 1 (`mark_unbacked`, `backed_size_oblivious`) and what it can get wrong, the recompile
+#   limit, and `torch.compiler.set_stance`;
 # - what graph breaks cost, measured on a function with three breaks against its fixed version.
 #
 # **Prerequisites:** notebook 00 (a first `torch.compile`, timing with `course_utils.bench`);
@@ -990,6 +991,125 @@ print("Inductor with dynamic=True matches eager at every length (rtol=atol=1e-5)
 # and only turns a dimension dynamic once it has changed. `mark_dynamic` is for when you know in
 # advance which dimension will vary (typically the batch).
 #
+# ### One graph that includes sizes 0 and 1, and what it costs
+#
+# A server whose batch is 1 whenever traffic is quiet meets exactly those extra compiles, at the
+# moment the first lone request arrives. Two switches give one graph that covers 0 and 1 too:
+#
+# - `mark_unbacked(tensor, dim)` (in `torch._dynamo.decorators`; torch 2.14 does not re-export it from
+#   `torch._dynamo`) makes that size *unbacked*: the compiler never looks at its value, as if the
+#   size had been read out of a tensor's data, so it cannot specialise on it, nor guard on it.
+# - the setting `torch.fx.experimental._config.backed_size_oblivious = True` keeps dynamic sizes
+#   *backed* (the compiler sees their values and guards on them) but reasons about every one as
+#   if it could not be 0 or 1.
+#
+# Either way the graph is the one for "a size that is neither 0 nor 1", and an input of size 1 runs
+# it. That is right wherever size 1 means nothing special, and can be wrong where it does:
+# `squeeze(0)` removes a dimension only when its size is 1, broadcasting stretches only a size of 1.
+# The cell counts compiles over lengths that include 1 and 0, runs a `squeeze(0)` through Inductor
+# at size 1 and compares the shape with eager's, and asks `explain` what happens to an `if` on the
+# size under each switch:
+
+# %%
+import torch.fx.experimental._config as fx_config  # noqa: E402  (the backed_size_oblivious switch)
+from torch._dynamo.decorators import mark_unbacked  # noqa: E402
+
+SIZES_WITH_ONE = [8, 1, 16, 0, 3]
+
+
+def squeeze_first(x):
+    return x.squeeze(0) * 2  # removes dimension 0 only where its size is 1
+
+
+def branch_on_size(x):
+    y = x * 2
+    if x.shape[0] > 2:  # a Python `if` on the size itself
+        return y.sin()
+    return y.cos()
+
+
+SWITCHES = {  # how each switch marks dimension 0, and whether it turns the setting on
+    "mark_dynamic": (torch._dynamo.mark_dynamic, False),
+    "mark_unbacked": (mark_unbacked, False),
+    "backed_size_oblivious": (torch._dynamo.mark_dynamic, True),
+}
+
+
+def marked(mark, shape):
+    t = torch.randn(*shape)
+    mark(t, 0)
+    return t
+
+
+def try_switch(mark, oblivious: bool) -> dict:
+    """Compiles over SIZES_WITH_ONE, the shape Inductor's squeeze(0) gives at size 1, graphs for the `if`."""
+    with fx_config.patch(backed_size_oblivious=oblivious):
+        torch._dynamo.reset()
+        counter = CountingBackend()
+        fn = torch.compile(scaled_sin, backend=counter)
+        for n in SIZES_WITH_ONE:
+            t = marked(mark, (n,))
+            torch.testing.assert_close(fn(t, 2.0), scaled_sin(t, 2.0), rtol=1e-6, atol=1e-6)
+        torch._dynamo.reset()
+        squeezed = torch.compile(squeeze_first)  # Inductor: the shape is decided in generated code
+        squeezed(marked(mark, (4, 3)))           # first call: compiled for a size of 4
+        try:
+            shape_at_one = tuple(squeezed(marked(mark, (1, 3))).shape)
+        except Exception as err:  # a torch that refuses rather than answers
+            shape_at_one = f"{type(err).__name__}: {shorten(str(err).splitlines()[0])}"
+        torch._dynamo.reset()
+        explained = torch._dynamo.explain(branch_on_size)(marked(mark, (4,)))
+    return {"compiles": counter.compiles, "shape_at_one": shape_at_one, "graphs": explained.graph_count,
+            "breaks": explained.graph_break_count,
+            "reason": break_words(explained)}
+
+
+def break_words(explained) -> str:
+    """The part of the first break's reason that names what could not be decided (else its first line)."""
+    if not explained.break_reasons:
+        return ""
+    text = " ".join(str(explained.break_reasons[0].reason).split())
+    found = re.search(r"Could not guard on data-dependent expression [^(]*", text)
+    return shorten(found.group(0).strip() if found else text)
+
+
+eager_at_one = tuple(squeeze_first(torch.randn(1, 3)).shape)
+switch_table = {name: try_switch(mark, oblivious) for name, (mark, oblivious) in SWITCHES.items()}
+torch._dynamo.reset()
+print(f"lengths {SIZES_WITH_ONE}; squeeze(0) of a (1, 3) tensor in eager mode: {eager_at_one}")
+print(f"{'switch':<22} {'compiles':>8}  {'squeeze(0) at size 1, compiled':<32} if on the size")
+for name, r in switch_table.items():
+    verdict = "as eager" if r["shape_at_one"] == eager_at_one else "NOT as eager"
+    print(f"{name:<22} {r['compiles']:>8}  {str(r['shape_at_one']) + ' ' + verdict:<32} "
+          f"{counted(r['graphs'], 'graph')}, {counted(r['breaks'], 'break')}")
+for name, r in switch_table.items():
+    if r["reason"]:
+        print(f"  {name}'s break: {r['reason']}")
+assert switch_table["mark_dynamic"]["compiles"] == 3              # 8 (then dynamic), 1 and 0 apart
+assert switch_table["mark_dynamic"]["shape_at_one"] == eager_at_one  # recompiled for 1: always right
+assert switch_table["mark_unbacked"]["compiles"] == 1 and switch_table["backed_size_oblivious"]["compiles"] == 1
+assert switch_table["mark_dynamic"]["breaks"] == 0 and switch_table["backed_size_oblivious"]["breaks"] == 0
+assert switch_table["mark_unbacked"]["breaks"] == 1  # no value to guard on: the `if` splits the graph
+differs = [name for name, r in switch_table.items() if r["shape_at_one"] != eager_at_one]
+print("on this torch, the one-graph switches " + (
+    f"gave a different squeeze(0) result from eager's at size 1 ({', '.join(differs)}), without an error or a warning"
+    if differs else "matched eager's squeeze(0) at size 1"))
+
+# %% [markdown]
+# Read the table row by row. `mark_dynamic` pays the compiles for 1 and 0 and is right at every
+# size. The two one-graph switches compile once, and the squeeze column says whether the graph for
+# "not 1" gave eager's answer at size 1 on your torch (where it did not, nothing warned). The last
+# column shows the other difference: an unbacked size has no value the compiler could guard on, so
+# a Python `if` on it cannot be decided while tracing and splits the graph (the reason printed
+# names the comparison it could not decide), while a backed size, oblivious or not, is guarded on
+# and stays in one graph.
+#
+# So `mark_dynamic` is the default, and a one-graph switch is worth it where a recompile at size 1
+# costs more than the check below: run the model at sizes 1 (and 0, if it can happen) through the
+# compiled code and compare with eager, as the cell does for `squeeze(0)`. Code that never gives
+# size 1 a meaning of its own (indexing `x[0]` where a dimension is known to hold one item, rather
+# than `squeeze`, which looks at the size) has nothing there to get wrong.
+#
 # ### The recompile limit
 #
 # Each function keeps at most `torch._dynamo.config.recompile_limit` compiled versions. When a call
@@ -1407,7 +1527,9 @@ exercises.check("02.recompile", my_letters)
 #   shows breaks, recompiles and guards as they happen.
 # - Guards check each input's metadata (shape, dtype, strides, device, `requires_grad`) and the value
 #   of Python constants. A failed guard recompiles; a size or a number that changed once becomes
-#   dynamic (automatic dynamic). `dynamic=True` and `mark_dynamic` decide up front. After
+#   dynamic (automatic dynamic). `dynamic=True` and `mark_dynamic` decide up front; sizes 0 and 1
+#   still get graphs of their own. `mark_unbacked` or `backed_size_oblivious` fold them into one
+#   graph built for "neither 0 nor 1": check sizes 1 and 0 against eager before you rely on it. After
 #   `recompile_limit` versions a function falls back to eager and logs a warning; `set_stance("fail_on_recompile")`
 #   turns surprise recompiles into errors.
 # - The headline results (`breaks.count.before`, `breaks.count.after`, and `breaks.speedup.fixed`, the
