@@ -45,10 +45,12 @@ def site_packages() -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     """Compile every folder from :func:`site_packages` (or the folders given); always return 0."""
     folders = [Path(a) for a in argv] if argv else site_packages()
-    # The workers are forked (Python 3.11, 3.12: they copy this filter) or started by a fork server
-    # (3.13 and later: a fresh interpreter, which reads the variable).
+    # The workers are forked (Python 3.11: they copy this filter) or started by a fork server (3.12 and
+    # later: a fresh interpreter, which reads the variable; this interpreter's `-W` options would be
+    # passed on to it and win over the variable, so they are dropped).
     warnings.simplefilter("ignore")
     os.environ["PYTHONWARNINGS"] = "ignore"
+    sys.warnoptions.clear()
     for folder in folders:
         # quiet=2: not even the files it leaves out
         ok = compileall.compile_dir(folder, quiet=2, workers=0, rx=test_suites(folder))
