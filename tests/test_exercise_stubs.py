@@ -35,6 +35,7 @@ STUB_HINTS = {
     "02.count_breaks": "expected a whole number",
     "02.fullgraph": "fullgraph=True still refuses it",
     "02.recompile": "you missed",
+    "02.size_one": "removes every dimension of size 1",
     "03.count_ops": "Did your backend run?",
     "03.fused_kernels": "whole number",
     "04.cond_export": "give the decision to torch.cond",

@@ -1,4 +1,4 @@
-"""Exercises of notebook 02: counting graph breaks, removing them, and predicting recompiles.
+"""Exercises of notebook 02: counting graph breaks, removing them, predicting recompiles, and size 1.
 
 Every checker measures the truth on the installed torch instead of trusting a stored
 answer, so the exercises stay right when a torch release learns to trace something new.
@@ -231,3 +231,84 @@ def check_recompile(answer: Any) -> str:
         hints.append(f"you missed {len(missing)} that {verb} (shape, dtype, strides and Python "
                      "constants are all guarded)")
     raise Wrong("not quite: " + "; ".join(hints) + ". Try each one with a counting backend.")
+
+
+# --- 02.size_one: one score per row at every batch size, in eager mode and compiled with an unbacked batch.
+
+#: The weights of ``row_scores``: six features in, one score out.
+SCORE_WEIGHTS = torch.linspace(-1.0, 1.0, 6).reshape(6, 1)
+
+
+def row_scores(x: torch.Tensor) -> torch.Tensor:
+    """One score per row of ``x`` (batch, 6), meant to be a (batch,) tensor. Buggy at batch 1."""
+    scores = x @ SCORE_WEIGHTS    # (batch, 1)
+    return scores.squeeze()       # removes *every* dimension of size 1
+
+
+def row_scores_fixed(x: torch.Tensor) -> torch.Tensor:
+    """Return one score per row, shape (batch,), for every batch size: remove only the score dimension."""
+    scores = x @ SCORE_WEIGHTS
+    return scores.squeeze(-1)     # the last dimension, whatever the batch
+
+
+def _scores_by_hand(x: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The expected result, computed another way (a weighted sum per row), for both runs."""
+    expected = (x * SCORE_WEIGHTS[:, 0]).sum(dim=-1)
+    return {"eager": expected, "compiled": expected}
+
+
+def _eager_and_compiled(answer: Any) -> Callable[[torch.Tensor], dict[str, torch.Tensor]]:
+    """Return a function giving the answer's result in eager mode and compiled by Inductor with the batch
+    dimension unbacked (`mark_unbacked`: one graph for every batch size, built for a size that is not 1)."""
+    from torch._dynamo.decorators import mark_unbacked  # imports Dynamo: only when an answer is checked
+
+    plain = getattr(answer, "_torchdynamo_orig_callable", answer)
+    compiled = torch.compile(plain)
+
+    def both(x: torch.Tensor) -> dict[str, torch.Tensor]:
+        marked = x.clone()
+        mark_unbacked(marked, 0)
+        return {"eager": plain(x), "compiled": compiled(marked)}
+
+    return both
+
+
+def _special_case_for_one(x: torch.Tensor) -> torch.Tensor:
+    """Right values, reached by treating batch 1 apart (a Python `if` on the size)."""
+    scores = x @ SCORE_WEIGHTS
+    return scores.reshape(1) if x.shape[0] == 1 else scores.squeeze()
+
+
+def _no_branch_on_the_batch(answer: Any) -> None:
+    """Refuse a right answer that reaches batch 1 through an `if` on the size: with the batch unbacked,
+    the compiler cannot decide that `if` while tracing, and the graph breaks there."""
+    from torch._dynamo.decorators import mark_unbacked
+
+    plain = getattr(answer, "_torchdynamo_orig_callable", answer)
+    x = torch.randn(4, 6)
+    mark_unbacked(x, 0)
+    explained = torch._dynamo.explain(plain)(x)
+    if explained.graph_break_count:
+        raise Wrong(f"the values are right, but it branches on the batch size: with the batch unbacked that `if` "
+                    f"cannot be decided while compiling, and the graph breaks there ({explained.graph_break_count} "
+                    "break). Remove the score dimension by name instead, and batch 1 needs no case of its own.")
+
+
+function_exercise(
+    "02.size_one",
+    solution=row_scores_fixed,
+    reference=_scores_by_hand,
+    cases=lambda: [(torch.randn(n, 6, generator=torch.Generator().manual_seed(n)),) for n in (4, 1, 7)],
+    prepare=_eager_and_compiled,
+    mistakes=lambda: [
+        (row_scores, "`squeeze()` removes every dimension of size 1, so at batch 1 it takes the batch too (and a "
+                     "graph compiled for an unbacked batch, built for 'not 1', may not). Name the dimension to remove."),
+        (lambda x: (x @ SCORE_WEIGHTS).squeeze(0), "the score dimension, always of size 1, is still there: remove "
+                                                   "that one (the last), not the batch (dimension 0), whose size varies."),
+    ],
+    wrong=lambda: [(_special_case_for_one, "branches on the batch size")],
+    otherwise="Return a (batch,) tensor of x @ SCORE_WEIGHTS, the same in eager mode and compiled, at every batch size.",
+    after=_no_branch_on_the_batch,
+    success="one score per row at batch sizes 4, 1 and 7, the same in eager mode and compiled with an unbacked "
+            "batch, in one graph: nothing in it depends on the batch being 1.",
+)

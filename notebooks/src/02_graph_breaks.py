@@ -998,17 +998,23 @@ print("Inductor with dynamic=True matches eager at every length (rtol=atol=1e-5)
 #
 # - `mark_unbacked(tensor, dim)` (in `torch._dynamo.decorators`; torch 2.14 does not re-export it from
 #   `torch._dynamo`) makes that size *unbacked*: the compiler never looks at its value, as if the
-#   size had been read out of a tensor's data, so it cannot specialise on it, nor guard on it.
-# - the setting `torch.fx.experimental._config.backed_size_oblivious = True` keeps dynamic sizes
-#   *backed* (the compiler sees their values and guards on them) but reasons about every one as
-#   if it could not be 0 or 1.
+#   size had been read out of a tensor's data. It does not guard on it: a check it needs becomes an
+#   assertion at run time, and a Python `if` on the size becomes a graph break.
+# - the setting `torch.fx.experimental._config.backed_size_oblivious = True`, together with a
+#   dimension that is dynamic already (`mark_dynamic` in the cell, or `dynamic=True`), keeps that
+#   size *backed* (the compiler sees its value and guards on it) but reasons about it as if it
+#   could not be 0 or 1.
+#
+# Both live in private or experimental modules (torch's own comment calls the setting experimental),
+# so they may change between releases: check them again when you upgrade torch.
 #
 # Either way the graph is the one for "a size that is neither 0 nor 1", and an input of size 1 runs
 # it. That is right wherever size 1 means nothing special, and can be wrong where it does:
 # `squeeze(0)` removes a dimension only when its size is 1, broadcasting stretches only a size of 1.
-# The cell counts compiles over lengths that include 1 and 0, runs a `squeeze(0)` through Inductor
-# at size 1 and compares the shape with eager's, and asks `explain` what happens to an `if` on the
-# size under each switch:
+# For each switch the cell counts the graphs compiled over lengths that include 1 and 0 for two
+# functions, `scaled_sin` and one with an `if` on the size (every result checked against eager), asks
+# `explain` whether that `if` breaks the graph, and runs a `squeeze(0)` through Inductor at size 1
+# to compare the shape with eager's:
 
 # %%
 import torch.fx.experimental._config as fx_config  # noqa: E402  (the backed_size_oblivious switch)
@@ -1031,7 +1037,7 @@ def branch_on_size(x):
 SWITCHES = {  # how each switch marks dimension 0, and whether it turns the setting on
     "mark_dynamic": (torch._dynamo.mark_dynamic, False),
     "mark_unbacked": (mark_unbacked, False),
-    "backed_size_oblivious": (torch._dynamo.mark_dynamic, True),
+    "backed_size_oblivious": (torch._dynamo.mark_dynamic, True),  # the setting acts on dynamic sizes
 }
 
 
@@ -1041,27 +1047,30 @@ def marked(mark, shape):
     return t
 
 
-def try_switch(mark, oblivious: bool) -> dict:
-    """Compiles over SIZES_WITH_ONE, the shape Inductor's squeeze(0) gives at size 1, graphs for the `if`."""
-    with fx_config.patch(backed_size_oblivious=oblivious):
-        torch._dynamo.reset()
-        counter = CountingBackend()
-        fn = torch.compile(scaled_sin, backend=counter)
-        for n in SIZES_WITH_ONE:
-            t = marked(mark, (n,))
-            torch.testing.assert_close(fn(t, 2.0), scaled_sin(t, 2.0), rtol=1e-6, atol=1e-6)
-        torch._dynamo.reset()
-        squeezed = torch.compile(squeeze_first)  # Inductor: the shape is decided in generated code
-        squeezed(marked(mark, (4, 3)))           # first call: compiled for a size of 4
+def compiles_over_sizes(fn, mark, *args) -> int:
+    """Graphs compiled for `fn` over SIZES_WITH_ONE, each result checked against eager."""
+    torch._dynamo.reset()
+    counter = CountingBackend()
+    compiled = torch.compile(fn, backend=counter)
+    for n in SIZES_WITH_ONE:
+        t = marked(mark, (n,))
+        torch.testing.assert_close(compiled(t, *args), fn(t, *args), rtol=1e-6, atol=1e-6)
+    return counter.compiles
+
+
+def squeeze_at_one(mark) -> tuple:
+    """What Inductor's squeeze_first gives at size 1 after compiling at size 4 (a shape, or the error it
+    raised), and how many warnings that call gave."""
+    torch._dynamo.reset()
+    squeezed = torch.compile(squeeze_first)  # Inductor: the shape is decided in generated code
+    squeezed(marked(mark, (4, 3)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         try:
-            shape_at_one = tuple(squeezed(marked(mark, (1, 3))).shape)
+            got = tuple(squeezed(marked(mark, (1, 3))).shape)
         except Exception as err:  # a torch that refuses rather than answers
-            shape_at_one = f"{type(err).__name__}: {shorten(str(err).splitlines()[0])}"
-        torch._dynamo.reset()
-        explained = torch._dynamo.explain(branch_on_size)(marked(mark, (4,)))
-    return {"compiles": counter.compiles, "shape_at_one": shape_at_one, "graphs": explained.graph_count,
-            "breaks": explained.graph_break_count,
-            "reason": break_words(explained)}
+            got = f"{type(err).__name__}: {shorten(str(err).splitlines()[0], 60)}"
+    return got, len(caught)
 
 
 def break_words(explained) -> str:
@@ -1073,42 +1082,69 @@ def break_words(explained) -> str:
     return shorten(found.group(0).strip() if found else text)
 
 
+def try_switch(mark, oblivious: bool) -> dict:
+    with fx_config.patch(backed_size_oblivious=oblivious):
+        sin_compiles = compiles_over_sizes(scaled_sin, mark, 2.0)
+        branch_compiles = compiles_over_sizes(branch_on_size, mark)
+        torch._dynamo.reset()
+        explained = torch._dynamo.explain(branch_on_size)(marked(mark, (4,)))
+        at_one, warned = squeeze_at_one(mark)
+    return {"sin": sin_compiles, "branch": branch_compiles, "breaks": explained.graph_break_count,
+            "reason": break_words(explained), "at_one": at_one, "warned": warned}
+
+
 eager_at_one = tuple(squeeze_first(torch.randn(1, 3)).shape)
 switch_table = {name: try_switch(mark, oblivious) for name, (mark, oblivious) in SWITCHES.items()}
 torch._dynamo.reset()
-print(f"lengths {SIZES_WITH_ONE}; squeeze(0) of a (1, 3) tensor in eager mode: {eager_at_one}")
-print(f"{'switch':<22} {'compiles':>8}  {'squeeze(0) at size 1, compiled':<32} if on the size")
+print(f"lengths {SIZES_WITH_ONE}, every result checked against eager; squeeze(0) of a (1, 3) tensor in eager mode: "
+      f"{eager_at_one}")
+print(f"{'switch':<22} {'scaled_sin':>10}  {'branch_on_size':<24} squeeze(0) at size 1, Inductor")
 for name, r in switch_table.items():
-    verdict = "as eager" if r["shape_at_one"] == eager_at_one else "NOT as eager"
-    print(f"{name:<22} {r['compiles']:>8}  {str(r['shape_at_one']) + ' ' + verdict:<32} "
-          f"{counted(r['graphs'], 'graph')}, {counted(r['breaks'], 'break')}")
+    shown = (f"{r['at_one']} " + ("as eager" if r["at_one"] == eager_at_one else "NOT as eager")
+             if isinstance(r["at_one"], tuple) else f"refused: {r['at_one']}")
+    print(f"{name:<22} {counted(r['sin'], 'graph'):>10}  "
+          f"{counted(r['branch'], 'graph') + ', ' + counted(r['breaks'], 'break'):<24} {shown}")
 for name, r in switch_table.items():
     if r["reason"]:
-        print(f"  {name}'s break: {r['reason']}")
-assert switch_table["mark_dynamic"]["compiles"] == 3              # 8 (then dynamic), 1 and 0 apart
-assert switch_table["mark_dynamic"]["shape_at_one"] == eager_at_one  # recompiled for 1: always right
-assert switch_table["mark_unbacked"]["compiles"] == 1 and switch_table["backed_size_oblivious"]["compiles"] == 1
-assert switch_table["mark_dynamic"]["breaks"] == 0 and switch_table["backed_size_oblivious"]["breaks"] == 0
-assert switch_table["mark_unbacked"]["breaks"] == 1  # no value to guard on: the `if` splits the graph
-differs = [name for name, r in switch_table.items() if r["shape_at_one"] != eager_at_one]
-print("on this torch, the one-graph switches " + (
-    f"gave a different squeeze(0) result from eager's at size 1 ({', '.join(differs)}), without an error or a warning"
-    if differs else "matched eager's squeeze(0) at size 1"))
+        print(f"  {name}'s break in branch_on_size: {r['reason']}")
+assert switch_table["mark_dynamic"]["sin"] == 3                # 8 (then dynamic), 1 and 0 apart
+assert switch_table["mark_unbacked"]["sin"] == switch_table["backed_size_oblivious"]["sin"] == 1
+assert switch_table["mark_dynamic"]["at_one"] == eager_at_one  # recompiled for 1: eager's answer
+assert switch_table["mark_dynamic"]["breaks"] == switch_table["backed_size_oblivious"]["breaks"] == 0
+assert switch_table["mark_unbacked"]["breaks"] == 1            # no value to guard on: the `if` splits the graph
+assert all(r["branch"] > 1 for r in switch_table.values())     # an `if` on the size: never one graph
+differs = [name for name, r in switch_table.items() if isinstance(r["at_one"], tuple) and r["at_one"] != eager_at_one]
+refused = [name for name, r in switch_table.items() if not isinstance(r["at_one"], tuple)]
+if differs:
+    warned = sum(switch_table[name]["warned"] for name in differs)
+    print(f"on this torch, {' and '.join(differs)} gave a different squeeze(0) result from eager's at size 1, "
+          f"and the call raised no error ({counted(warned, 'warning')} while it ran)")
+if refused:
+    print(f"on this torch, {' and '.join(refused)} refused squeeze(0) at size 1: an error, not a silent difference")
+if not differs and not refused:
+    print("on this torch, every switch matched eager's squeeze(0) at size 1")
 
 # %% [markdown]
-# Read the table row by row. `mark_dynamic` pays the compiles for 1 and 0 and is right at every
-# size. The two one-graph switches compile once, and the squeeze column says whether the graph for
-# "not 1" gave eager's answer at size 1 on your torch (where it did not, nothing warned). The last
-# column shows the other difference: an unbacked size has no value the compiler could guard on, so
-# a Python `if` on it cannot be decided while tracing and splits the graph (the reason printed
-# names the comparison it could not decide), while a backed size, oblivious or not, is guarded on
-# and stays in one graph.
+# Read the table row by row. Every switch gave eager's results for both functions at all five
+# lengths (the cell checks each call). For `scaled_sin`, where size 1 means nothing special,
+# `mark_dynamic` pays the compiles for 1 and 0, and the one-graph switches compile once. The squeeze
+# column says whether the graph for "not 1" gave eager's answer at size 1 on your torch, and the
+# last line whether that call raised anything or warned.
 #
-# So `mark_dynamic` is the default, and a one-graph switch is worth it where a recompile at size 1
-# costs more than the check below: run the model at sizes 1 (and 0, if it can happen) through the
-# compiled code and compare with eager, as the cell does for `squeeze(0)`. Code that never gives
-# size 1 a meaning of its own (indexing `x[0]` where a dimension is known to hold one item, rather
-# than `squeeze`, which looks at the size) has nothing there to get wrong.
+# The `branch_on_size` column is the other cost: neither switch gives code that branches on the size
+# one graph. An unbacked size has no value the compiler could guard on, so the `if` cannot be
+# decided while tracing and splits the graph (the reason printed names the comparison it could not
+# decide); each side of the break is then compiled on its own, with ordinary sizes, which
+# specialise at 0 and 1 again. A backed size, oblivious or not, is guarded on (here on which side
+# of the comparison it lies), so the lengths on the other side compile a graph of their own.
+#
+# So `mark_dynamic` (or automatic dynamic) is the safe choice. A one-graph switch is worth it where
+# a compile at the first lone request is too slow for you (notebook 01 times compiles), the code
+# does not branch on the size, and you have run the model at sizes 1 (and 0, if it can happen)
+# through the compiled code and compared it with eager, as the cell does for `squeeze(0)`. Code that
+# never gives size 1 a meaning of its own (indexing `x[0]` where a dimension is known to hold one
+# item, rather than `squeeze`, which looks at the size) has no such step to get wrong; broadcasting
+# the marked dimension against another tensor is the other place to check.
 #
 # ### The recompile limit
 #
@@ -1501,8 +1537,28 @@ my_letters = set()  # Your code here, e.g. {"A", "C"}
 exercises.check("02.recompile", my_letters)
 
 # %% [markdown]
+# **Exercise 4.** `row_scores` should give one score per row, a `(batch,)` tensor, for any batch.
+# It does not at batch 1. Write `row_scores_fixed` so that it does, in eager mode and compiled with
+# the batch dimension unbacked, in one graph; the checker runs both at batch sizes 4, 1 and 7,
+# compares them with a weighted sum computed another way, and asks `explain` for breaks (which
+# resets the compiler, as in exercise 3).
+
+# %%
+from course_utils.exercises.nb02 import SCORE_WEIGHTS, row_scores  # noqa: E402
+
+print(inspect.getsource(row_scores))
+
+
+def row_scores_fixed(x: torch.Tensor) -> torch.Tensor:
+    # Your code here: one score per row at every batch size, 1 included.
+    return (x @ SCORE_WEIGHTS).squeeze()
+
+
+exercises.check("02.size_one", row_scores_fixed)
+
+# %% [markdown]
 # Stuck? `print(exercises.solution_source("02.fullgraph"))` shows a reference solution (the same
-# works for the other two); try on your own first.
+# works for the other three); try on your own first.
 # Every check is saved: `print(exercises.progress_report())` lists what you have passed so far.
 #
 # ## Summary
@@ -1528,8 +1584,9 @@ exercises.check("02.recompile", my_letters)
 # - Guards check each input's metadata (shape, dtype, strides, device, `requires_grad`) and the value
 #   of Python constants. A failed guard recompiles; a size or a number that changed once becomes
 #   dynamic (automatic dynamic). `dynamic=True` and `mark_dynamic` decide up front; sizes 0 and 1
-#   still get graphs of their own. `mark_unbacked` or `backed_size_oblivious` fold them into one
-#   graph built for "neither 0 nor 1": check sizes 1 and 0 against eager before you rely on it. After
+#   still get graphs of their own. `mark_unbacked`, or `backed_size_oblivious` with a dynamic
+#   dimension, fold them into one graph built for "neither 0 nor 1": check sizes 1 and 0 against
+#   eager before you rely on it; code that branches on the size still compiles several graphs. After
 #   `recompile_limit` versions a function falls back to eager and logs a warning; `set_stance("fail_on_recompile")`
 #   turns surprise recompiles into errors.
 # - The headline results (`breaks.count.before`, `breaks.count.after`, and `breaks.speedup.fixed`, the

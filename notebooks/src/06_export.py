@@ -1142,32 +1142,37 @@ if cpp_run is not None:
     verdict = epoch_table.verdict("C++", "Python")
     steps = math.ceil(len(digits.x_train) / LT["batch"])
     # The machine's own speed is not sampled; how much each side's epochs varied says how far it can move.
-    swing = max(max(t) / min(t) for t in (py_seconds[1:], cpp_run.epoch_seconds[1:]))
+    extremes = {"Python": (max(py_seconds[1:]), min(py_seconds[1:])),
+                "C++": (max(cpp_run.epoch_seconds[1:]), min(cpp_run.epoch_seconds[1:]))}
+    wide = max(extremes, key=lambda side: extremes[side][0] / extremes[side][1])
+    slowest, fastest = extremes[wide]
+    swing = slowest / fastest
     gap = max(py_epoch_s, cpp_epoch_s) / min(py_epoch_s, cpp_epoch_s)
-    likely = ("likely" if swing < gap else
-              f"possibly (though one side's epochs alone varied {swing:.2f}x, against a {gap:.2f}x gap, so this run "
-              "cannot tell it from a change in the machine's speed)")
-    speed_said = "; the machine's speed is not sampled" + (
-        f", and the epochs of one side varied up to {swing:.2f}x" if swing < gap else "")
+    swing_said = (f"{wide}'s slowest epoch took {swing:.2f}x its fastest ({slowest * 1e3:.1f} against "
+                  f"{fastest * 1e3:.1f} ms), {'under' if swing < gap else 'more than'} the {gap:.2f}x gap")
+    if swing < gap:
+        tail = f" ({loads_said}; the machine's speed is not sampled, but {swing_said})"
+    else:
+        tail = (". This run cannot rule out a change in the machine's speed between the two runs: the speed is "
+                f"not sampled, and {swing_said} ({loads_said})")
+    print(f"epochs after the first: Python {min(py_seconds[1:]) * 1e3:.1f}-{max(py_seconds[1:]) * 1e3:.1f} ms, "
+          f"C++ {min(cpp_run.epoch_seconds[1:]) * 1e3:.1f}-{max(cpp_run.epoch_seconds[1:]) * 1e3:.1f} ms")
     print(f"per training step ({steps} per epoch): Python {py_epoch_s / steps * 1e6:.0f} µs, "
           f"C++ {cpp_epoch_s / steps * 1e6:.0f} µs; the model's forward and backward run the same libtorch kernels "
           "(the optimizer steps differ slightly), so " + {
-              "faster": f"unless other programs' load or the machine's speed changed between the two runs "
-                        f"({loads_said}{speed_said}), the difference {likely} lies in the work around those kernels: Python's "
-                        "interpreter and module calls, and each program's optimizer implementation, threads and "
-                        "memory allocation; this cell does not break it down",
+              "faster": f"the difference {'likely lies' if swing < gap else 'may lie'} in the work around those "
+                        "kernels: Python's interpreter and module calls, and each program's optimizer implementation, "
+                        f"threads and memory allocation; this cell does not break it down{tail}",
               "no clear difference": "the work around those kernels (Python's interpreter and module calls, and "
                                      "each program's optimizer, threads and memory allocation) came to about the "
                                      "same in both programs here"
                                      if epoch_table.within_margin("C++", "Python") else
                                      "whatever the work around them costs was lost in the epochs' spread here "
                                      "(the IQRs above)",
-              "slower": "the gap is not Python's overhead (C++ has none): unless other programs' load or the "
-                        f"machine's speed changed between the two runs ({loads_said}{speed_said}), it is {likely} how "
-                        "each program "
-                        "uses those "
-                        "kernels (the optimizer's implementation, threads, memory allocation), "
-                        "which this cell does not break down"}[verdict])
+              "slower": "the gap is not Python's overhead (C++ has none): it is "
+                        f"{'likely' if swing < gap else 'possibly'} how each program uses those kernels (the "
+                        "optimizer's implementation, threads, memory allocation), which this cell does not break "
+                        f"down{tail}"}[verdict])
     bench.record("cpp.train.epoch_s", cpp_epoch_s, "s", python_epoch_s=py_epoch_s, epochs=LT["epochs"],
                  threads=lt_threads, train_size=len(digits.x_train), batch=LT["batch"])
 

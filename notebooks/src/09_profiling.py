@@ -724,6 +724,8 @@ MODEL_STAGES = ("forward", "backward", "optimizer")
 model_ms = {name: sum(by_key[k].cpu_time_total for k in MODEL_STAGES) / 1e3 / PROFILED_STEPS
             for name, by_key in (("per-sample", slow_by_key), ("batched", fast_by_key))}
 model_word = bench.band_verdict(model_ms["per-sample"], model_ms["batched"], band=0.1)
+model_ops = [k for k in ("aten::addmm", "aten::mm") if k in slow_by_key and k in fast_by_key]  # the layers' products
+assert all(slow_by_key[k].count == fast_by_key[k].count for k in model_ops), "the model stages differ between the profiles"
 model_text = f"({model_ms['per-sample']:.2f} against {model_ms['batched']:.2f} ms per step, per-sample profile first)"
 # "gained more": by more than a tenth of the per-sample step's unprofiled time and more than the two unprofiled
 # steps' timing spreads (IQRs) together; a smaller gap is read as no difference
@@ -737,7 +739,11 @@ def added_text(ms: float) -> str:
 
 
 if profiled_word != "higher":
-    why = "the profiler's cost per event did not show here"
+    why = "the per-sample step was not clearly slower under the profiler, so the profiler's cost per event did not show in it"
+    if model_word != "no clear difference":
+        slower = "batched" if model_word == "lower" else "per-sample"
+        why += (f"; the model stages, which record the same events in both paths, took clearly longer in the {slower} "
+                f"profile {model_text}, so that profiled run was slower for a reason other than its events (rerun the cell)")
 elif gained_more and model_word == "higher":
     why = ("the per-sample step gained more, yet the model stages, which record the same events in both paths, also "
            f"took longer in the per-sample profile {model_text}, so part of the difference lies in stages the number "

@@ -1145,7 +1145,7 @@ else:
 # `stream_interval_ms` sets how often the engine hands tokens over (10 ms by default; a request's first
 # and last tokens go at once). A longer interval sends the same tokens in fewer, larger chunks, so that
 # side should have less work per token (the cell measures whether it did); each token reaches its
-# client up to that much later.
+# client up to that much later (this cell does not time that delay).
 #
 # The cell below runs the layout of the cell above (the engine process alone on one core, the HTTP
 # side and the load generator on the other core or cores) at 10 ms and at 40 ms, two servers taking turns, and prints
@@ -1222,8 +1222,10 @@ else:
                                                     f"{'that figure is' if len(unsettled) == 1 else 'those figures are'}"
                                                     " not settled)" if unsettled else "")
                  if not ranges_overlap(*runs["rows"]) else
-                 f"the medians point to the sending side's work per chunk as a limit on the batch, but the rows' "
-                 f"ranges overlap, so {IV_RUNS} runs each do not settle it: rerun the cell"))
+                 "the medians point to the sending side's work per chunk as a limit on the batch, but the rows' "
+                 + ("ranges overlap" if not ranges_overlap(*runs[SENDING]) else
+                    "ranges overlap (and so do those of the sending side's CPU per token)")
+                 + f", so {IV_RUNS} runs each do not settle it: rerun the cell, or raise IV_RUNS"))
     else:
         print("what this run shows: the sending side spent less CPU per token, but the batch did not clearly "
               f"grow (tokens/s: {words['tokens/s']}): these runs do not show the sending side's work per chunk "
@@ -2004,10 +2006,10 @@ else:
 #   event loop and, on a busy machine, with other programs), and time with no request in the engine while
 #   clients come back (the idle share). `course_utils.serving.extras.breakdown` measures each; a separate engine process removes the GIL wait
 #   where there are cores to spare.
-# - A breakdown points; a run that changes one thing tests the pointer. Here a longer
+# - A breakdown points; a run that changes as little as possible tests the pointer. Here a longer
 #   `stream_interval_ms` sent the same tokens in fewer chunks (it also spares the engine some pipe
 #   messages and can delay a token by up to the interval); the cell's last line says whether this
-#   machine's runs settled what limited the batch, or that they did not.
+#   machine's runs backed the pointer, or were too spread to tell.
 # - `torch.compile` in a server must be paid before traffic arrives (compile during start-up), and
 #   the compiled region must be free of graph breaks and side effects; then measure whether it pays
 #   (above: the compiled-server cell).
