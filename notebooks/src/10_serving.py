@@ -2009,7 +2009,8 @@ else:
 # - A breakdown points; a run that changes as little as possible tests the pointer. Here a longer
 #   `stream_interval_ms` sent the same tokens in fewer chunks (it also spares the engine some pipe
 #   messages and can delay a token by up to the interval); the cell's last line says whether this
-#   machine's runs backed the pointer, or were too spread to tell.
+#   machine's runs backed the pointer, were too spread to tell, or did not test it (when the sending
+#   side's CPU per token did not clearly fall).
 # - `torch.compile` in a server must be paid before traffic arrives (compile during start-up), and
 #   the compiled region must be free of graph breaks and side effects; then measure whether it pays
 #   (above: the compiled-server cell).
