@@ -291,7 +291,7 @@ def _no_branch_on_the_batch(answer: Any) -> None:
     if explained.graph_break_count:
         raise Wrong(f"the values are right, but it branches on the batch size: with the batch unbacked that `if` "
                     f"cannot be decided while compiling, and the graph breaks there ({explained.graph_break_count} "
-                    "break). Remove the score dimension by name instead, and batch 1 needs no case of its own.")
+                    "break). Remove the score dimension (the last) instead, and batch 1 needs no case of its own.")
 
 
 function_exercise(
@@ -302,9 +302,10 @@ function_exercise(
     prepare=_eager_and_compiled,
     mistakes=lambda: [
         (row_scores, "`squeeze()` removes every dimension of size 1, so at batch 1 it takes the batch too (and a "
-                     "graph compiled for an unbacked batch, built for 'not 1', may not). Name the dimension to remove."),
-        (lambda x: (x @ SCORE_WEIGHTS).squeeze(0), "the score dimension, always of size 1, is still there: remove "
-                                                   "that one (the last), not the batch (dimension 0), whose size varies."),
+                     "graph compiled for an unbacked batch, built for 'not 1', may not). "
+                     "Say which dimension to remove: squeeze(dim)."),
+        (lambda x: (x @ SCORE_WEIGHTS).squeeze(0), "The result still has the score dimension, always of size 1: "
+                                                   "remove that one, the last; the batch (dimension 0) varies in size."),
     ],
     wrong=lambda: [(_special_case_for_one, "branches on the batch size")],
     otherwise="Return a (batch,) tensor of x @ SCORE_WEIGHTS, the same in eager mode and compiled, at every batch size.",

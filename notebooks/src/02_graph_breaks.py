@@ -1096,9 +1096,10 @@ def try_switch(mark, oblivious: bool) -> dict:
 eager_at_one = tuple(squeeze_first(torch.randn(1, 3)).shape)
 switch_table = {name: try_switch(mark, oblivious) for name, (mark, oblivious) in SWITCHES.items()}
 torch._dynamo.reset()
-print(f"lengths {SIZES_WITH_ONE}, every result checked against eager; squeeze(0) of a (1, 3) tensor in eager mode: "
-      f"{eager_at_one}")
+print(f"lengths {SIZES_WITH_ONE}, each call's result checked against eager (those graphs run without Inductor; "
+      f"the squeeze column is Inductor's); squeeze(0) of a (1, 3) tensor in eager mode: {eager_at_one}")
 print(f"{'switch':<22} {'scaled_sin':>10}  {'branch_on_size':<24} squeeze(0) at size 1, Inductor")
+print(f"{'':<22} {'':>10}  {'(breaks: explain at 4)':<24}")
 for name, r in switch_table.items():
     shown = (f"{r['at_one']} " + ("as eager" if r["at_one"] == eager_at_one else "NOT as eager")
              if isinstance(r["at_one"], tuple) else f"refused: {r['at_one']}")
@@ -1118,7 +1119,8 @@ refused = [name for name, r in switch_table.items() if not isinstance(r["at_one"
 if differs:
     warned = sum(switch_table[name]["warned"] for name in differs)
     print(f"on this torch, {' and '.join(differs)} gave a different squeeze(0) result from eager's at size 1, "
-          f"and the call raised no error ({counted(warned, 'warning')} while it ran)")
+          f"and {'those calls' if len(differs) > 1 else 'that call'} raised no error "
+          f"({counted(warned, 'Python warning')} while {'they' if len(differs) > 1 else 'it'} ran)")
 if refused:
     print(f"on this torch, {' and '.join(refused)} refused squeeze(0) at size 1: an error, not a silent difference")
 if not differs and not refused:
@@ -1126,13 +1128,14 @@ if not differs and not refused:
 
 # %% [markdown]
 # Read the table row by row. Every switch gave eager's results for both functions at all five
-# lengths (the cell checks each call). For `scaled_sin`, where size 1 means nothing special,
-# `mark_dynamic` pays the compiles for 1 and 0, and the one-graph switches compile once. The squeeze
-# column says whether the graph for "not 1" gave eager's answer at size 1 on your torch, and the
-# last line whether that call raised anything or warned.
+# lengths (the cell checks each call, with the graphs run as traced, without Inductor). For
+# `scaled_sin`, where size 1 means nothing special, `mark_dynamic` pays the compiles for 1 and 0,
+# and the one-graph switches compile once. The squeeze column says whether Inductor's code for
+# "not 1" gave eager's answer at size 1 on your torch, and the last line whether those calls
+# raised anything or gave a Python warning.
 #
 # The `branch_on_size` column is the other cost: neither switch gives code that branches on the size
-# one graph. An unbacked size has no value the compiler could guard on, so the `if` cannot be
+# one graph, and compare its `mark_unbacked` row with `mark_dynamic`'s to see which compiled more. An unbacked size has no value the compiler could guard on, so the `if` cannot be
 # decided while tracing and splits the graph (the reason printed names the comparison it could not
 # decide); each side of the break is then compiled on its own, with ordinary sizes, which
 # specialise at 0 and 1 again. A backed size, oblivious or not, is guarded on (here on which side

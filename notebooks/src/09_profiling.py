@@ -743,7 +743,8 @@ if profiled_word != "higher":
     if model_word != "no clear difference":
         slower = "batched" if model_word == "lower" else "per-sample"
         why += (f"; the model stages, which record the same events in both paths, took clearly longer in the {slower} "
-                f"profile {model_text}, so that profiled run was slower for a reason other than its events (rerun the cell)")
+                f"profile {model_text}, so the two profiled runs ran at different speeds for a reason other than their "
+                "events (rerun the cell)")
 elif gained_more and model_word == "higher":
     why = ("the per-sample step gained more, yet the model stages, which record the same events in both paths, also "
            f"took longer in the per-sample profile {model_text}, so part of the difference lies in stages the number "

@@ -1203,7 +1203,18 @@ else:
               f"{overlap_text(iv[INTERVALS[1]][what], iv[INTERVALS[0]][what], words[what])})")
     print(f"(for the medians, {bench.band_text(PAIR_BAND)})")
     runs = {what: (iv[INTERVALS[0]][what], iv[INTERVALS[1]][what]) for what in words}   # (10 ms runs, 40 ms runs)
-    if words[SENDING] != "lower":
+    small_cut = (words[SENDING] == "no clear difference" and not ranges_overlap(*runs[SENDING])
+                 and med[INTERVALS[1]][SENDING] < med[INTERVALS[0]][SENDING])   # every longer-interval run lower
+    if small_cut:
+        rows_ratio = med[INTERVALS[1]]["rows"] / med[INTERVALS[0]]["rows"]
+        print("what this run shows: the longer interval cut the sending side's CPU per token only a little "
+              f"({bench.ratio_text(med[INTERVALS[1]][SENDING] / med[INTERVALS[0]][SENDING], PAIR_BAND)} by the medians, "
+              f"inside the band, though every {INTERVALS[1]} ms run used less than every {INTERVALS[0]} ms run), and the "
+              f"batch {'grew' if words['rows'] == 'higher' else 'did not clearly grow'} (rows "
+              f"{bench.ratio_text(rows_ratio, PAIR_BAND)}): a cut this small tests the pointer only weakly"
+              + ("" if words["rows"] == "higher" else
+                 ", and these runs do not show the sending side's work per chunk limiting the batch"))
+    elif words[SENDING] != "lower":
         moved = [f"{what} {words[what]}" for what in ("rows", "tokens/s") if words[what] != "no clear difference"]
         print("what this run shows: the longer interval did not clearly cut the sending side's CPU per token, so it "
               "did not test the pointer here" + (f" ({' and '.join(moved)} all the same, from a cause this cell "
@@ -2009,8 +2020,9 @@ else:
 # - A breakdown points; a run that changes as little as possible tests the pointer. Here a longer
 #   `stream_interval_ms` sent the same tokens in fewer chunks (it also spares the engine some pipe
 #   messages and can delay a token by up to the interval); the cell's last line says whether this
-#   machine's runs backed the pointer, were too spread to tell, or did not test it (when the sending
-#   side's CPU per token did not clearly fall).
+#   machine's runs backed the pointer, did not back it (less sending work, no fuller batch), were
+#   too spread to tell, or tested it only weakly or not at all (when the sending side's CPU per
+#   token fell too little to tell, or did not fall).
 # - `torch.compile` in a server must be paid before traffic arrives (compile during start-up), and
 #   the compiled region must be free of graph breaks and side effects; then measure whether it pays
 #   (above: the compiled-server cell).
