@@ -156,11 +156,17 @@ def solution(name: str) -> Any:
     return get(name).solution()
 
 
+def uncompiled(fn: Any) -> Any:
+    """Return the plain function behind a ``torch.compile`` wrapper (anything else unchanged), so that a
+    checker can compile or trace a learner's answer however it was passed."""
+    return getattr(fn, "_torchdynamo_orig_callable", fn)
+
+
 def solution_source(name: str) -> str:
     """Return the source code of the reference solution, for a learner who asks to see it."""
     answer = get(name).solution()
     target = answer if callable(answer) and not inspect.isclass(answer) else get(name).solution
-    target = getattr(target, "_torchdynamo_orig_callable", target)
+    target = uncompiled(target)
     try:
         return textwrap.dedent(inspect.getsource(target))
     except (OSError, TypeError):

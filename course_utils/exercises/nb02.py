@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .framework import Mistake, Wrong, capture, exercise, function_exercise, nodes, run
+from .framework import Mistake, Wrong, capture, exercise, function_exercise, nodes, run, uncompiled
 
 # --- 02.count_breaks: how many graph breaks does `mystery` have?
 
@@ -104,7 +104,7 @@ def _soft_clip_mistakes() -> list[Mistake]:
 
 
 def _no_python_numbers(answer: Any) -> None:
-    plain = getattr(answer, "_torchdynamo_orig_callable", answer)
+    plain = uncompiled(answer)
     graphs = run(capture, plain, torch.full((4, 3), 3.0), call="torch.compile(soft_clip_fixed, fullgraph=True)")
     if any(n.op == "call_method" and n.target in ("item", "tolist") for n in nodes(graphs)):
         raise Wrong("it compiles and the values are right, but your function still calls .item(): the peak "
@@ -119,7 +119,7 @@ function_exercise(
     cases=lambda: [(torch.randn(32, 8, generator=torch.Generator().manual_seed(0)) * 3,),     # peak above 1
                    (torch.rand(32, 8, generator=torch.Generator().manual_seed(1)) * 0.8 - 0.4,)],  # below 1
     mistakes=_soft_clip_mistakes,
-    prepare=lambda answer: torch.compile(getattr(answer, "_torchdynamo_orig_callable", answer),
+    prepare=lambda answer: torch.compile(uncompiled(answer),
                                          fullgraph=True, backend="eager"),
     errors=[(kind, "fullgraph=True still refuses it. " + _STAY_IN_TENSORS) for kind in ("Unsupported: ", "UserError: ")],
     otherwise="It compiles, but the values differ from soft_clip: divide only when the peak is above 1, "
@@ -262,7 +262,7 @@ def _eager_and_compiled(answer: Any) -> Callable[[torch.Tensor], dict[str, torch
     dimension unbacked (`mark_unbacked`: one graph for every batch size, built for a size that is not 1)."""
     from torch._dynamo.decorators import mark_unbacked  # imports Dynamo: only when an answer is checked
 
-    plain = getattr(answer, "_torchdynamo_orig_callable", answer)
+    plain = uncompiled(answer)
     compiled = torch.compile(plain)
 
     def both(x: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -284,7 +284,7 @@ def _no_branch_on_the_batch(answer: Any) -> None:
     the compiler cannot decide that `if` while tracing, and the graph breaks there."""
     from torch._dynamo.decorators import mark_unbacked
 
-    plain = getattr(answer, "_torchdynamo_orig_callable", answer)
+    plain = uncompiled(answer)
     x = torch.randn(4, 6)
     mark_unbacked(x, 0)
     explained = torch._dynamo.explain(plain)(x)

@@ -996,8 +996,8 @@ print("Inductor with dynamic=True matches eager at every length (rtol=atol=1e-5)
 # A server whose batch is 1 whenever traffic is quiet meets exactly those extra compiles, at the
 # moment the first lone request arrives. Two switches give one graph that covers 0 and 1 too:
 #
-# - `mark_unbacked(tensor, dim)` (in `torch._dynamo.decorators`; torch 2.14 does not re-export it from
-#   `torch._dynamo`) makes that size *unbacked*: the compiler never looks at its value, as if the
+# - `mark_unbacked(tensor, dim)` (imported from `torch._dynamo.decorators`, where it lives on every
+#   torch the course supports) makes that size *unbacked*: the compiler never looks at its value, as if the
 #   size had been read out of a tensor's data. It does not guard on it: a check it needs becomes an
 #   assertion at run time, and a Python `if` on the size becomes a graph break.
 # - the setting `torch.fx.experimental._config.backed_size_oblivious = True`, together with a
