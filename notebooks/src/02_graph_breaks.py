@@ -1047,15 +1047,30 @@ def marked(mark, shape):
     return t
 
 
-def compiles_over_sizes(fn, mark, *args) -> int:
-    """Graphs compiled for `fn` over SIZES_WITH_ONE, each result checked against eager."""
+def input_shapes(gm: torch.fx.GraphModule) -> str:
+    """The shapes of a graph's tensor inputs as traced: a number is a fixed size, s.. a dynamic one,
+    u.. an unbacked one."""
+    return " ".join(str(tuple(node.meta["example_value"].shape)).replace(" ", "") for node in gm.graph.nodes
+                    if node.op == "placeholder" and isinstance(node.meta.get("example_value"), torch.Tensor))
+
+
+def compiles_over_sizes(fn, mark, *args) -> dict[int, list[str]]:
+    """For each length in SIZES_WITH_ONE, the input shapes of the graphs compiled at that call (each
+    result checked against eager)."""
     torch._dynamo.reset()
     counter = CountingBackend()
     compiled = torch.compile(fn, backend=counter)
+    new_graphs = {}
     for n in SIZES_WITH_ONE:
         t = marked(mark, (n,))
+        before = counter.compiles
         torch.testing.assert_close(compiled(t, *args), fn(t, *args), rtol=1e-6, atol=1e-6)
-    return counter.compiles
+        new_graphs[n] = [input_shapes(gm) for gm in counter.graphs[before:]]
+    return new_graphs
+
+
+def total(new_graphs: dict[int, list[str]]) -> int:
+    return sum(len(shapes) for shapes in new_graphs.values())
 
 
 def squeeze_at_one(mark) -> tuple:
@@ -1084,12 +1099,13 @@ def break_words(explained) -> str:
 
 def try_switch(mark, oblivious: bool) -> dict:
     with fx_config.patch(backed_size_oblivious=oblivious):
-        sin_compiles = compiles_over_sizes(scaled_sin, mark, 2.0)
-        branch_compiles = compiles_over_sizes(branch_on_size, mark)
+        sin_graphs = compiles_over_sizes(scaled_sin, mark, 2.0)
+        branch_graphs = compiles_over_sizes(branch_on_size, mark)
         torch._dynamo.reset()
         explained = torch._dynamo.explain(branch_on_size)(marked(mark, (4,)))
         at_one, warned = squeeze_at_one(mark)
-    return {"sin": sin_compiles, "branch": branch_compiles, "breaks": explained.graph_break_count,
+    return {"sin": total(sin_graphs), "branch": total(branch_graphs), "branch_graphs": branch_graphs,
+            "breaks": explained.graph_break_count,
             "reason": break_words(explained), "at_one": at_one, "warned": warned}
 
 
@@ -1108,12 +1124,20 @@ for name, r in switch_table.items():
 for name, r in switch_table.items():
     if r["reason"]:
         print(f"  {name}'s break in branch_on_size: {r['reason']}")
+print("branch_on_size's graphs by the call that compiled them (their input's shape as traced: a number is a fixed "
+      "size, s.. a dynamic size, u.. an unbacked one; - for none):")
+for name, r in switch_table.items():
+    print(f"  {name:<22}" + "   ".join(f"{n}: {' '.join(shapes) or '-'}" for n, shapes in r["branch_graphs"].items()))
 assert switch_table["mark_dynamic"]["sin"] == 3                # 8 (then dynamic), 1 and 0 apart
 assert switch_table["mark_unbacked"]["sin"] == switch_table["backed_size_oblivious"]["sin"] == 1
 assert switch_table["mark_dynamic"]["at_one"] == eager_at_one  # recompiled for 1: eager's answer
 assert switch_table["mark_dynamic"]["breaks"] == switch_table["backed_size_oblivious"]["breaks"] == 0
 assert switch_table["mark_unbacked"]["breaks"] == 1            # no value to guard on: the `if` splits the graph
 assert all(r["branch"] > 1 for r in switch_table.values())     # an `if` on the size: never one graph
+after_break = switch_table["mark_unbacked"]["branch_graphs"]   # the code after the break has ordinary sizes
+assert "(1,)" in after_break[1] and "(0,)" in after_break[0]  # ... which are fixed at 1 and 0 again
+at_one_oblivious = switch_table["backed_size_oblivious"]["branch_graphs"][1]
+assert at_one_oblivious and "(1,)" not in at_one_oblivious     # a new graph at 1, for the other side of the `if`
 differs = [name for name, r in switch_table.items() if isinstance(r["at_one"], tuple) and r["at_one"] != eager_at_one]
 refused = [name for name, r in switch_table.items() if not isinstance(r["at_one"], tuple)]
 if differs:
@@ -1135,11 +1159,15 @@ if not differs and not refused:
 # raised anything or gave a Python warning.
 #
 # The `branch_on_size` column is the other cost: neither switch gives code that branches on the size
-# one graph, and compare its `mark_unbacked` row with `mark_dynamic`'s to see which compiled more. An unbacked size has no value the compiler could guard on, so the `if` cannot be
-# decided while tracing and splits the graph (the reason printed names the comparison it could not
-# decide); each side of the break is then compiled on its own, with ordinary sizes, which
-# specialise at 0 and 1 again. A backed size, oblivious or not, is guarded on (here on which side
-# of the comparison it lies), so the lengths on the other side compile a graph of their own.
+# one graph (compare its `mark_unbacked` row with `mark_dynamic`'s to see which compiled more), and
+# the lines under the table show where each graph came from. An unbacked size has no value the
+# compiler could guard on, so the `if` cannot be decided while tracing and splits the graph (the
+# reason printed names the comparison it could not decide). The first graph, up to the break, keeps
+# the unbacked size; the code after the break is compiled on its own, with ordinary sizes: fixed
+# at the first length, then at 1 and 0, and dynamic once a length changes (the cell asserts the
+# graphs fixed at 1 and 0). A backed size, oblivious or not, is guarded on (here on which side of
+# the comparison it lies), so the first length on the other side compiles a graph of its own, with
+# the size still dynamic (asserted for `backed_size_oblivious` at 1).
 #
 # So `mark_dynamic` (or automatic dynamic) is the safe choice. A one-graph switch is worth it where
 # a compile at the first lone request is too slow for you (notebook 01 times compiles), the code
