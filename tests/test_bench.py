@@ -131,6 +131,13 @@ def _two(a_med: float, a_iqr: float, b_med: float, b_iqr: float) -> "bench.Compa
     return bench.Comparison("b", [bench.Row("b", b_med, b_iqr, 1.0), bench.Row("a", a_med, a_iqr, b_med / a_med)])
 
 
+def test_bands_text_names_the_bands_the_verdict_compares():
+    assert _two(1.0, 0.8, 1.3, 0.8).bands_text("a") == (
+        "median ± IQR/2: a 600.000-1400.000 ms, b 900.000-1700.000 ms (overlapping)")
+    assert _two(1.0, 0.1, 2.0, 0.1).bands_text("a", "b").endswith("(apart)")
+    assert _two(1.0, 0.1, 2.0, 0.1).bands_text("b", "a").startswith("median ± IQR/2: b 1950.000-2050.000 ms")
+
+
 def test_verdict_needs_a_gap_beyond_the_spread():
     assert _two(1.0, 0.1, 2.0, 0.1).verdict("a") == "faster"
     assert _two(2.0, 0.1, 1.0, 0.1).verdict("a") == "slower"

@@ -208,3 +208,10 @@ def test_an_error_a_mistake_also_raises_gets_that_mistakes_hint():
     swapped = exercises.get("13.locate").wrong_answers()[2][0]   # table[pos % block]: IndexError at pos 15
     fb = exercises.check("13.locate", swapped, strict=True)
     assert "raised IndexError" in fb.message and "Swapped" in fb.message
+
+
+def test_a_quoted_error_is_one_line_with_single_spaces():
+    from course_utils.exercises.framework import summary
+
+    err = RuntimeError("got RuntimeError('When merging two branches,  expected same dim\\n  but got 2 and 1.')")
+    assert summary(err) == "RuntimeError: When merging two branches, expected same dim but got 2 and 1."

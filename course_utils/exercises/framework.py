@@ -204,7 +204,7 @@ def summary(err: BaseException) -> str:
     quoted = re.search(r"got \w+\((['\"])(.*?)\1\)", text)  # Dynamo quotes the original error
     lines = [" ".join(line.split()) for line in text.splitlines() if line.strip()]
     generic = ("This higher order operator doesn't work", "RuntimeError when making fake tensor call")
-    line = quoted.group(2).replace("\\n", " ") if quoted else next(
+    line = " ".join(quoted.group(2).replace("\\n", " ").split()) if quoted else next(
         (ln for ln in lines if not ln.startswith(generic)), lines[0] if lines else "")
     line = line if len(line) <= 200 else line[:197] + "..."
     return f"{type(err).__name__}: {line}" if line else type(err).__name__

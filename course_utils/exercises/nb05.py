@@ -189,7 +189,10 @@ def _ensemble_mistakes() -> list[Mistake]:
         out = models[0](x)
         return out.expand(len(models), *out.shape)
 
-    return [(lambda models, x: torch.stack([m(x) for m in models]), "a loop over the models"),
+    return [(lambda models, x: None, "Still the stub? Stack the models' state with stack_module_state, make a "
+                                     "meta-device copy of one model for functional_call, and vmap it with "
+                                     "in_dims=(0, 0, None)."),
+            (lambda models, x: torch.stack([m(x) for m in models]), "a loop over the models"),
             (lambda models, x: torch.stack([m.forward(x) for m in models]), "a loop over the models"),
             (lambda models, x: ensemble_logits(models, x).mean(0),
              "Keep the models' dimension in front; don't average over it."),

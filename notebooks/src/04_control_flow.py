@@ -106,7 +106,7 @@ from tqdm import tqdm
 from course_utils import bench, compat, config, cpu, exercises, session
 from course_utils.breaks import break_report
 from course_utils.expect import expect_error
-from course_utils.inductor_code import fused_kernels, generated_code, scalar_note
+from course_utils.inductor_code import fused_kernels, generated_code, kernel_source, scalar_note
 from course_utils.text import counted
 
 print(session.start(seed=0))
@@ -310,14 +310,42 @@ print("exports in both modes; the exported program is right on both branches")
 #
 # ### The predicate
 #
-# A one-element tensor or a Python `bool`. A bool, for example from a shape test, is simply
-# resolved while tracing. A tensor with more than one element is refused, just as Python's `if`
+# A one-element tensor or a Python `bool`. A bool (say, from a shape test) is just an `if`: eager
+# `cond` runs the branch it picks without tracing or checking either one, and `torch.export` keeps
+# only that branch (the cell counts the `cond` nodes in each export). Only a tensor keeps both
+# branches in the graph. A tensor with more than one element is refused, just as Python's `if`
 # refuses to turn one into a bool:
 
 # %%
 h = torch.randn(4, 3)
 print("one-element tensor:", torch.cond(h.sum() > 0, torch.sin, torch.cos, (h,)).shape)
 print("Python bool:       ", torch.cond(h.shape[0] > 2, torch.sin, torch.cos, (h,)).shape)
+
+
+class PickByValue(nn.Module):
+    def forward(self, h):
+        return torch.cond(h.sum() > 0, torch.sin, torch.cos, (h,))
+
+
+class PickByShape(nn.Module):
+    def forward(self, h):
+        return torch.cond(h.shape[0] > 2, torch.sin, torch.cos, (h,))
+
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # export warns that a Python-bool predicate specialises
+    cond_nodes = {name: sum(node.target is torch.ops.higher_order.cond
+                            for node in torch.export.export(module(), (h,)).graph.nodes)
+                  for name, module in (("tensor", PickByValue), ("bool", PickByShape))}
+print(f"cond nodes in the exported graph: tensor predicate {cond_nodes['tensor']}, Python-bool predicate "
+      f"{cond_nodes['bool']} (only the branch it picked is left)")
+assert cond_nodes == {"tensor": 1, "bool": 0}
+# with a bool, eager cond checks nothing: this true branch hands back its input (the aliasing rule
+# below) and the false branch returns another shape, yet the call goes through
+unchecked = torch.cond(True, lambda t: t, lambda t: t.sum(), (h,))
+print(f"a bool predicate with branches that break the rules, in eager mode: no error; the output is h itself: "
+      f"{unchecked is h}")
+assert unchecked is h
 err = expect_error(lambda h: torch.cond(h > 0, torch.sin, torch.cos, (h,)), h,
                    match="single-element tensor")
 print("whole tensor:      ", key_line(err, "single-element"))
@@ -941,8 +969,7 @@ from torch._dynamo.utils import counters
 
 def clip_then_score_where(x: torch.Tensor) -> torch.Tensor:
     h = F.leaky_relu(x, 0.1) * 1.5
-    norm = h.norm()
-    h = torch.where(norm > LIMIT, h * (LIMIT / norm), h)
+    h = torch.where(h.norm() > LIMIT, h * (LIMIT / h.norm()), h)  # written as the other two: the norm twice
     return h * h + 1
 
 
@@ -971,7 +998,8 @@ for n in tqdm(SIZES, desc="sizes"):
     for fn in variants.values():
         for x in (x_big, x_small):
             torch.testing.assert_close(fn(x), clip_then_score(x), rtol=1e-4, atol=1e-4)
-    tables[n] = bench.compare(variants, x_big, rounds=5, min_run_time=config.pick(0.3, 3.0))  # long: noisy machines
+    tables[n] = bench.compare(variants, x_big, rounds=5,
+                              min_run_time=config.pick(0.3, 3.0)).with_load()  # long: noisy machines; load sampled
     # one read and one write of the vector each: into a new tensor, as every version's output is, or in place
     scratch = x_big.clone()
     memory_tables[n] = bench.compare({FRESH: torch.clone, IN_PLACE: lambda _: scratch.mul_(1.0)}, x_big, rounds=5)
@@ -1018,18 +1046,29 @@ fig.tight_layout();
 
 # %% [markdown]
 # To explain these numbers, look at what Inductor generated for each version: how many compiled
-# graphs, and how many kernels (fused loops) in each. `run_and_get_code` (from `torch._inductor.utils`)
+# graphs, and how many kernels (fused loop nests) in each. `run_and_get_code` (from `torch._inductor.utils`)
 # compiles a function and hands back the generated source; `course_utils.inductor_code` wraps it
 # (`generated_code`) and lists the kernels each source defines (`fused_kernels`). The cell also
 # counts what one call down the scaling branch (the branch the timed vectors take) does: the kernels
-# it runs and the fresh vector-sized buffers it allocates (the source's `empty_strided_cpu` lines),
-# counting the `call` function and the `cond` branch it enters, at each size timed above:
+# it runs, how many of them compute the norm (a sum over the vector: its C++ keeps an accumulator),
+# the passes over the vector those kernels make (a kernel may loop over the vector more than once:
+# the cell counts the loops in its C++ that run over every element) and the fresh vector-sized
+# buffers it allocates (the source's `empty_strided_cpu` lines), counting the `call` function and
+# the `cond` branch it enters, at each size timed above. All three versions are written alike, with
+# `h.norm()` in the test and again in the scaling; within one graph Inductor computes it once, but
+# a branch compiled as a graph of its own cannot reuse the value from the graph before it:
 
 # %%
-def per_call(sources: list[str], numel: int) -> tuple[int, int]:
-    """Return (fresh numel-element buffers allocated, kernels run) for one call down the scaling branch:
-    each generated source's `call` function plus, where it holds a cond, the true branch's function."""
-    buffers = kernels = 0
+def vector_loops(kernel_cpp: str, numel: int) -> int:
+    """Loops over all numel elements in one kernel's C++: each is one pass over the vector."""
+    return len(re.findall(rf"for\s*\(\s*int64_t x0\s*=[^;]*;\s*x0\s*<\s*static_cast<int64_t>\({numel}L\)", kernel_cpp))
+
+
+def per_call(sources: list[str], numel: int) -> tuple[int, int, int, int]:
+    """Return (fresh numel-element buffers allocated, kernels run, passes over the vector, kernels that compute
+    the norm) for one call down the scaling branch: each generated source's `call` function plus, where it
+    holds a cond, the true branch's function. Passes are 0 where a kernel's loops were not recognised."""
+    buffers = kernels = passes = norms = 0
     for source in sources:
         defined = set(fused_kernels(source))
         code = re.sub(r"'''.*?'''", "''", source, flags=re.S)  # drop the kernels' C++ text
@@ -1037,8 +1076,12 @@ def per_call(sources: list[str], numel: int) -> tuple[int, int]:
         for name, body in zip(pieces[1::2], pieces[2::2]):
             if name == "call" or re.fullmatch(r"true_graph_\d+", name):
                 buffers += body.count(f"empty_strided_cpu(({numel}, )")
-                kernels += sum(word in defined for word in re.findall(r"\b(\w+)\(", body))
-    return buffers, kernels
+                ran = [word for word in re.findall(r"\b(\w+)\(", body) if word in defined]
+                kernels += len(ran)
+                loops = [vector_loops(kernel_source(source, k), numel) for k in ran]
+                passes = passes + sum(loops) if passes >= 0 and all(loops) else -1   # -1: a kernel not understood
+                norms += sum("tmp_acc" in kernel_source(source, k) for k in ran)  # an accumulator: the norm's sum
+    return buffers, kernels, max(passes, 0), norms
 
 
 torch._dynamo.reset()
@@ -1049,18 +1092,25 @@ for name, fn in [("compiled, Python if", clip_then_score), ("compiled cond", cli
         _, sources = generated_code(torch.compile(fn), x_loud.repeat(n // x_loud.numel()))
         per_size[name, n] = per_call(sources, n)
         generated.setdefault(name, sources)
-buffers = {name: per_size[name, max(SIZES)][0] for name in generated}
-runs = {name: per_size[name, max(SIZES)][1] for name in generated}
-assert all(per_size[name, n] == (buffers[name], runs[name]) for name, n in per_size), "the same counts at every size"
+buffers, runs, passes, norms = ({name: per_size[name, max(SIZES)][i] for name in generated} for i in range(4))
+assert all(per_size[name, n] == (buffers[name], runs[name], passes[name], norms[name]) for name, n in per_size), \
+    "the same counts at every size"
 for name, sources in generated.items():
     kernels = [len(fused_kernels(src)) for src in sources]
     print(f"{name:20s} {counted(len(kernels), 'graph')}, kernels per graph: {kernels}; one call runs "
-          f"{counted(runs[name], 'kernel')} and allocates {counted(buffers[name], 'fresh vector-sized buffer')}")
+          f"{counted(runs[name], 'kernel')} ({norms[name]} computing the norm), "
+          + (f"makes {counted(passes[name], 'pass', 'passes')} over the vector " if all(passes.values()) else "")
+          + f"and allocates {counted(buffers[name], 'fresh vector-sized buffer')}")
+if not all(passes.values()):
+    print("(this torch's generated loops were not recognised, so the passes over the vector are not counted)")
 kernel_counts = {k: [len(fused_kernels(src)) for src in v] for k, v in generated.items()}
 assert len(kernel_counts["compiled, Python if"]) == 2 and len(kernel_counts["compiled cond"]) == 1
 assert kernel_counts["compiled cond"][0] > kernel_counts["compiled where"][0]
 assert buffers["compiled where"] < buffers["compiled cond"] == buffers["compiled, Python if"], buffers
 assert runs["compiled cond"] > runs["compiled, Python if"] > runs["compiled where"], runs
+assert norms["compiled where"] == 1 < norms["compiled, Python if"] == norms["compiled cond"], norms  # no reuse across
+if all(passes.values()):
+    assert passes["compiled cond"] > passes["compiled, Python if"] > passes["compiled where"], passes
 
 wrapper = generated["compiled cond"][0].splitlines()
 start = next((i for i, line in enumerate(wrapper) if ".item()" in line), None)
@@ -1074,6 +1124,11 @@ def rough(t: bench.Comparison, *labels: str) -> str:
     """A clause for a reason built on these rows' medians when one of their spreads is large, else ""."""
     noisy = any(t.row(k).iqr_s > bench.NOISY_SPREAD * t.row(k).median_s for k in labels)
     return "; this run's spread is large (see the note under the table), so treat that as rough" if noisy else ""
+
+
+def passes_text(n: int, more: str = "") -> str:
+    """'3 passes over the vector' (or '3 more passes ...'), or '' where the cell above could not count them."""
+    return f"{counted(n, (more + ' pass').strip(), (more + ' passes').strip())} over the vector" if all(passes.values()) else ""
 
 
 def outside_counts(t: bench.Comparison) -> str:
@@ -1099,7 +1154,8 @@ for n in SIZES:
         print(f"  why: at this size the time is per-call overhead (a copy of the vector takes "
               f"{copy_ms[n] * 1e3:.1f} µs): the Python-if version enters two graphs with "
               "Python and guards between them, cond enters one graph that runs more kernels (counted above); "
-              "both read the predicate back to pick a branch")
+              "both read the predicate back to pick a branch, while where enters one graph, runs one kernel "
+              "and reads nothing back")
         continue
     fresh_ms, pass_ms = copy_ms[n], memory_tables[n].row(IN_PLACE).median_s * 1e3
     fresh_word = memory_tables[n].verdict(FRESH, IN_PLACE)
@@ -1119,12 +1175,15 @@ for n in SIZES:
     for name in ("compiled where", "compiled, Python if", "compiled cond"):
         ms = t.row(name).median_s * 1e3
         print(f"  {name:20s} {ms:8.2f} ms = {ms / fresh_ms:4.1f} fresh copies' time; it allocates "
-              f"{counted(buffers[name], 'fresh buffer')} and runs {counted(runs[name], 'kernel')} (counted above)")
+              f"{counted(buffers[name], 'fresh buffer')} and runs {counted(runs[name], 'kernel')}"
+              + (f", making {passes_text(passes[name])}" if passes_text(1) else "") + " (counted above)")
     # where against cond: cond allocates more fresh buffers and runs more kernels (asserted above)
     cond_row, where_row = t.row("compiled cond"), t.row("compiled where")
     gap_ms = (cond_row.median_s - where_row.median_s) * 1e3
     adds = (f"cond allocates {counted(buffers['compiled cond'] - buffers['compiled where'], 'more fresh buffer')} "
-            f"than where and runs {counted(runs['compiled cond'] - runs['compiled where'], 'more kernel')}")
+            f"than where and runs {counted(runs['compiled cond'] - runs['compiled where'], 'more kernel')}"
+            + (f" making {passes_text(passes['compiled cond'] - passes['compiled where'], 'more')}"
+               if passes_text(1) else ""))
     where_word = t.verdict("compiled where", "compiled cond")
     if where_word == "faster":
         why_where = (f"{adds}; its extra {gap_ms:.2f} ms is {gap_ms / fresh_ms:.1f} fresh copies' time"
@@ -1145,11 +1204,13 @@ for n in SIZES:
                      f"({outside_counts(t)})" + (f"; {scalar_note().strip(' ;()')}" if scalar_note() else "")
                      + rough(t, "compiled where", "compiled cond"))
     print(f"  why where against cond: {why_where}")
-    # cond against the Python if: the same fresh buffers, more kernels (asserted above)
+    # cond against the Python if: the same fresh buffers, more kernels and passes (asserted above)
     more = runs["compiled cond"] - runs["compiled, Python if"]
+    more_passes = passes["compiled cond"] - passes["compiled, Python if"]   # 0 where not counted
     same = (f"both allocate {counted(buffers['compiled cond'], 'fresh buffer')}, and cond runs "
-            f"{counted(more, 'more kernel')} that allocate{'s' if more == 1 else ''} nothing, passing over memory it "
-            f"already has (an in-place pass took {pass_ms:.2f} ms here)")
+            f"{counted(more, 'more kernel')}"
+            + (f" and makes {passes_text(more_passes, 'more')}" if more_passes else "")
+            + f" over memory it already has (an in-place pass took {pass_ms:.2f} ms here)")
     cond_word = t.verdict("compiled cond", "compiled, Python if")
     short = tables[min(SIZES)]  # what one graph instead of two saved per call on the short vector
     short_gap_ms = (short.row("compiled, Python if").median_s - short.row("compiled cond").median_s) * 1e3
@@ -1159,8 +1220,9 @@ for n in SIZES:
                                        if t.within_margin("compiled cond", "compiled, Python if") else
                                        "; the two medians are inside the timing spread"),
         "slower": (f"{same}; its extra {d_ms:.2f} ms is {d_ms / pass_ms:.1f} in-place passes' time"
-                   + (f", more than the pass of its {counted(more, 'extra kernel')} explains, so the rest is outside these "
-                      f"counts ({outside_counts(t)})" if d_ms / pass_ms > 2 * more else "")
+                   + ((f", more than its {passes_text(more_passes, 'extra')} explain, so the rest is outside these "
+                       f"counts ({outside_counts(t)})" if d_ms / pass_ms > 2 * more_passes else "") if more_passes else
+                      " (this torch's passes were not counted, so the cell cannot set that against them)")
                    + rough(t, "compiled cond", "compiled, Python if")),
         "faster": (f"{same}, yet cond was faster by {-d_ms:.2f} ms"
                    + (f", far more than one graph instead of two saved on the short vector ({short_gap_ms * 1e3:.1f} µs)"
@@ -1169,6 +1231,28 @@ for n in SIZES:
                    + rough(t, "compiled cond", "compiled, Python if")),
     }[cond_word]
     print(f"  why cond against the Python if: {why_cond}")
+    # where against the Python if: fewer fresh buffers, kernels and passes (asserted above), but every element is
+    # scaled whichever branch applies
+    if_row = t.row("compiled, Python if")
+    saved_ms = (if_row.median_s - where_row.median_s) * 1e3
+    fewer = (f"where allocates {counted(buffers['compiled, Python if'] - buffers['compiled where'], 'fresh buffer')} "
+             f"fewer and computes the norm once ({norms['compiled, Python if']} times in the if's two graphs, which "
+             "cannot share it)" + (f", making {passes_text(passes['compiled, Python if'] - passes['compiled where'], 'fewer')}"
+                                   if passes_text(1) else ""))
+    where_if_word = t.verdict("compiled where", "compiled, Python if")
+    why_where_if = {
+        "faster": f"{fewer}; it saved {saved_ms:.2f} ms, {saved_ms / fresh_ms:.1f} fresh copies' time"
+                  + rough(t, "compiled where", "compiled, Python if"),
+        "no clear difference": f"{fewer}, yet " + ("the medians are within 5%" if t.within_margin(
+            "compiled where", "compiled, Python if") else "the difference stayed inside the timing spread")
+            + "; where also scales every element whichever branch applies, which this cell does not time apart"
+            + rough(t, "compiled where", "compiled, Python if"),
+        "slower": f"{fewer}, yet where was slower; it scales every element whichever branch applies, which this cell "
+                  f"does not time apart, so what decided is outside these counts ({outside_counts(t)})"
+                  + rough(t, "compiled where", "compiled, Python if"),
+    }[where_if_word]
+    print(f"  compiled where is {t.describe('compiled where', 'compiled, Python if')}\n"
+          f"  why where against the Python if: {why_where_if}")
 
 # %% [markdown]
 # How to read this, on any machine:
@@ -1181,13 +1265,16 @@ for n in SIZES:
 #   branch), of which the untaken branch's does not run, and, like the `if`, it reads the predicate
 #   back (`.item()`, shown above) to pick a branch. Which total is smaller depends on the machine,
 #   and on a busy one the gap can drown in noise: compare it with the IQR column before you believe
-#   it. `where` has neither cost: the fewest kernels (counted above), no decision.
+#   it. `where` has neither cost: one graph, one kernel (counted above), nothing read back.
 # - **Long vectors: fresh buffers and passes over memory.** Inductor compiles each branch of a `cond`
 #   as its own sub-graph, so it cannot fuse across the `cond` boundary: one kernel before the `cond`
 #   writes `h` into a new buffer, the branch's kernel reads it and writes its result into another,
-#   and a kernel after the `cond` updates that result in place. The graph-break version fuses the
-#   taken branch with the code after it, so it runs fewer kernels but allocates as many new
-#   buffers (both counted above); `where` allocates the fewest. A new buffer can cost more than the
+#   and a kernel after the `cond` updates that result in place. Both branching versions compute the
+#   norm twice (counted above), since the branch cannot reuse the value from the graph before it. The
+#   graph-break version fuses the taken branch with the code after it, so it runs fewer kernels and
+#   passes than `cond` but allocates as many new buffers (all counted above); `where` allocates the
+#   fewest and makes the fewest passes, though its one loop scales every element whichever branch
+#   applies. A new buffer can cost more than the
 #   bytes written into it: a large one comes fresh from the operating system, which supplies each
 #   page of it when it is first written. That is why the cell times a copy into fresh memory beside
 #   an in-place pass. The lines under the long vector set each version's time beside its counts, in
@@ -1196,9 +1283,10 @@ for n in SIZES:
 #   last-level cache (the cell prints both sizes where it can read the cache's), the in-place pass
 #   can run from cache, so that unit is a cache rate rather than a memory one.
 # - So `cond` is not a speed feature. It is what makes the function capturable (for export, for
-#   `fullgraph=True`, for code that must not return to Python); where it comes out ahead on the
-#   short vector, one graph beat two, and where it comes out behind on the long vector, the "why"
-#   lines set its extra time beside the buffers and kernels its boundary adds.
+#   `fullgraph=True`, for code that must not return to Python). If it comes out ahead on the short
+#   vector, the counts above suggest why (one graph instead of two, no return to Python between
+#   them), but the cell does not time those parts; where it comes out behind on the long vector, the
+#   "why" lines set its extra time beside the passes and buffers its boundary adds.
 # - **When `where` does not pay.** `where` evaluates both branches on every call. With two cheap
 #   branches that costs little; with an expensive branch that is rarely taken (the router's deep
 #   block), computing it every time can cost more than the branch saves, and `cond` is the tool to
@@ -1216,8 +1304,9 @@ for n in SIZES:
 # gap of a few tenths of a second says nothing. The events beside each first call say what Inductor's on-disk graph cache did: *hit*
 # (found from an earlier run, so no code generation or C++ build), *miss* (compiled now and stored,
 # so the next run of the notebook finds it) or *bypass* (not stored, so every run generates its code
-# again, though the C++ builds of its kernels may still be found on disk; for `cond`'s graph because
-# Inductor declines graphs that hold a higher-order operator it cannot cache). The lines under the tables say, for
+# again, though the C++ builds of its kernels may still be found on disk; for `cond`'s graph, torch
+# 2.14's cache check refuses graphs that hold a `cond`, its source says, and the bypass events above
+# show it). The lines under the tables say, for
 # each version, what a second run can expect from it.
 #
 # ### Where `cond` does not help
@@ -1241,7 +1330,8 @@ assert (graphs_first, graphs_later) == (1, 0), "eager cond traces once, then reu
 print(eager_table)
 cond_word = eager_table.verdict("eager cond", name="cond.eager.cond_vs_if")
 print(f"eager cond is {eager_table.describe('eager cond')}: " + {
-    "slower": "the guards and the traced code's dispatch cost more than a Python if",
+    "slower": "every eager call goes back through torch.compile (a new compile wrapper, the traced graph's "
+              "guards) and runs the cond operator's Python dispatch; this cell times the sum, not the parts",
     "no clear difference": "on this machine the traced code's extra cost was lost in the timing spread",
     "faster": "on this machine the spread favoured it, although it does the same work plus the guards; "
               "this cell does not measure why"
@@ -1321,9 +1411,10 @@ exercises.check("04.halvings", halvings)
 #   private `torch._higher_order_ops`; guard them with `compat.has`).
 # - An exported `cond` is a `torch.ops.higher_order.cond` node with two sub-graphs, survives
 #   `torch.export.save`/`load`, and becomes an ONNX `If`.
-# - `cond` is about capture, not speed: it avoids the break's overhead but blocks fusion across its
-#   boundary. When both branches are cheap, a branchless `torch.where` has neither cost (the fewest kernels, no
-#   decision); section 5's verdicts say how it compared on your machine.
+# - `cond` is about capture, not speed: it removes the break (one graph, no return to Python) but
+#   adds kernels and passes at its boundary that Inductor cannot fuse (counted in section 5). When
+#   both branches are cheap, a branchless `torch.where` has neither (one kernel, the fewest fresh
+#   buffers and passes, no decision); section 5's verdicts say how each compared on your machine.
 #
 # **Next:** notebook 05 turns to `torch.func`: `vmap`, `grad` and friends.
 #

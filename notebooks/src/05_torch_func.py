@@ -129,8 +129,8 @@ print(session.start(seed=0))
 # `vmap(f)` returns a function that takes batched inputs, and behaves as if it called `f` on each
 # sample and stacked the results. It does not actually loop: it runs `f` once, on tensors that
 # secretly carry the batch dimension, and each operation inside is replaced by its batched
-# version (the rare operator without a batching rule falls back to a slower loop over the
-# samples). Inside `f`, **the batch dimension is invisible**: `f` sees tensors shaped like one
+# version (the rare operator without a batching rule falls back to a loop over the samples, and
+# torch warns that performance drops when it does). Inside `f`, **the batch dimension is invisible**: `f` sees tensors shaped like one
 # sample.
 #
 # The smallest useful example is a function that only works on single vectors. `torch.dot`
@@ -991,8 +991,10 @@ def count_reason(r: dict, table, busy: str, rough: str) -> str:
         return more + {
             "faster": ", yet it was faster: its batched kernels over the stacked members cost less than the loop's "
                       "separate ones by more than the extra operations' overhead",
-            "no clear difference": ", and the times stayed within 5% or inside the timing spread: the extra "
-                                   "operations' overhead and the batched kernels about cancel here",
+            "no clear difference": (", and the medians are within 5%: the extra operations' overhead and the "
+                                    "batched kernels about cancel here" if table.within_margin("vmap", "loop") else
+                                    ", and the difference stayed inside the timing spread, so this run cannot say "
+                                    "which cost more"),
             "slower": ", so it paid more per-operation overhead, not less, on top of its batched kernels",
         }[r["verdict"]] + "; this cell does not split its time further" + busy + rough
     if r["vmap_ops"] == r["loop_ops"]:
@@ -1051,34 +1053,37 @@ print(wide_table)
 wide_speedup = wide_table.speedup("vmap")
 wide_said = wide_table.describe("vmap", "loop over models", name="func.ensemble.vmap_vs_loop.wide")
 narrow_word = next(r["verdict"] for r in ens_rows if r["n"] == ENS_HEADLINE)
-# Why the two ratios cannot be compared, when they cannot: each cause that holds, in words.
-width_causes = []
-for label, tbl, loop_label in (("width 128", ens_table, "loop"), (f"width {WIDE}", wide_table, "loop over models")):
-    if tbl.spread_note():
-        width_causes.append(f"the {label} table's timings were rough (its note says so)")
-    elif tbl.verdict("vmap", loop_label) == "no clear difference":
-        width_causes.append(f"at {label} vmap and the loop were " + (
-            "within 5% of each other" if tbl.within_margin("vmap", loop_label) else "inside each other's timing spread"))
-both_clear = ("no clear difference" not in (narrow_word, wide_table.verdict("vmap", "loop over models"))
-              and not ens_table.spread_note() and not wide_table.spread_note())
-# Two separate tables: call it a change only when the ratios differ by more than 10%, and only when
-# neither ratio sits inside its own timing spread nor comes from a table with rough timings (otherwise
-# the change between them is noise too).
+
+
+def ratio_range(tbl: bench.Comparison, loop_label: str) -> tuple[float, float]:
+    """The loop/vmap ratios the two timing bands (median ± IQR/2) allow: lowest and highest."""
+    loop, vm = tbl.row(loop_label), tbl.row("vmap")
+    vm_low = vm.median_s - vm.iqr_s / 2
+    return ((loop.median_s - loop.iqr_s / 2) / (vm.median_s + vm.iqr_s / 2),
+            (loop.median_s + loop.iqr_s / 2) / vm_low if vm_low > 0 else math.inf)
+
+
+# Two separate tables: call it a change only when the ratios the two tables' spreads allow do not
+# overlap and the medians' ratios differ by more than 10% (otherwise the change between them is noise).
+narrow_range, wide_range = ratio_range(ens_table, "loop"), ratio_range(wide_table, "loop over models")
+ranges_apart = narrow_range[1] < wide_range[0] or wide_range[1] < narrow_range[0]
+ranges_text = (f"the ratios the timings' spreads allow (median ± IQR/2): {narrow_range[0]:.2f}x to "
+               f"{narrow_range[1]:.2f}x at width 128, {wide_range[0]:.2f}x to {wide_range[1]:.2f}x at width {WIDE}")
 band_word = bench.band_verdict(wide_speedup, ens_speedup, band=0.1)
-width_word = bench.record_verdict("func.ensemble.width.wide_vs_narrow", band_word if both_clear else "cannot say",
+width_word = bench.record_verdict("func.ensemble.width.wide_vs_narrow", band_word if ranges_apart else "cannot say",
                                   value=wide_speedup, other=ens_speedup, band=0.1, band_verdict=band_word,
                                   narrow=narrow_word)
 print(f"\n{ENS_HEADLINE} members, width 128: vmap {ens_speedup:.2f}x the loop ({narrow_word}); width {WIDE}: "
-      f"{wide_speedup:.2f}x (at width {WIDE}, vmap is {wide_said}). " + (
-          "On this machine " + "; ".join(width_causes) + ", so this run cannot say how the width changed it."
+      f"{wide_speedup:.2f}x (at width {WIDE}, vmap is {wide_said}); {ranges_text}. " + (
+          "On this machine those ranges overlap, so this run cannot say how the width changed the ratio."
           if width_word == "cannot say" else
-          "On this machine the ratio fell (by more than 10%) as the models grew, as expected if the loop's overhead "
+          "On this machine the ratio fell (by more than 10%, the ranges apart) as the models grew, as expected if the loop's overhead "
           "became a smaller share of its time; this cell does not measure that share."
           if width_word == "lower" else
-          "On this machine the ratio rose (by more than 10%) at this width, as it would if the batched kernels used "
+          "On this machine the ratio rose (by more than 10%, the ranges apart) at this width, as it would if the batched kernels used "
           "the CPU better than the loop's separate ones once each product had more work (not measured here)."
           if width_word == "higher" else
-          "On this machine the width made no clear difference to the ratio (within 10%).")
+          "On this machine the width made no clear difference to the ratio (the medians' ratios within 10%).")
       + "".join(f" (at width {w}: {t.load_note()})" for w, t in (("128", ens_table), (WIDE, wide_table))
                 if t.load_note()))
 
@@ -1089,7 +1094,9 @@ print(f"\n{ENS_HEADLINE} members, width 128: vmap {ens_speedup:.2f}x the loop ({
 # understands `vmap`, `grad` and `functional_call`: it traces through them into one graph of
 # plain tensor operations, which Inductor then compiles like any other. `fullgraph=True` makes any
 # graph break an error, so the cell below also proves there is none. We compare with the eager
-# `vmap` version within a stated tolerance (a compiled kernel may sum in a different order).
+# `vmap` version within a stated tolerance (a compiled kernel may sum in a different order). The
+# per-sample table above timed the same eager call, so the cell also says whether its eager timing
+# agrees with that one: a verdict is only as steady as its baseline.
 
 # %%
 torch._dynamo.reset()  # a clean slate for Dynamo; Inductor's on-disk cache is kept
@@ -1107,6 +1114,15 @@ print(f"torch.compile(vmap(grad(...)), fullgraph=True): first call {compile_s:.1
 compile_table = bench.compare({"eager vmap(grad)": per_sample_grads, "compiled vmap(grad)": compiled_psg},
                               clf_params, xb128, yb128)
 print(compile_table)
+# the same eager call was timed in the per-sample table above: do the two timings agree?
+eager_here, eager_before = compile_table.row("eager vmap(grad)"), t_psg.row("vmap(grad)")
+moved = not (eager_here.median_s - eager_here.iqr_s / 2 <= eager_before.median_s + eager_before.iqr_s / 2
+             and eager_before.median_s - eager_before.iqr_s / 2 <= eager_here.median_s + eager_here.iqr_s / 2)
+print(f"the same eager call in the per-sample table above: {eager_before.median_s * 1e3:.3f} ms (IQR "
+      f"{eager_before.iqr_s * 1e3:.3f}), here {eager_here.median_s * 1e3:.3f} ms (IQR {eager_here.iqr_s * 1e3:.3f}): "
+      + (f"it moved between the two cells ({eager_here.median_s / eager_before.median_s:.2f}x, beyond both spreads), "
+         "which this cell does not explain, so the speed-up and the payback below, which rest on this cell's "
+         "timing, are rough" if moved else "the two agree within their spreads"))
 c_speedup = compile_table.speedup("compiled vmap(grad)")
 saved_s = compile_table.row("eager vmap(grad)").median_s - compile_table.row("compiled vmap(grad)").median_s
 compiled_said = compile_table.describe("compiled vmap(grad)", "eager vmap(grad)", name="func.compile.compiled_vs_eager")
@@ -1116,7 +1132,8 @@ payback = {"faster": "pays", "no clear difference": "cannot say", "slower": "doe
 bench.record_verdict("func.compile.payback", payback, compile_s=round(compile_s, 3))
 if payback == "pays":
     print(f"the {compile_s:.1f} s compile pays for itself after {about(compile_s / saved_s, 'call')}"
-          + (" (with the code from the cache; longer on a first run)" if from_disk else ""))
+          + (" (with the code from the cache; longer on a first run)" if from_disk else "")
+          + (" (rough: see the lines above)" if moved or compile_table.spread_note() else ""))
 elif payback == "cannot say" and compile_table.within_margin("compiled vmap(grad)", "eager vmap(grad)"):
     print(f"the compiled calls' median was within 5% of eager's: at batch {PSG_BATCH} compiling saves nothing "
           f"measurable, so its {compile_s:.1f} s does not pay back here")
@@ -1216,8 +1233,8 @@ exercises.check("05.jac_mode", pick_jacobian)
 # `(len(models), batch, classes)`: every model applied to the same batch `x`, through
 # `stack_module_state` and one `vmap` (no Python loop over the models; the checker notices).
 #
-# Stuck on any of them? `print(exercises.solution_source("05.ensemble"))` (or the other names)
-# reveals a reference solution: try for yourself first.
+# Stuck on any of them? `print(exercises.solution_source("05.ensemble"))` (or `"05.per_sample_grads"`,
+# `"05.jac_mode"`) reveals a reference solution: try for yourself first.
 # Every check is saved: `print(exercises.progress_report())` lists what you have passed so far.
 
 # %%

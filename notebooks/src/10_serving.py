@@ -1238,15 +1238,15 @@ else:
                     "ranges overlap (and so do those of the sending side's CPU per token)")
                  + f", so {IV_RUNS} runs each do not settle it: rerun the cell, or raise IV_RUNS"))
     else:
-        overlapping = [said for what, said in ((SENDING, "the sending side's CPU per token"), ("rows", "the rows"))
+        overlapping = [said for what, said in ((SENDING, "the sending side's CPU per token"), ("rows", "the rows per pass"))
                        if ranges_overlap(*runs[what])]
         print("what this run shows: the sending side spent less CPU per token"
               + (" by the medians" if ranges_overlap(*runs[SENDING]) else "")
               + ", but the batch " + ("held fewer rows by the medians" if words["rows"] == "lower"
                                       else "did not clearly grow")
               + f" (tokens/s: {words['tokens/s']}): these runs do not show the sending side's work per chunk "
-              "limiting the batch" + (f"; the ranges of {' and of '.join(overlapping)} overlap, so {IV_RUNS} runs "
-                                      f"each do not settle {'it' if len(overlapping) == 1 else 'them'}"
+              "limiting the batch" + (f"; the two intervals' ranges overlap for {' and for '.join(overlapping)}, so "
+                                      f"{IV_RUNS} runs each do not settle {'it' if len(overlapping) == 1 else 'them'}"
                                       if overlapping else ""))
 
 # %% [markdown]

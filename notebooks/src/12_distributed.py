@@ -122,6 +122,7 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn as nn
 from torch.profiler import ProfilerActivity, profile
+from torch.profiler._memory_profiler import _CATEGORY_TO_INDEX  # the memory timeline's columns (section 7)
 from torch.utils.checkpoint import checkpoint
 
 from course_utils import bench, config, cpu, exercises, session, threads
@@ -606,9 +607,9 @@ bench.record("dist.ddp.compiled_graphs", small["graphs"], "graphs", buckets=smal
 
 # %%
 trace = res["trace"]
-print(f"{counted(trace['allreduce_calls'], 'all-reduce call')} in one step, all started running inside the backward pass "
-      "(each launched there by a gradient hook): "
-      f"{trace['started_inside_backward'] == trace['allreduce_calls']} ({', '.join(trace['comm_names'])}); "
+print(f"{counted(trace['allreduce_calls'], 'all-reduce call')} in one step; started running inside the backward pass: "
+      f"{trace['started_inside_backward']} of {trace['allreduce_calls']} (each launched there by a gradient hook; "
+      f"{', '.join(trace['comm_names'])}); "
       f"rank 0 ran them on {counted(trace['comm_threads'], 'gloo worker thread')}, beside its torch thread")
 print(f"on this machine {trace['started_before_last_gradient']} of {trace['allreduce_calls']} had started running "
       "on gloo's worker threads before the backward's last gradient began, so they could overlap it (how many "
@@ -852,7 +853,8 @@ assert gap <= LOSS_TOL
 # (`reshard_after_forward`, on by default for every group except the root, which keeps its weights
 # gathered from its forward to its backward). So one step should make one all-gather per group in
 # the forward, one per block in the backward, and one reduce-scatter per group: the next cell counts
-# the step's collectives and checks the totals against that (asserted).
+# the collectives of one such step (an eager float32 step, the first run of the mixed-precision part
+# below) and checks the totals against that (asserted).
 #
 # ### Mixed precision: compute in bf16, keep and reduce in float32
 #
@@ -1290,16 +1292,37 @@ bench.record("dist.tp.max_abs_diff", tp_diff, "abs", world=tp["world"], width=64
 # unsplit and FSDP would only add its hooks. Sharding over both dimensions needs at least 2 x 2 = 4
 # ranks, which two processes cannot show. The same job takes `--dp 2` on four ranks (each group of
 # two then trains on its half of the batch, and the result is compared with one process the same
-# way); the command is below: run it from the `notebooks/` folder (it runs on fewer than four cores
-# too, just slower). No cell here runs it; with torch 2.14.1 its output showed placements with two entries, dp first (a parameter that FSDP
-# and tp split along the same dimension shows FSDP's part as `_StridedShard`), a warning from FSDP2
-# about a module that returned a view, harmless here since nothing modifies the output in place,
-# and, from the check's `full_tensor()`, DTensor's note that gathering a `_StridedShard` gradient
-# takes two all-gathers in turn; gathers only copy, so the values stay exact.
+# way). The cell below prints the command (run it from the `notebooks/` folder) and, in full mode,
+# runs it: four processes of one thread each, which a 2-core laptop runs too, just slower. Look at
+# three things in its output. The placements now have two entries, dp first; where FSDP and tp split
+# a parameter along the same dimension, FSDP's part shows as `_StridedShard`. The cell counts two
+# warnings torch may print here: FSDP2's about a module that returned a view (an in-place change of
+# that output would skip FSDP's gathering before the backward pass; this model changes nothing in
+# place), and DTensor's note that gathering a `_StridedShard` gradient for the check takes two
+# all-gathers in turn (its remark about reduction order does not touch a gather, which only
+# copies). And the output and gradients are compared with one process, as above (asserted).
 
 # %%
 print(" ".join(launch.torchrun_command(f"{JOBS}/tp.py", [*TP_ARGS, "--dp", 2], nproc=4, port=29500, python="python")))
-print("or, from this notebook: launch.run_job(f'{JOBS}/tp.py', [*TP_ARGS, '--dp', 2], nproc=4, echo=echo)")
+if config.is_quick():
+    print("skipped in quick mode: four processes take a while to start; run the command above, or this cell in full mode")
+else:
+    tp2d_job = launch.run_job(f"{JOBS}/tp.py", [*TP_ARGS, "--dp", 2], nproc=4, timeout_s=300,
+                              echo=lambda line: print(line) if line.startswith("[rank ") else None)  # ranks' own lines
+    tp2d = tp2d_job.result
+    print(mesh_line(tp2d["mesh"]) + " (each row is one tp group, each column one dp group)")
+    for name, q in tp2d["placements"].items():
+        print(f"{name:>12}: {q['placements']:<44} global {q['global_shape']}, each rank holds {q['local_shape']}")
+    view_warnings = sum("returned a view tensor" in line for line in tp2d_job.lines)
+    gather_notes = sum("sequential all_gather" in line for line in tp2d_job.lines)
+    print(f"FSDP2's 'returned a view tensor' warning: printed {counted(view_warnings, 'time')}; DTensor's "
+          f"'sequential all_gather' note: printed {counted(gather_notes, 'time')} (the output's other lines are hidden)")
+    print(f"against one process: output differs by {tp2d['out_max_abs_diff']:.1e}, gradients by "
+          f"{tp2d['grad_max_abs_diff']:.1e}")
+    assert tp2d["mesh"]["dims"] == {"dp": 2, "tp": 2}
+    assert all(q["placements"].count("(") == 3 for q in tp2d["placements"].values())   # "(" + two placements
+    assert tp2d["placements"]["up.weight"]["placements"].startswith("(_StridedShard(")  # FSDP and tp on dim 0
+    assert max(tp2d["out_max_abs_diff"], tp2d["grad_max_abs_diff"]) <= 1e-5
 
 # %% [markdown]
 # ## 6 · Pipeline parallelism: layers split over the ranks, microbatches in flight
@@ -1592,6 +1615,7 @@ def saved_bytes(fn, x, params):
 
 
 def timeline_peak(step, x):
+    """The step's memory peak in bytes, and what the profiler says made it up: {category: bytes}."""
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
         step(x)
     path = BUILD / "memory_timeline.json"
@@ -1599,7 +1623,10 @@ def timeline_peak(step, x):
         warnings.simplefilter("ignore", FutureWarning)   # deprecated in favour of CUDA-only memory snapshots
         prof.export_memory_timeline(str(path), device="cpu")
     times, sizes = json.loads(path.read_text())
-    return max(sum(s) for s in sizes)
+    at_peak = max(sizes, key=sum)
+    # each row: a leading 0, then one column per category in the order of this (private) table
+    names = {i + 1: (c.name.lower() if c else "unknown") for c, i in _CATEGORY_TO_INDEX.items()}
+    return sum(at_peak), {names[i]: b for i, b in enumerate(at_peak) if b and i in names}
 
 
 x_ac = torch.randn(AC_BATCH, AC_WIDTH)
@@ -1616,7 +1643,8 @@ for label, use in (("plain", False), ("checkpointed", True)):
             p.grad = None
 
     step(x_ac)                                           # compile
-    ac[label] = {"saved": saved_bytes(compiled, x_ac, list(model.parameters())), "peak": timeline_peak(step, x_ac),
+    peak, peak_split = timeline_peak(step, x_ac)
+    ac[label] = {"saved": saved_bytes(compiled, x_ac, list(model.parameters())), "peak": peak, "split": peak_split,
                  "step": step}
     for p in model.parameters():
         p.grad = None
@@ -1628,15 +1656,18 @@ for label, v in ac.items():
     print(f"{label:>12}: activations saved for backward {v['saved']['activations'] / 2**20:6.2f} MiB (and "
           f"{v['saved']['parameters'] / 2**20:.2f} MiB of parameters, saved by reference: no extra memory), "
           f"timeline peak {v['peak'] / 2**20:6.2f} MiB")
+    print(f"{'':>12}  at that peak: " + ", ".join(f"{what} {b / 2**20:.2f}" for what, b in
+                                                  sorted(v["split"].items(), key=lambda kv: -kv[1])) + " MiB")
 print(cmp_ac)
 step_word = cmp_ac.verdict("checkpointed", "plain", name="dist.ac.checkpointed_step_time")
 saved_less_mib = (ac["plain"]["saved"]["activations"] - ac["checkpointed"]["saved"]["activations"]) / 2**20
 why = {"slower": "during the backward pass each checkpointed block ran its forward again, work the plain step does "
                  "once; this cell does not time that recomputation separately",
-       "no clear difference": "the time checkpointing added (its forwards run again during the backward pass), "
-                              "net of anything saved by keeping fewer activations, " + (
-                                  "came to less than 5% of the step" if cmp_ac.within_margin("checkpointed", "plain")
-                                  else "stayed inside this run's timing spread (the IQR column)"),
+       "no clear difference": "the recomputed forwards (extra work during the backward pass) and the fewer "
+                              "activations kept (less memory written and read) are not timed apart here, and "
+                              "together they " + (
+                                  "changed the step by less than 5%" if cmp_ac.within_margin("checkpointed", "plain")
+                                  else "moved the step by less than this run's timing spread (the IQR column)"),
        "faster": "the checkpointed step came out faster although it recomputes each block's forward; one possible "
                  f"reason is the {saved_less_mib:.0f} "
                  "MiB fewer activations written in the forward and read back in the backward, which this cell does "
@@ -1659,8 +1690,9 @@ assert ac["checkpointed"]["saved"]["parameters"] > ac["plain"]["saved"]["paramet
 # then, and its first Linear's bias to rebuild GELU's input (the second Linear's bias is never
 # needed), while the plain backward never needs the model's very first weight (block 0's first
 # Linear, whose input is the data), since that input needs no gradient. The step's overall peak
-# also holds parameters, gradients and temporaries, so its saving need not match the activations'
-# saving; the verdict above says whether the peak moved beyond a 10% band on this machine. The
+# holds more than activations (the line under each peak splits it by the profiler's categories), so
+# its saving need not match the activations' saving; the verdict above says whether the peak moved
+# beyond a 10% band on this machine. The
 # profiler may print warnings under the cell: one about a memory block allocated before profiling
 # started (a block allocated before the profile and freed during it has a size the profiler never
 # saw, so it leaves that one event out), and on some runs one that names a Python call the profiler
@@ -1763,10 +1795,12 @@ bench.record("dist.dcp.reload_max_abs_diff", reload_diff, "abs", ranks_saved=2, 
 # The script's part is to checkpoint regularly and, on start, resume from the last checkpoint if
 # there is one. The job `elastic.py` does that; with `--kill-at S`, rank 1 of
 # the first attempt kills itself with SIGKILL at step S, as a crashed machine would vanish. Rank 0
-# then sees its peer's connection close in the middle of an all-reduce. The same job without a fault
-# gives the reference. The output below therefore shows a traceback (rank 0's `RuntimeError`: its
-# peer's connection was reset or closed) and torchrun's `failed (exitcode: -9)` line: that is the
-# planned fault (-9 is SIGKILL), and the restarted attempt after it is what to read.
+# is then waiting for its peer in that step's all-reduce. The same job without a fault gives the
+# reference. The output below shows rank 1's last line and torchrun's two lines about it: it stops
+# rank 0 (`closing signal SIGTERM`) and reports rank 1 `failed (exitcode: -9)` (-9 is SIGKILL). That
+# is the planned fault, and the restarted attempt after it is what to read. Whether rank 0 notices
+# the closed connection first (and prints a `RuntimeError` traceback) or torchrun stops it first is a
+# race; the cell says which happened.
 
 # %%
 # %%writefile {JOBS}/elastic.py
@@ -1861,8 +1895,15 @@ EL_STEPS, EL_EVERY, EL_KILL = config.pick((8, 2, 5), (30, 5, 17))
 EL_ARGS = ["--width", 128, "--depth", 3, "--steps", EL_STEPS, "--every", EL_EVERY, "--backend", "none"]
 for sub in ("faulty", "clean"):
     (BUILD / "elastic" / sub / "latest.pt").unlink(missing_ok=True)
-faulty = launch.run_job(f"{JOBS}/elastic.py", [*EL_ARGS, "--dir", BUILD / "elastic" / "faulty", "--kill-at", EL_KILL],
-                        max_restarts=1, timeout_s=300, echo=echo).result
+faulty_job = launch.run_job(f"{JOBS}/elastic.py", [*EL_ARGS, "--dir", BUILD / "elastic" / "faulty", "--kill-at", EL_KILL],
+                            max_restarts=1, timeout_s=300, echo=echo)
+faulty = faulty_job.result
+rank0_raised = any(line.startswith("[rank0]:") and "RuntimeError" in line for line in faulty_job.lines)
+rank0_stopped = any("closing signal SIGTERM" in line for line in faulty_job.lines)
+print("rank 0 in the first attempt: " + (
+    "it raised a RuntimeError (its peer was gone) before torchrun stopped it" if rank0_raised else
+    "torchrun stopped it (SIGTERM) before it noticed that its peer was gone" if rank0_stopped else
+    "neither a RuntimeError nor torchrun's SIGTERM line was printed"))
 print()
 clean = launch.run_job(f"{JOBS}/elastic.py", [*EL_ARGS, "--dir", BUILD / "elastic" / "clean"], timeout_s=300, echo=echo).result
 print(f"\nfaulty run: {counted(faulty['restarts'], 'restart')}, resumed after step {faulty['resumed_from']}, "
@@ -1884,7 +1925,8 @@ bench.record("dist.elastic.restarts_survived", faulty["restarts"], "restarts", k
 # 2.14's `dynamic_rendezvous.py` creates it once), so after a crash it still holds the keys the dead
 # attempt's workers wrote, such as the addresses they listened on. `init()` wraps that store in a
 # `PrefixStore` named after the restart count (`TORCHELASTIC_RESTART_COUNT`), so the new workers
-# read only keys written by their own attempt, never a dead worker's address.
+# read only keys written by their own attempt, never a dead worker's address: the few lines of
+# `attempt_store()` in `course_utils/distributed/runtime.py` do it.
 #
 # ## 10 · Scaling out: the same script on many machines
 #
@@ -1943,14 +1985,17 @@ print(speed.format(cause="one possible reason, not measured here: the two ranks 
 print("(the last column is speed relative to 1 process: below 1x, a step on 2 processes takes longer)")
 
 word = speed.verdict("2 processes", "1 process", name="dist.scale.two_process_step_time")
+
 cores = threads.usable_cores()
 rank_threads = max(run["threads"] for run in runs["2 processes"])
 load = sum(loads) / len(loads) if loads else None
 free = None if load is None else max(0.0, cores - load)
 gloo_threads = res["trace"]["comm_threads"]          # gloo's worker threads that ran a rank's all-reduces in section 2
-threads_2 = 2 * (rank_threads + gloo_threads)        # the two ranks' torch threads and gloo's worker threads
+threads_2 = 2 * rank_threads                         # the two ranks' torch threads (gloo's worker threads mostly wait)
 crowded = load is not None and load >= threads.BUSY_CORES and free < threads_2   # the course's "busy", and too few cores left
-shared = free is not None and free < threads_2       # more of those threads than free cores, whatever the load
+shared = free is not None and free < threads_2       # more torch threads than free cores, whatever the load
+gloo_note = (f"plus {counted(gloo_threads, 'gloo worker thread')} per rank (counted in section 2's trace), which "
+             "mostly wait for the peer")
 grad_kib = runs["2 processes"][0]["param_bytes"] / 2**10
 batch = runs["1 process"][0]["batch"]
 one_threads = max(run["threads"] for run in runs["1 process"])
@@ -1958,19 +2003,18 @@ setting = (f"2 ranks × {rank_threads} thread{'s' * (rank_threads > 1)} against 
            f"thread{'s' * (one_threads > 1)}, on {cores} cores, " + (
                "other programs' CPU use could not be sampled" if load is None else
                f"about {load:.1f} of them used by other programs on average (sampled between the runs)"))
-turns = (f"the two ranks' {threads_2} threads ({counted(rank_threads, 'torch thread')} and "
-         f"{counted(gloo_threads, 'gloo worker thread')} each) had about {free:.1f} free cores, so they could wait "
-         "for one (this cell does not measure that wait)"
+turns = (f"the two ranks' {counted(threads_2, 'torch thread')} ({gloo_note}) had about {free:.1f} free cores, so "
+         "they could wait for one (this cell does not measure that wait)"
          if crowded else "")
 exchange = (f"two all-reduces between the two processes through loopback (the gradients' {grad_kib:.0f} KiB in "
             "the backward, and the 4-byte loss each step records), with each rank waiting for the other at both "
             "(their cost is not measured separately here)")
-why = {"slower": (f"{turns}, which alone can cost more than the half of the batch each rank saves; on top of that, "
-                  f"every step has {exchange}" if crowded else
+why = {"slower": (f"{turns}; on top of that, every step has {exchange}; together that came to more than the half of "
+                  f"the batch of {batch} each rank saves, and this cell does not split the extra time between them"
+                  if crowded else
                   f"each rank computes only half of the batch of {batch}, but every step has {exchange}"
-                  + (f", and the two ranks' {threads_2} threads ({counted(rank_threads, 'torch thread')} and "
-                     f"{counted(gloo_threads, 'gloo worker thread')} each, gloo's counted in section 2's trace) "
-                     f"shared {free:.1f} free cores" if shared else "")
+                  + (f", and the two ranks' {counted(threads_2, 'torch thread')} ({gloo_note}) shared {free:.1f} "
+                     "free cores" if shared else "")
                   + "; together that came to more than the half saved, and this cell does not split the extra time "
                   "between them"),
        "faster": f"each rank computed half of the batch of {batch}, and that saved more time than the step's exchange "
@@ -1979,10 +2023,8 @@ why = {"slower": (f"{turns}, which alone can cost more than the half of the batc
                                f"exchange roughly cancel, the medians within 5% of each other: {exchange}"
                                if speed.within_margin("2 processes", "1 process") else
                                f"the steps spread too widely to tell whether the half of the batch of {batch} each "
-                               "rank no longer computes outweighs the step's exchange (medians "
-                               f"{speed.row('1 process').median_s * 1e3:.2f} ms on 1 process and "
-                               f"{speed.row('2 processes').median_s * 1e3:.2f} ms on 2, their IQR bands overlap): "
-                               f"{exchange}") + (f" ({turns})" if crowded else "")}[word]
+                               "rank no longer computes outweighs the step's exchange "
+                               f"({speed.bands_text('2 processes', '1 process')}): {exchange}") + (f" ({turns})" if crowded else "")}[word]
 print(f"verdict on this machine: a step on 2 processes is {speed.describe('2 processes', '1 process')}.\n"
       f"Setting: {setting}.\nWhy: {why}.")
 print("What this says little about: a cluster, where each rank has a device of its own and the speed-up depends on\n"
@@ -2001,8 +2043,9 @@ assert gap < 1e-4, f"one process and two should give the same losses to float32 
 # ## Check yourself
 #
 # **Exercise 1.** Write `shard_sizes(n, world)`: how many rows each rank holds when a dimension of
-# `n` rows is sharded with `Shard(0)` over `world` ranks. Section 3's 10-row head split 5 and 5; what
-# about 10 rows over 4 ranks?
+# `n` rows is sharded with `Shard(0)` over `world` ranks. DTensor splits a dimension the way
+# `torch.chunk` does (section 4), so a rank may get fewer rows than the others, or none. Section 3's
+# 10-row head split 5 and 5; what about 10 rows over 4 ranks?
 
 # %%
 def shard_sizes(n: int, world: int) -> list[int]:

@@ -121,8 +121,8 @@ APPS.mkdir(parents=True, exist_ok=True)
 sys.path.insert(0, str(APPS))
 torch.set_grad_enabled(False)          # inference only, everywhere in this notebook
 # The course server's thread count, not torch's default (printed by session.start above): one
-# thread on a small machine, where two OpenMP threads per small decoding step fight each other and
-# the event loop; up to 4 on larger ones.
+# thread on a small machine, up to 4 on larger ones (notebook 10 says why; `python
+# tools/busy_threads.py` measures the effect on your machine).
 THREADS = default_threads()
 torch.set_num_threads(THREADS)
 model, tok = load_tiny_gpt()
@@ -390,7 +390,8 @@ def serve(requests: list[Request], kv, max_batch: int = 16, token_budget: int | 
 # Eight requests with different prompts and lengths arrive over the first steps, and at most four
 # run at once, so requests wait, join mid-flight and leave as they finish. The course's engine
 # (`course_utils.serving.core.EngineCore`, the core of the server notebook 10 ran) gets the same
-# prompts, all submitted at once (greedy outputs do not depend on when a request joins), greedy, with
+# prompts, all submitted at once (a greedy output does not depend on when its request joins, up to
+# float rounding, which could flip only a near-tie between two tokens), greedy, with
 # four rows of cache; the outputs must agree token for token. Its `step()` has this loop's shape. It
 # differs in two ways: decoding tokens and prompt chunks share **one** forward pass
 # (`course_utils.models.gpt.mixed_step` packs them together), where ours runs a pass per chunk; and
@@ -861,8 +862,9 @@ bench.record("engine.prefix.served_ttft_ratio", served_cmp["shared"].speedup("pr
 # How much of the saved prompt work reaches TTFT depends on the rest of the step: the newcomer's first
 # token comes out of the same forward pass that decodes everyone running, which no prefix cache
 # shortens. With prompts that share nothing, the cache's own work per request (printed) is what it
-# adds; a TTFT gap much larger than that, in either direction, is run-to-run variation, and the
-# verdict says which it was on this machine.
+# adds; a TTFT gap much larger than that, in either direction, is run-to-run variation. The verdict
+# says whether TTFT moved beyond the band on this machine and, where it rose, how much of the gap
+# the cache's own work explains.
 #
 # ## 5 · Chunked prefill
 #
@@ -1001,8 +1003,10 @@ print("one pass with 160 cached positions: " + ", ".join(
     f"{row.label} {row.median_s * 1e3:.3f} ms (IQR {row.iqr_s * 1e3:.3f})" for row in pass_cmp.rows))
 pass_word = pass_cmp.verdict("5 tokens", "1 token", name="engine.spec.pass_5_vs_1")
 pass_phrase = {"faster": "faster than", "slower": "slower than"}.get(pass_word, "not clearly different from")
+tie_rule = ("" if pass_word != "no clear difference" else " (the medians within 5%)"
+            if pass_cmp.within_margin("5 tokens", "1 token") else f" ({pass_cmp.bands_text('5 tokens', '1 token')})")
 print(f"5 tokens take {pass_cmp.ratio('5 tokens', '1 token'):.2f}x the time of 1 token, against 5x for five passes "
-      f"of 1 token; verdict: a pass over 5 tokens is {pass_phrase} a pass over 1")
+      f"of 1 token; verdict: a pass over 5 tokens is {pass_phrase} a pass over 1{tie_rule}")
 
 # %%
 SPEC_NEW = config.pick(64, 160)
@@ -1625,8 +1629,8 @@ print("answers per replica:", dict(served))
 bench.record("serve.ray.replicas_used", replicas_used, "replicas", clients=RAY_CLIENTS,
              requests=RAY_REQUESTS * RAY_ROUNDS)
 # One load run per round, no spread of their own: a ratio between 1/1.15 and 1.15 is called no clear difference.
-word = {"higher": "more", "lower": "fewer", "no clear difference": "no clearly different number of"}[
-    bench.band_verdict(tps[RAY_NAME], tps[COURSE_NAME], band=0.15, name="engine.ray.two_replicas_vs_one_server")]
+ray_band = bench.band_verdict(tps[RAY_NAME], tps[COURSE_NAME], band=0.15, name="engine.ray.two_replicas_vs_one_server")
+word = {"higher": "more", "lower": "fewer", "no clear difference": "no clearly different number of"}[ray_band]
 cores, replica_threads = os.cpu_count() or 2, replica_cfg.torch_threads
 # Other programs' CPU use, sampled just after the rounds (Ray's own processes are this kernel's children: not counted)
 others = other_load()
@@ -1648,6 +1652,13 @@ print(f"cores: each replica (and the single process) runs {replica_threads} torc
           "take turns with the replicas" if left >= 0.1 else
           "leaving none for the proxy, the controller and the load generator: the second replica has no core "
           "of its own here, so two replicas cannot add compute on this machine, only share it"))
+hop = ("every request to Ray also crosses Serve's HTTP proxy (one more process, and one more hop each way) on its "
+       "way to a replica, and Serve's controller runs beside them")
+print("why: " + {"higher": "the second replica decoded beside the first, which gained more than the extra process "
+                           f"cost: {hop}",
+                 "lower": f"besides the cores above, {hop}; this cell does not split the cost between these",
+                 "no clear difference": "what a second replica can add and what the extra process costs are not "
+                                        f"timed apart here, and together they came to no clear difference: {hop}"}[ray_band])
 
 # %% [markdown]
 # **A replica dies mid-run.** The next cell starts a load and, half a second in, kills one replica
@@ -1659,7 +1670,9 @@ print(f"cores: each replica (and the single process) runs {replica_threads} torc
 # replica can also be refused with an HTTP error instead of being cut mid-stream. The cell prints
 # which of these happened on this run, and how many complete answers each replica gave. Serve's controller
 # notices the death (its health checks) and starts a new replica. Because a greedy
-# request (or one with a seed) gives the same answer wherever it runs, the client can simply send a
+# request (or one with a seed) gives the same answer wherever it runs (up to float rounding, as
+# above; the cell before checked that both replicas and the course server gave the same answers),
+# the client can simply send a
 # cut-off request again: `run_load(..., retries=3)` does that, and a request counts as lost only if
 # it never gets a complete answer. The cell prints what failed and how, and asserts that nothing
 # was lost and that Serve is back to two replicas.
@@ -1808,7 +1821,7 @@ print(f"{APPS / 'tiny_gpt.yaml'}: accepted by ServeDeploySchema (Ray {ray.__vers
 #
 # | Pitfall | What you see | Fix |
 # |---|---|---|
-# | a batched step without a mask over the padding | a short sequence attends to another row's stale keys; outputs drift | mask each row to its own `cached` length |
+# | a batched step without a mask over the padding | a short sequence attends to stale keys in the padding past its own length (an earlier sequence's, or repeated blocks); outputs drift | mask each row to its own `cached` length |
 # | prefix hit on the whole prompt | no logits for the first answer token | always compute at least the last prompt token |
 # | a block hash of the block alone | two prompts with the same 16 characters at different places share wrong keys | chain the hash over everything before the block |
 # | keeping the keys of rejected drafts | later tokens attend to tokens that were never emitted | cut the cache back to the accepted length |
