@@ -122,7 +122,6 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn as nn
 from torch.profiler import ProfilerActivity, profile
-from torch.profiler._memory_profiler import _CATEGORY_TO_INDEX  # the memory timeline's columns (section 7)
 from torch.utils.checkpoint import checkpoint
 
 from course_utils import bench, config, cpu, exercises, session, threads
@@ -1615,7 +1614,6 @@ def saved_bytes(fn, x, params):
 
 
 def timeline_peak(step, x):
-    """The step's memory peak in bytes, and what the profiler says made it up: {category: bytes}."""
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
         step(x)
     path = BUILD / "memory_timeline.json"
@@ -1623,10 +1621,7 @@ def timeline_peak(step, x):
         warnings.simplefilter("ignore", FutureWarning)   # deprecated in favour of CUDA-only memory snapshots
         prof.export_memory_timeline(str(path), device="cpu")
     times, sizes = json.loads(path.read_text())
-    at_peak = max(sizes, key=sum)
-    # each row: a leading 0, then one column per category in the order of this (private) table
-    names = {i + 1: (c.name.lower() if c else "unknown") for c, i in _CATEGORY_TO_INDEX.items()}
-    return sum(at_peak), {names[i]: b for i, b in enumerate(at_peak) if b and i in names}
+    return max(sum(s) for s in sizes)
 
 
 x_ac = torch.randn(AC_BATCH, AC_WIDTH)
@@ -1643,8 +1638,7 @@ for label, use in (("plain", False), ("checkpointed", True)):
             p.grad = None
 
     step(x_ac)                                           # compile
-    peak, peak_split = timeline_peak(step, x_ac)
-    ac[label] = {"saved": saved_bytes(compiled, x_ac, list(model.parameters())), "peak": peak, "split": peak_split,
+    ac[label] = {"saved": saved_bytes(compiled, x_ac, list(model.parameters())), "peak": timeline_peak(step, x_ac),
                  "step": step}
     for p in model.parameters():
         p.grad = None
@@ -1656,8 +1650,6 @@ for label, v in ac.items():
     print(f"{label:>12}: activations saved for backward {v['saved']['activations'] / 2**20:6.2f} MiB (and "
           f"{v['saved']['parameters'] / 2**20:.2f} MiB of parameters, saved by reference: no extra memory), "
           f"timeline peak {v['peak'] / 2**20:6.2f} MiB")
-    print(f"{'':>12}  at that peak: " + ", ".join(f"{what} {b / 2**20:.2f}" for what, b in
-                                                  sorted(v["split"].items(), key=lambda kv: -kv[1])) + " MiB")
 print(cmp_ac)
 step_word = cmp_ac.verdict("checkpointed", "plain", name="dist.ac.checkpointed_step_time")
 saved_less_mib = (ac["plain"]["saved"]["activations"] - ac["checkpointed"]["saved"]["activations"]) / 2**20
@@ -1689,9 +1681,9 @@ assert ac["checkpointed"]["saved"]["parameters"] > ac["plain"]["saved"]["paramet
 # asserted): each block's forward runs again during the backward pass and needs all its weights
 # then, and its first Linear's bias to rebuild GELU's input (the second Linear's bias is never
 # needed), while the plain backward never needs the model's very first weight (block 0's first
-# Linear, whose input is the data), since that input needs no gradient. The step's overall peak
-# holds more than activations (the line under each peak splits it by the profiler's categories), so
-# its saving need not match the activations' saving; the verdict above says whether the peak moved
+# Linear, whose input is the data), since that input needs no gradient. The step's overall peak is
+# larger than the activations it saves (both printed above), so it holds other memory too, and its
+# saving need not match the activations' saving; the verdict above says whether the peak moved
 # beyond a 10% band on this machine. The
 # profiler may print warnings under the cell: one about a memory block allocated before profiling
 # started (a block allocated before the profile and freed during it has a size the profiler never
