@@ -307,13 +307,13 @@ class Comparison:
 
     def bands_text(self, label: str, against: str | None = None) -> str:
         """Return the two interquartile bands ``verdict`` compares (median ± IQR/2, in ms) and whether
-        they overlap, e.g. "median ± IQR/2: a 2.510-3.320 ms, b 3.290-7.180 ms (overlapping)"."""
+        they overlap, e.g. "median ± IQR/2: a 2.510-3.320 ms, b 3.290-7.180 ms; the bands overlap"."""
         other = against or self.baseline
         a, b = self.row(label), self.row(other)
         (a_lo, a_hi), (b_lo, b_hi) = ((r.median_s - r.iqr_s / 2, r.median_s + r.iqr_s / 2) for r in (a, b))
         overlap = a_lo <= b_hi and b_lo <= a_hi
         return (f"median ± IQR/2: {label} {a_lo * 1e3:.3f}-{a_hi * 1e3:.3f} ms, {other} {b_lo * 1e3:.3f}-"
-                f"{b_hi * 1e3:.3f} ms ({'overlapping' if overlap else 'apart'})")
+                f"{b_hi * 1e3:.3f} ms; the bands {'overlap' if overlap else 'are apart'}")
 
     def within_margin(self, label: str, against: str | None = None) -> bool:
         """True when ``label``'s median is within ``VERDICT_MARGIN`` (5%) of ``against``'s (default: the

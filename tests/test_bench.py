@@ -133,8 +133,8 @@ def _two(a_med: float, a_iqr: float, b_med: float, b_iqr: float) -> "bench.Compa
 
 def test_bands_text_names_the_bands_the_verdict_compares():
     assert _two(1.0, 0.8, 1.3, 0.8).bands_text("a") == (
-        "median ± IQR/2: a 600.000-1400.000 ms, b 900.000-1700.000 ms (overlapping)")
-    assert _two(1.0, 0.1, 2.0, 0.1).bands_text("a", "b").endswith("(apart)")
+        "median ± IQR/2: a 600.000-1400.000 ms, b 900.000-1700.000 ms; the bands overlap")
+    assert _two(1.0, 0.1, 2.0, 0.1).bands_text("a", "b").endswith("; the bands are apart")
     assert _two(1.0, 0.1, 2.0, 0.1).bands_text("b", "a").startswith("median ± IQR/2: b 1950.000-2050.000 ms")
 
 

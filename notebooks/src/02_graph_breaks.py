@@ -1125,7 +1125,7 @@ for name, r in switch_table.items():
     if r["reason"]:
         print(f"  {name}'s break in branch_on_size: {r['reason']}")
 print("branch_on_size's graphs by the call that compiled them (their input's shape as traced: a number is a fixed "
-      "size, s.. a dynamic size, u.. an unbacked one; - for none):")
+      "size, s.. a dynamic size, u.. an unbacked one; -: no new graph, an earlier one was reused):")
 for name, r in switch_table.items():
     print(f"  {name:<22}" + "   ".join(f"{n}: {' '.join(shapes) or '-'}" for n, shapes in r["branch_graphs"].items()))
 assert switch_table["mark_dynamic"]["sin"] == 3                # 8 (then dynamic), 1 and 0 apart
@@ -1163,11 +1163,14 @@ if not differs and not refused:
 # the lines under the table show where each graph came from. An unbacked size has no value the
 # compiler could guard on, so the `if` cannot be decided while tracing and splits the graph (the
 # reason printed names the comparison it could not decide). The first graph, up to the break, keeps
-# the unbacked size; the code after the break is compiled on its own, with ordinary sizes: fixed
-# at the first length, then at 1 and 0, and dynamic once a length changes (the cell asserts the
-# graphs fixed at 1 and 0). A backed size, oblivious or not, is guarded on (here on which side of
-# the comparison it lies), so the first length on the other side compiles a graph of its own, with
-# the size still dynamic (asserted for `backed_size_oblivious` at 1).
+# the unbacked size; the code after the break is compiled on its own, with ordinary sizes: fixed at
+# the first length (8), fixed again at 1 and at 0 (sizes the compiler always specialises), and
+# dynamic from the first other length (16) (the cell asserts the graphs fixed at 1 and 0). A backed
+# size is guarded on (here on which side of the comparison it lies). Under `mark_dynamic` the
+# lengths on the other side are 1 and 0, which get fixed graphs of their own anyway, so the `if`
+# adds none (3 graphs, as for `scaled_sin`). Under `backed_size_oblivious` a size of 1 is nothing
+# special, so the first length on the other side (1) compiles one more graph with the size still
+# dynamic, and 0 reuses it (asserted at 1).
 #
 # So `mark_dynamic` (or automatic dynamic) is the safe choice. A one-graph switch is worth it where
 # a compile at the first lone request is too slow for you (notebook 01 times compiles), the code

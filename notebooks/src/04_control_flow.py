@@ -1210,7 +1210,7 @@ for n in SIZES:
     same = (f"both allocate {counted(buffers['compiled cond'], 'fresh buffer')}, and cond runs "
             f"{counted(more, 'more kernel')}"
             + (f" and makes {passes_text(more_passes, 'more')}" if more_passes else "")
-            + f" over memory it already has (an in-place pass took {pass_ms:.2f} ms here)")
+            + f", all over memory it already has (an in-place pass took {pass_ms:.2f} ms here)")
     cond_word = t.verdict("compiled cond", "compiled, Python if")
     short = tables[min(SIZES)]  # what one graph instead of two saved per call on the short vector
     short_gap_ms = (short.row("compiled, Python if").median_s - short.row("compiled cond").median_s) * 1e3
@@ -1235,8 +1235,8 @@ for n in SIZES:
     # scaled whichever branch applies
     if_row = t.row("compiled, Python if")
     saved_ms = (if_row.median_s - where_row.median_s) * 1e3
-    fewer = (f"where allocates {counted(buffers['compiled, Python if'] - buffers['compiled where'], 'fresh buffer')} "
-             f"fewer and computes the norm once ({norms['compiled, Python if']} times in the if's two graphs, which "
+    fewer = (f"where allocates {counted(buffers['compiled, Python if'] - buffers['compiled where'], 'fewer fresh buffer')}"
+             f" and computes the norm once ({norms['compiled, Python if']} times in the if's two graphs, which "
              "cannot share it)" + (f", making {passes_text(passes['compiled, Python if'] - passes['compiled where'], 'fewer')}"
                                    if passes_text(1) else ""))
     where_if_word = t.verdict("compiled where", "compiled, Python if")

@@ -1238,16 +1238,17 @@ else:
                     "ranges overlap (and so do those of the sending side's CPU per token)")
                  + f", so {IV_RUNS} runs each do not settle it: rerun the cell, or raise IV_RUNS"))
     else:
-        overlapping = [said for what, said in ((SENDING, "the sending side's CPU per token"), ("rows", "the rows per pass"))
-                       if ranges_overlap(*runs[what])]
+        overlapping = [(said, question) for what, said, question in (
+            (SENDING, "the sending side's CPU per token", "whether the sending side's CPU per token fell"),
+            ("rows", "the rows per pass", "whether the batch grew")) if ranges_overlap(*runs[what])]
         print("what this run shows: the sending side spent less CPU per token"
               + (" by the medians" if ranges_overlap(*runs[SENDING]) else "")
               + ", but the batch " + ("held fewer rows by the medians" if words["rows"] == "lower"
                                       else "did not clearly grow")
               + f" (tokens/s: {words['tokens/s']}): these runs do not show the sending side's work per chunk "
-              "limiting the batch" + (f"; the two intervals' ranges overlap for {' and for '.join(overlapping)}, so "
-                                      f"{IV_RUNS} runs each do not settle {'it' if len(overlapping) == 1 else 'them'}"
-                                      if overlapping else ""))
+              "limiting the batch" + (f"; the two intervals' ranges overlap for {' and for '.join(o for o, _ in overlapping)}"
+                                      f", so {IV_RUNS} runs each do not settle "
+                                      + " or ".join(q for _, q in overlapping) if overlapping else ""))
 
 # %% [markdown]
 # ## Compiling the model inside the server

@@ -113,6 +113,7 @@ else:
 # %%
 import json
 import os
+import re
 import statistics
 import warnings
 
@@ -1292,7 +1293,8 @@ bench.record("dist.tp.max_abs_diff", tp_diff, "abs", world=tp["world"], width=64
 # ranks, which two processes cannot show. The same job takes `--dp 2` on four ranks (each group of
 # two then trains on its half of the batch, and the result is compared with one process the same
 # way). The cell below prints the command (run it from the `notebooks/` folder) and, in full mode,
-# runs it: four processes of one thread each, which a 2-core laptop runs too, just slower. Look at
+# runs it: four processes of one thread each, which a 2-core laptop runs too (the four take turns
+# on its cores). Look at
 # three things in its output. The placements now have two entries, dp first; where FSDP and tp split
 # a parameter along the same dimension, FSDP's part shows as `_StridedShard`. The cell counts two
 # warnings torch may print here: FSDP2's about a module that returned a view (an in-place change of
@@ -1312,10 +1314,10 @@ else:
     print(mesh_line(tp2d["mesh"]) + " (each row is one tp group, each column one dp group)")
     for name, q in tp2d["placements"].items():
         print(f"{name:>12}: {q['placements']:<44} global {q['global_shape']}, each rank holds {q['local_shape']}")
-    view_warnings = sum("returned a view tensor" in line for line in tp2d_job.lines)
-    gather_notes = sum("sequential all_gather" in line for line in tp2d_job.lines)
-    print(f"FSDP2's 'returned a view tensor' warning: printed {counted(view_warnings, 'time')}; DTensor's "
-          f"'sequential all_gather' note: printed {counted(gather_notes, 'time')} (the output's other lines are hidden)")
+    for what, marker in (("FSDP2's warning", "returned a view tensor"), ("DTensor's note", "sequential all_gather")):
+        seen = [line for line in tp2d_job.lines if marker in line]
+        text = re.sub(r"^.*?(UserWarning: |\] )", "", seen[0], count=1) if seen else ""
+        print(f"{what}, printed {counted(len(seen), 'time')} (once per rank)" + (f': "{text[:150]}..."' if seen else ""))
     print(f"against one process: output differs by {tp2d['out_max_abs_diff']:.1e}, gradients by "
           f"{tp2d['grad_max_abs_diff']:.1e}")
     assert tp2d["mesh"]["dims"] == {"dp": 2, "tp": 2}
@@ -1646,6 +1648,8 @@ for label, use in (("plain", False), ("checkpointed", True)):
 # Each step already ran three times above (compile, saved bytes, memory timeline): one more warm-up is enough.
 # A full step can outlast a round's timing budget, so each round gives about one timing: several rounds.
 cmp_ac = bench.compare({label: v["step"] for label, v in ac.items()}, x_ac, rounds=config.pick(3, 5), warmup=1)
+print(f"the model's weights: {sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20:.2f} MiB "
+      "(and their gradients as much again, once the backward pass has made them)")
 for label, v in ac.items():
     print(f"{label:>12}: activations saved for backward {v['saved']['activations'] / 2**20:6.2f} MiB (and "
           f"{v['saved']['parameters'] / 2**20:.2f} MiB of parameters, saved by reference: no extra memory), "
@@ -1682,9 +1686,10 @@ assert ac["checkpointed"]["saved"]["parameters"] > ac["plain"]["saved"]["paramet
 # then, and its first Linear's bias to rebuild GELU's input (the second Linear's bias is never
 # needed), while the plain backward never needs the model's very first weight (block 0's first
 # Linear, whose input is the data), since that input needs no gradient. The step's overall peak is
-# larger than the activations it saves (both printed above), so it holds other memory too, and its
-# saving need not match the activations' saving; the verdict above says whether the peak moved
-# beyond a 10% band on this machine. The
+# larger than the activations it saves (both printed above): it also holds the weights and, by the
+# end of the backward pass, their gradients (the weights' size is printed too), so its saving need
+# not match the activations' saving; the verdict above says whether the peak moved beyond a 10%
+# band on this machine. The
 # profiler may print warnings under the cell: one about a memory block allocated before profiling
 # started (a block allocated before the profile and freed during it has a size the profiler never
 # saw, so it leaves that one event out), and on some runs one that names a Python call the profiler
@@ -1986,8 +1991,8 @@ gloo_threads = res["trace"]["comm_threads"]          # gloo's worker threads tha
 threads_2 = 2 * rank_threads                         # the two ranks' torch threads (gloo's worker threads mostly wait)
 crowded = load is not None and load >= threads.BUSY_CORES and free < threads_2   # the course's "busy", and too few cores left
 shared = free is not None and free < threads_2       # more torch threads than free cores, whatever the load
-gloo_note = (f"plus {counted(gloo_threads, 'gloo worker thread')} per rank (counted in section 2's trace), which "
-             "mostly wait for the peer")
+gloo_note = (f"each rank also runs {counted(gloo_threads, 'gloo worker thread')}, counted in section 2's trace, "
+             "which mostly wait for the peer")
 grad_kib = runs["2 processes"][0]["param_bytes"] / 2**10
 batch = runs["1 process"][0]["batch"]
 one_threads = max(run["threads"] for run in runs["1 process"])
@@ -1995,8 +2000,8 @@ setting = (f"2 ranks × {rank_threads} thread{'s' * (rank_threads > 1)} against 
            f"thread{'s' * (one_threads > 1)}, on {cores} cores, " + (
                "other programs' CPU use could not be sampled" if load is None else
                f"about {load:.1f} of them used by other programs on average (sampled between the runs)"))
-turns = (f"the two ranks' {counted(threads_2, 'torch thread')} ({gloo_note}) had about {free:.1f} free cores, so "
-         "they could wait for one (this cell does not measure that wait)"
+turns = (f"the two ranks' {counted(threads_2, 'torch thread')} had about {free:.1f} free cores between them, so "
+         f"they could wait for one ({gloo_note}; this cell does not measure that wait)"
          if crowded else "")
 exchange = (f"two all-reduces between the two processes through loopback (the gradients' {grad_kib:.0f} KiB in "
             "the backward, and the 4-byte loss each step records), with each rank waiting for the other at both "
@@ -2005,8 +2010,8 @@ why = {"slower": (f"{turns}; on top of that, every step has {exchange}; together
                   f"the batch of {batch} each rank saves, and this cell does not split the extra time between them"
                   if crowded else
                   f"each rank computes only half of the batch of {batch}, but every step has {exchange}"
-                  + (f", and the two ranks' {counted(threads_2, 'torch thread')} ({gloo_note}) shared {free:.1f} "
-                     "free cores" if shared else "")
+                  + (f", and the two ranks' {counted(threads_2, 'torch thread')} shared {free:.1f} free cores "
+                     f"({gloo_note})" if shared else "")
                   + "; together that came to more than the half saved, and this cell does not split the extra time "
                   "between them"),
        "faster": f"each rank computed half of the batch of {batch}, and that saved more time than the step's exchange "
