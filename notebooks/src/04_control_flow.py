@@ -310,11 +310,13 @@ print("exports in both modes; the exported program is right on both branches")
 #
 # ### The predicate
 #
-# A one-element tensor or a Python `bool`. A bool (say, from a shape test) is just an `if`: eager
-# `cond` runs the branch it picks without tracing or checking either one, and `torch.export` keeps
-# only that branch (the cell counts the `cond` nodes in each export). Only a tensor keeps both
-# branches in the graph. A tensor with more than one element is refused, just as Python's `if`
-# refuses to turn one into a bool:
+# A one-element tensor or a Python `bool`. A bool (say, from a test on a fixed shape) is just an
+# `if`: eager `cond` runs the branch it picks without tracing or checking either one, and
+# `torch.export` keeps only that branch (the cell counts the `cond` nodes in each export). A tensor
+# keeps both branches in the graph, and so does a shape test on a dimension exported as dynamic
+# (section 3 exports with `dynamic_shapes`): there the test is a symbolic bool, decided at run time.
+# A tensor with more than one element is refused, just as Python's `if` refuses to turn one into a
+# bool:
 
 # %%
 h = torch.randn(4, 3)
@@ -335,11 +337,13 @@ class PickByShape(nn.Module):
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # export warns that a Python-bool predicate specialises
     cond_nodes = {name: sum(node.target is torch.ops.higher_order.cond
-                            for node in torch.export.export(module(), (h,)).graph.nodes)
-                  for name, module in (("tensor", PickByValue), ("bool", PickByShape))}
+                            for node in torch.export.export(module(), (h,), dynamic_shapes=dims).graph.nodes)
+                  for name, module, dims in (("tensor", PickByValue, None), ("bool", PickByShape, None),
+                                             ("symbolic", PickByShape, {"h": {0: torch.export.Dim("rows", min=2)}}))}
 print(f"cond nodes in the exported graph: tensor predicate {cond_nodes['tensor']}, Python-bool predicate "
-      f"{cond_nodes['bool']} (only the branch it picked is left)")
-assert cond_nodes == {"tensor": 1, "bool": 0}
+      f"{cond_nodes['bool']} (only the branch it picked is left), the same shape test with the rows exported as "
+      f"dynamic {cond_nodes['symbolic']}")
+assert cond_nodes == {"tensor": 1, "bool": 0, "symbolic": 1}
 # with a bool, eager cond checks nothing: this true branch hands back its input (the aliasing rule
 # below) and the false branch returns another shape, yet the call goes through
 unchecked = torch.cond(True, lambda t: t, lambda t: t.sum(), (h,))
@@ -1111,6 +1115,12 @@ assert runs["compiled cond"] > runs["compiled, Python if"] > runs["compiled wher
 assert norms["compiled where"] == 1 < norms["compiled, Python if"] == norms["compiled cond"], norms  # no reuse across
 if all(passes.values()):
     assert passes["compiled cond"] > passes["compiled, Python if"] > passes["compiled where"], passes
+reads_back = {name: sum(src.count(".item()") for src in sources) for name, sources in generated.items()}
+print(f".item() calls in the generated code (a value read back to pick a branch): compiled cond "
+      f"{reads_back['compiled cond']}, compiled where {reads_back['compiled where']}; compiled, Python if "
+      f"{reads_back['compiled, Python if']}: its `if` is the graph break, so Python reads the predicate between "
+      "its two graphs")
+assert reads_back["compiled where"] == 0 < reads_back["compiled cond"]
 
 wrapper = generated["compiled cond"][0].splitlines()
 start = next((i for i, line in enumerate(wrapper) if ".item()" in line), None)
@@ -1221,7 +1231,9 @@ for n in SIZES:
                                        "; the two medians are inside the timing spread"),
         "slower": (f"{same}; its extra {d_ms:.2f} ms is {d_ms / pass_ms:.1f} in-place passes' time"
                    + ((f", more than its {passes_text(more_passes, 'extra')} explain, so the rest is outside these "
-                       f"counts ({outside_counts(t)})" if d_ms / pass_ms > 2 * more_passes else "") if more_passes else
+                       f"counts ({outside_counts(t)})" if d_ms / pass_ms > 2 * more_passes else
+                       f", within what its {passes_text(more_passes, 'extra')} could take (the cell calls a gap "
+                       "unexplained beyond twice their count)") if more_passes else
                       " (this torch's passes were not counted, so the cell cannot set that against them)")
                    + rough(t, "compiled cond", "compiled, Python if")),
         "faster": (f"{same}, yet cond was faster by {-d_ms:.2f} ms"
@@ -1245,10 +1257,10 @@ for n in SIZES:
                   + rough(t, "compiled where", "compiled, Python if"),
         "no clear difference": f"{fewer}, yet " + ("the medians are within 5%" if t.within_margin(
             "compiled where", "compiled, Python if") else "the difference stayed inside the timing spread")
-            + "; where also scales every element whichever branch applies, which this cell does not time apart"
-            + rough(t, "compiled where", "compiled, Python if"),
-        "slower": f"{fewer}, yet where was slower; it scales every element whichever branch applies, which this cell "
-                  f"does not time apart, so what decided is outside these counts ({outside_counts(t)})"
+            + "; the counts weigh buffers and passes, not the arithmetic inside each loop, and this cell does not "
+              f"time that apart ({outside_counts(t)})" + rough(t, "compiled where", "compiled, Python if"),
+        "slower": f"{fewer}, yet where was slower; the counts weigh buffers and passes, not the arithmetic inside each "
+                  f"loop, so what decided is outside these counts ({outside_counts(t)})"
                   + rough(t, "compiled where", "compiled, Python if"),
     }[where_if_word]
     print(f"  compiled where is {t.describe('compiled where', 'compiled, Python if')}\n"
@@ -1273,8 +1285,9 @@ for n in SIZES:
 #   norm twice (counted above), since the branch cannot reuse the value from the graph before it. The
 #   graph-break version fuses the taken branch with the code after it, so it runs fewer kernels and
 #   passes than `cond` but allocates as many new buffers (all counted above); `where` allocates the
-#   fewest and makes the fewest passes, though its one loop scales every element whichever branch
-#   applies. A new buffer can cost more than the
+#   fewest and makes the fewest passes (its one kernel loops twice: once for the norm, once for the
+#   output). On the unchanged branch it would still compute the scaled values and throw them away
+#   (see "When `where` does not pay"). A new buffer can cost more than the
 #   bytes written into it: a large one comes fresh from the operating system, which supplies each
 #   page of it when it is first written. That is why the cell times a copy into fresh memory beside
 #   an in-place pass. The lines under the long vector set each version's time beside its counts, in
@@ -1305,8 +1318,8 @@ for n in SIZES:
 # (found from an earlier run, so no code generation or C++ build), *miss* (compiled now and stored,
 # so the next run of the notebook finds it) or *bypass* (not stored, so every run generates its code
 # again, though the C++ builds of its kernels may still be found on disk; for `cond`'s graph, torch
-# 2.14's cache check refuses graphs that hold a `cond`, its source says, and the bypass events above
-# show it). The lines under the tables say, for
+# 2.14's cache check refuses graphs that hold a `cond`, its source says; the bypass events above show
+# that it was not stored). The lines under the tables say, for
 # each version, what a second run can expect from it.
 #
 # ### Where `cond` does not help
