@@ -1136,8 +1136,11 @@ assert switch_table["mark_unbacked"]["breaks"] == 1            # no value to gua
 assert all(r["branch"] > 1 for r in switch_table.values())     # an `if` on the size: never one graph
 after_break = switch_table["mark_unbacked"]["branch_graphs"]   # the code after the break has ordinary sizes
 assert "(1,)" in after_break[1] and "(0,)" in after_break[0]  # ... which are fixed at 1 and 0 again
+assert "(8,)" in after_break[8] and after_break[16][0].startswith("(s")   # fixed at first, dynamic from 16
+assert switch_table["mark_dynamic"]["branch"] == switch_table["mark_dynamic"]["sin"]   # the `if` adds no graph
 at_one_oblivious = switch_table["backed_size_oblivious"]["branch_graphs"][1]
 assert at_one_oblivious and "(1,)" not in at_one_oblivious     # a new graph at 1, for the other side of the `if`
+assert switch_table["backed_size_oblivious"]["branch_graphs"][0] == []   # ... which 0 reuses
 differs = [name for name, r in switch_table.items() if isinstance(r["at_one"], tuple) and r["at_one"] != eager_at_one]
 refused = [name for name, r in switch_table.items() if not isinstance(r["at_one"], tuple)]
 if differs:
@@ -1164,13 +1167,13 @@ if not differs and not refused:
 # compiler could guard on, so the `if` cannot be decided while tracing and splits the graph (the
 # reason printed names the comparison it could not decide). The first graph, up to the break, keeps
 # the unbacked size; the code after the break is compiled on its own, with ordinary sizes: fixed at
-# the first length (8), fixed again at 1 and at 0 (sizes the compiler always specialises), and
-# dynamic from the first other length (16) (the cell asserts the graphs fixed at 1 and 0). A backed
-# size is guarded on (here on which side of the comparison it lies). Under `mark_dynamic` the
+# the first length (8), fixed again at 1 and at 0 (an ordinary size of 0 or 1 always gets a graph of
+# its own), and dynamic from 16, the first length that is neither 8 nor 0 or 1 (all asserted). A
+# backed size is guarded on (here on which side of the comparison it lies). Under `mark_dynamic` the
 # lengths on the other side are 1 and 0, which get fixed graphs of their own anyway, so the `if`
-# adds none (3 graphs, as for `scaled_sin`). Under `backed_size_oblivious` a size of 1 is nothing
-# special, so the first length on the other side (1) compiles one more graph with the size still
-# dynamic, and 0 reuses it (asserted at 1).
+# adds none: as many graphs as for `scaled_sin` (asserted). Under `backed_size_oblivious` a size of
+# 1 is nothing special, so the first length on the other side (1) compiles one more graph with the
+# size still dynamic, and 0 reuses it (both asserted).
 #
 # So `mark_dynamic` (or automatic dynamic) is the safe choice. A one-graph switch is worth it where
 # a compile at the first lone request is too slow for you (notebook 01 times compiles), the code

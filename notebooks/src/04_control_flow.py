@@ -314,7 +314,8 @@ print("exports in both modes; the exported program is right on both branches")
 # `if`: eager `cond` runs the branch it picks without tracing or checking either one, and
 # `torch.export` keeps only that branch (the cell counts the `cond` nodes in each export). A tensor
 # keeps both branches in the graph, and so does a shape test on a dimension exported as dynamic
-# (section 3 exports with `dynamic_shapes`): there the test is a symbolic bool, decided at run time.
+# (notebook 06 covers `dynamic_shapes`; here `Dim("rows", min=2)` lets the rows be any number from 2
+# up): there the test is a symbolic bool, decided at run time.
 # A tensor with more than one element is refused, just as Python's `if` refuses to turn one into a
 # bool:
 
@@ -1120,7 +1121,7 @@ print(f".item() calls in the generated code (a value read back to pick a branch)
       f"{reads_back['compiled cond']}, compiled where {reads_back['compiled where']}; compiled, Python if "
       f"{reads_back['compiled, Python if']}: its `if` is the graph break, so Python reads the predicate between "
       "its two graphs")
-assert reads_back["compiled where"] == 0 < reads_back["compiled cond"]
+assert reads_back["compiled where"] == reads_back["compiled, Python if"] == 0 < reads_back["compiled cond"]
 
 wrapper = generated["compiled cond"][0].splitlines()
 start = next((i for i, line in enumerate(wrapper) if ".item()" in line), None)
@@ -1232,8 +1233,8 @@ for n in SIZES:
         "slower": (f"{same}; its extra {d_ms:.2f} ms is {d_ms / pass_ms:.1f} in-place passes' time"
                    + ((f", more than its {passes_text(more_passes, 'extra')} explain, so the rest is outside these "
                        f"counts ({outside_counts(t)})" if d_ms / pass_ms > 2 * more_passes else
-                       f", within what its {passes_text(more_passes, 'extra')} could take (the cell calls a gap "
-                       "unexplained beyond twice their count)") if more_passes else
+                       f", within what its {passes_text(more_passes, 'extra')} could take (the cell would call the gap "
+                       f"unexplained above {2 * more_passes} in-place passes' time, twice their count)") if more_passes else
                       " (this torch's passes were not counted, so the cell cannot set that against them)")
                    + rough(t, "compiled cond", "compiled, Python if")),
         "faster": (f"{same}, yet cond was faster by {-d_ms:.2f} ms"
@@ -1257,9 +1258,10 @@ for n in SIZES:
                   + rough(t, "compiled where", "compiled, Python if"),
         "no clear difference": f"{fewer}, yet " + ("the medians are within 5%" if t.within_margin(
             "compiled where", "compiled, Python if") else "the difference stayed inside the timing spread")
-            + "; the counts weigh buffers and passes, not the arithmetic inside each loop, and this cell does not "
-              f"time that apart ({outside_counts(t)})" + rough(t, "compiled where", "compiled, Python if"),
-        "slower": f"{fewer}, yet where was slower; the counts weigh buffers and passes, not the arithmetic inside each "
+            + "; the counts cover buffers and passes, not the arithmetic inside each loop, which this cell does not time"
+            + (f"; {t.load_note()}, which can also blur a gap this size: rerun when quiet" if t.load_note() else "")
+            + rough(t, "compiled where", "compiled, Python if"),
+        "slower": f"{fewer}, yet where was slower; the counts cover buffers and passes, not the arithmetic inside each "
                   f"loop, so what decided is outside these counts ({outside_counts(t)})"
                   + rough(t, "compiled where", "compiled, Python if"),
     }[where_if_word]
@@ -1274,8 +1276,9 @@ for n in SIZES:
 #   version runs two compiled graphs, checks two sets of guards and returns to Python in between,
 #   but launches one kernel per graph (counted above). The `cond` version makes one call into one
 #   graph, but that graph holds more kernels (counted above: those around the branch and one in each
-#   branch), of which the untaken branch's does not run, and, like the `if`, it reads the predicate
-#   back (`.item()`, shown above) to pick a branch. Which total is smaller depends on the machine,
+#   branch), of which the untaken branch's does not run, and, as the `if` does in Python between its
+#   two graphs, it reads the predicate
+#   back (`.item()`, counted above) to pick a branch. Which total is smaller depends on the machine,
 #   and on a busy one the gap can drown in noise: compare it with the IQR column before you believe
 #   it. `where` has neither cost: one graph, one kernel (counted above), nothing read back.
 # - **Long vectors: fresh buffers and passes over memory.** Inductor compiles each branch of a `cond`
@@ -1286,7 +1289,8 @@ for n in SIZES:
 #   graph-break version fuses the taken branch with the code after it, so it runs fewer kernels and
 #   passes than `cond` but allocates as many new buffers (all counted above); `where` allocates the
 #   fewest and makes the fewest passes (its one kernel loops twice: once for the norm, once for the
-#   output). On the unchanged branch it would still compute the scaled values and throw them away
+#   output). When `h` is short enough to pass through unchanged, it would still compute the scaled
+#   values and throw them away
 #   (see "When `where` does not pay"). A new buffer can cost more than the
 #   bytes written into it: a large one comes fresh from the operating system, which supplies each
 #   page of it when it is first written. That is why the cell times a copy into fresh memory beside

@@ -1126,7 +1126,7 @@ print(f"the same eager call in the per-sample table above: {eager_before.median_
 c_speedup = compile_table.speedup("compiled vmap(grad)")
 saved_s = compile_table.row("eager vmap(grad)").median_s - compile_table.row("compiled vmap(grad)").median_s
 compiled_said = compile_table.describe("compiled vmap(grad)", "eager vmap(grad)", name="func.compile.compiled_vs_eager")
-print(f"\ncompiled is {compiled_said} at batch {PSG_BATCH}" + (" (rough: see the line above)" if moved else ""))
+print(f"\ncompiled is {compiled_said} at batch {PSG_BATCH}" + (" (rough: see the eager line above)" if moved else ""))
 compile_word = compile_table.verdict("compiled vmap(grad)", "eager vmap(grad)")
 payback = {"faster": "pays", "no clear difference": "cannot say", "slower": "does not pay"}[compile_word]
 bench.record_verdict("func.compile.payback", payback, compile_s=round(compile_s, 3))

@@ -115,6 +115,7 @@ import json
 import os
 import re
 import statistics
+import textwrap
 import warnings
 
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")   # keep the profiler's start/stop lines out of the output
@@ -1316,8 +1317,10 @@ else:
         print(f"{name:>12}: {q['placements']:<44} global {q['global_shape']}, each rank holds {q['local_shape']}")
     for what, marker in (("FSDP2's warning", "returned a view tensor"), ("DTensor's note", "sequential all_gather")):
         seen = [line for line in tp2d_job.lines if marker in line]
+        ranks = {found.group(1) for line in seen if (found := re.match(r"\[rank(\d+)\]", line))}
         text = re.sub(r"^.*?(UserWarning: |\] )", "", seen[0], count=1) if seen else ""
-        print(f"{what}, printed {counted(len(seen), 'time')} (once per rank)" + (f': "{text[:150]}..."' if seen else ""))
+        print(f"{what}, printed {counted(len(seen), 'time')}" + (f" (by {counted(len(ranks), 'rank')})" if ranks else "")
+              + (f':\n    "{textwrap.shorten(text, 360, placeholder=" [...]")}"' if seen else ""))
     print(f"against one process: output differs by {tp2d['out_max_abs_diff']:.1e}, gradients by "
           f"{tp2d['grad_max_abs_diff']:.1e}")
     assert tp2d["mesh"]["dims"] == {"dp": 2, "tp": 2}
@@ -1648,12 +1651,15 @@ for label, use in (("plain", False), ("checkpointed", True)):
 # Each step already ran three times above (compile, saved bytes, memory timeline): one more warm-up is enough.
 # A full step can outlast a round's timing budget, so each round gives about one timing: several rounds.
 cmp_ac = bench.compare({label: v["step"] for label, v in ac.items()}, x_ac, rounds=config.pick(3, 5), warmup=1)
-print(f"the model's weights: {sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20:.2f} MiB "
-      "(and their gradients as much again, once the backward pass has made them)")
+weights_mib = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
+print(f"the model's weights: {weights_mib:.2f} MiB (and their gradients as much again, once the backward pass has "
+      "made them)")
 for label, v in ac.items():
+    rest_mib = v["peak"] / 2**20 - 2 * weights_mib - v["saved"]["activations"] / 2**20
     print(f"{label:>12}: activations saved for backward {v['saved']['activations'] / 2**20:6.2f} MiB (and "
           f"{v['saved']['parameters'] / 2**20:.2f} MiB of parameters, saved by reference: no extra memory), "
-          f"timeline peak {v['peak'] / 2**20:6.2f} MiB")
+          f"timeline peak {v['peak'] / 2**20:6.2f} MiB; the peak less the weights, their gradients and the saved "
+          f"activations: {rest_mib:.2f} MiB, which this cell does not split")
 print(cmp_ac)
 step_word = cmp_ac.verdict("checkpointed", "plain", name="dist.ac.checkpointed_step_time")
 saved_less_mib = (ac["plain"]["saved"]["activations"] - ac["checkpointed"]["saved"]["activations"]) / 2**20
@@ -1687,9 +1693,12 @@ assert ac["checkpointed"]["saved"]["parameters"] > ac["plain"]["saved"]["paramet
 # needed), while the plain backward never needs the model's very first weight (block 0's first
 # Linear, whose input is the data), since that input needs no gradient. The step's overall peak is
 # larger than the activations it saves (both printed above): it also holds the weights and, by the
-# end of the backward pass, their gradients (the weights' size is printed too), so its saving need
-# not match the activations' saving; the verdict above says whether the peak moved beyond a 10%
-# band on this machine. The
+# end of the backward pass, their gradients (the weights' size is printed too). Those are the same
+# in both steps, so they do not explain why the peak moved less than the saved activations. A peak
+# is one moment of the step, and what else is alive then (temporaries, the gradients made so far,
+# and in the checkpointed step the activations its backward recomputes) is the remainder each line
+# prints, which this cell does not split; the verdict above says whether the peak moved beyond a
+# 10% band on this machine. The
 # profiler may print warnings under the cell: one about a memory block allocated before profiling
 # started (a block allocated before the profile and freed during it has a size the profiler never
 # saw, so it leaves that one event out), and on some runs one that names a Python call the profiler
@@ -1991,8 +2000,8 @@ gloo_threads = res["trace"]["comm_threads"]          # gloo's worker threads tha
 threads_2 = 2 * rank_threads                         # the two ranks' torch threads (gloo's worker threads mostly wait)
 crowded = load is not None and load >= threads.BUSY_CORES and free < threads_2   # the course's "busy", and too few cores left
 shared = free is not None and free < threads_2       # more torch threads than free cores, whatever the load
-gloo_note = (f"each rank also runs {counted(gloo_threads, 'gloo worker thread')}, counted in section 2's trace, "
-             "which mostly wait for the peer")
+gloo_note = (f"rank 0 ran its all-reduces on {counted(gloo_threads, 'gloo worker thread')} in section 2's trace, "
+             "beside its torch thread; how long they wait for the peer is not measured")
 grad_kib = runs["2 processes"][0]["param_bytes"] / 2**10
 batch = runs["1 process"][0]["batch"]
 one_threads = max(run["threads"] for run in runs["1 process"])
@@ -2001,7 +2010,7 @@ setting = (f"2 ranks × {rank_threads} thread{'s' * (rank_threads > 1)} against 
                "other programs' CPU use could not be sampled" if load is None else
                f"about {load:.1f} of them used by other programs on average (sampled between the runs)"))
 turns = (f"the two ranks' {counted(threads_2, 'torch thread')} had about {free:.1f} free cores between them, so "
-         f"they could wait for one ({gloo_note}; this cell does not measure that wait)"
+         f"they could wait for one (this cell does not measure that wait; {gloo_note})"
          if crowded else "")
 exchange = (f"two all-reduces between the two processes through loopback (the gradients' {grad_kib:.0f} KiB in "
             "the backward, and the 4-byte loss each step records), with each rank waiting for the other at both "
@@ -2021,7 +2030,7 @@ why = {"slower": (f"{turns}; on top of that, every step has {exchange}; together
                                if speed.within_margin("2 processes", "1 process") else
                                f"the steps spread too widely to tell whether the half of the batch of {batch} each "
                                "rank no longer computes outweighs the step's exchange "
-                               f"({speed.bands_text('2 processes', '1 process')}): {exchange}") + (f" ({turns})" if crowded else "")}[word]
+                               f"({speed.bands_text('2 processes', '1 process')}): {exchange}") + (f"; {turns}" if crowded else "")}[word]
 print(f"verdict on this machine: a step on 2 processes is {speed.describe('2 processes', '1 process')}.\n"
       f"Setting: {setting}.\nWhy: {why}.")
 print("What this says little about: a cluster, where each rank has a device of its own and the speed-up depends on\n"

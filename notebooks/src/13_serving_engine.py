@@ -1656,9 +1656,9 @@ hop = ("every request to Ray also crosses Serve's HTTP proxy (one more process, 
        "way to a replica, and Serve's controller runs beside them")
 print("why: " + {"higher": ("the second replica decoded on cores of its own, and that gained more than the extra "
                             f"processes cost: {hop}" if left >= 1 else
-                            f"two replicas served more than one process, beyond the band, though they shared cores: "
-                            f"{hop}; this cell does not split what the second replica added from what the extra "
-                            "processes cost"),
+                            "two replicas served more tokens/s than one process, beyond the band, although the cores "
+                            "above left them no spare compute: what the second replica gained is not extra compute, and "
+                            f"this cell does not measure what it was; {hop}"),
                  "lower": f"besides the cores above, {hop}; this cell does not split the cost between these",
                  "no clear difference": "what a second replica can add and what the extra process costs are not "
                                         f"timed apart here, and together they came to no clear difference: {hop}"}[ray_band])
@@ -1674,8 +1674,8 @@ print("why: " + {"higher": ("the second replica decoded on cores of its own, and
 # which of these happened on this run, and how many complete answers each replica gave. Serve's controller
 # notices the death (its health checks) and starts a new replica. Because a greedy
 # request (or one with a seed) gives the same answer wherever it runs (up to float rounding, as
-# above; the cell before checked that Ray's answers, served by both replicas, matched the course
-# server's),
+# above; the cell before checked that Ray's answers in its first round matched the course server's,
+# and that both replicas served),
 # the client can simply send a
 # cut-off request again: `run_load(..., retries=3)` does that, and a request counts as lost only if
 # it never gets a complete answer. The cell prints what failed and how, and asserts that nothing
