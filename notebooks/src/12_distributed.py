@@ -1320,7 +1320,7 @@ else:
         ranks = {found.group(1) for line in seen if (found := re.match(r"\[rank(\d+)\]", line))}
         text = re.sub(r"^.*?(UserWarning: |\] )", "", seen[0], count=1) if seen else ""
         print(f"{what}, printed {counted(len(seen), 'time')}" + (f" (by {counted(len(ranks), 'rank')})" if ranks else "")
-              + (f':\n    "{textwrap.shorten(text, 360, placeholder=" [...]")}"' if seen else ""))
+              + (f':\n    "{textwrap.shorten(text, 420, placeholder=" [...]")}"' if seen else ""))
     print(f"against one process: output differs by {tp2d['out_max_abs_diff']:.1e}, gradients by "
           f"{tp2d['grad_max_abs_diff']:.1e}")
     assert tp2d["mesh"]["dims"] == {"dp": 2, "tp": 2}
