@@ -1259,7 +1259,7 @@ for n in SIZES:
         "no clear difference": f"{fewer}, yet " + ("the medians are within 5%" if t.within_margin(
             "compiled where", "compiled, Python if") else "the difference stayed inside the timing spread")
             + "; the counts cover buffers and passes, not the arithmetic inside each loop, which this cell does not time"
-            + (f"; {t.load_note()}, which can also blur a gap this size: rerun when quiet" if t.load_note() else "")
+            + (f"; {t.load_note()}, enough to hide a small difference: rerun when quiet" if t.load_note() else "")
             + rough(t, "compiled where", "compiled, Python if"),
         "slower": f"{fewer}, yet where was slower; the counts cover buffers and passes, not the arithmetic inside each "
                   f"loop, so what decided is outside these counts ({outside_counts(t)})"
@@ -1289,8 +1289,8 @@ for n in SIZES:
 #   graph-break version fuses the taken branch with the code after it, so it runs fewer kernels and
 #   passes than `cond` but allocates as many new buffers (all counted above); `where` allocates the
 #   fewest and makes the fewest passes (its one kernel loops twice: once for the norm, once for the
-#   output). When `h` is short enough to pass through unchanged, it would still compute the scaled
-#   values and throw them away
+#   output). When `h`'s norm is at most `LIMIT`, so that it passes through unchanged, `where` still
+#   computes the scaled values and throws them away
 #   (see "When `where` does not pay"). A new buffer can cost more than the
 #   bytes written into it: a large one comes fresh from the operating system, which supplies each
 #   page of it when it is first written. That is why the cell times a copy into fresh memory beside

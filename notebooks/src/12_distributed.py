@@ -1319,7 +1319,9 @@ else:
         seen = [line for line in tp2d_job.lines if marker in line]
         ranks = {found.group(1) for line in seen if (found := re.match(r"\[rank(\d+)\]", line))}
         text = re.sub(r"^.*?(UserWarning: |\] )", "", seen[0], count=1) if seen else ""
-        print(f"{what}, printed {counted(len(seen), 'time')}" + (f" (by {counted(len(ranks), 'rank')})" if ranks else "")
+        text = (re.match(r".*?reduction orders?\.", text) or re.match(r".*", text)).group(0)   # up to that remark
+        print(f"{what}, printed {counted(len(seen), 'time')}" + (f" (by {counted(len(ranks), 'rank')})" if ranks else
+                                                                   " (its lines name no rank; 4 processes ran)" if seen else "")
               + (f':\n    "{textwrap.shorten(text, 420, placeholder=" [...]")}"' if seen else ""))
     print(f"against one process: output differs by {tp2d['out_max_abs_diff']:.1e}, gradients by "
           f"{tp2d['grad_max_abs_diff']:.1e}")
@@ -1658,8 +1660,13 @@ for label, v in ac.items():
     rest_mib = v["peak"] / 2**20 - 2 * weights_mib - v["saved"]["activations"] / 2**20
     print(f"{label:>12}: activations saved for backward {v['saved']['activations'] / 2**20:6.2f} MiB (and "
           f"{v['saved']['parameters'] / 2**20:.2f} MiB of parameters, saved by reference: no extra memory), "
-          f"timeline peak {v['peak'] / 2**20:6.2f} MiB; the peak less the weights, their gradients and the saved "
-          f"activations: {rest_mib:.2f} MiB, which this cell does not split")
+          f"timeline peak {v['peak'] / 2**20:6.2f} MiB; " + (
+              f"at least {rest_mib:.2f} MiB of it is neither the weights, their gradients nor the saved activations "
+              "(exactly that if all of them were alive at the peak's moment; this cell does not split it)"
+              if rest_mib >= 0 else "the peak came before all of those were alive at once"))
+print(f"from plain to checkpointed: saved activations "
+      f"{(ac['checkpointed']['saved']['activations'] - ac['plain']['saved']['activations']) / 2**20:+.2f} MiB, timeline peak "
+      f"{(ac['checkpointed']['peak'] - ac['plain']['peak']) / 2**20:+.2f} MiB")
 print(cmp_ac)
 step_word = cmp_ac.verdict("checkpointed", "plain", name="dist.ac.checkpointed_step_time")
 saved_less_mib = (ac["plain"]["saved"]["activations"] - ac["checkpointed"]["saved"]["activations"]) / 2**20
@@ -1694,11 +1701,12 @@ assert ac["checkpointed"]["saved"]["parameters"] > ac["plain"]["saved"]["paramet
 # Linear, whose input is the data), since that input needs no gradient. The step's overall peak is
 # larger than the activations it saves (both printed above): it also holds the weights and, by the
 # end of the backward pass, their gradients (the weights' size is printed too). Those are the same
-# in both steps, so they do not explain why the peak moved less than the saved activations. A peak
-# is one moment of the step, and what else is alive then (temporaries, the gradients made so far,
-# and in the checkpointed step the activations its backward recomputes) is the remainder each line
-# prints, which this cell does not split; the verdict above says whether the peak moved beyond a
-# 10% band on this machine. The
+# in both steps, so they do not explain a gap between the change in the peak and the change in the
+# saved activations (both changes printed above). A peak is one moment of the step, and not all the
+# gradients or saved activations need be alive at that moment, so each line prints a lower bound on
+# the rest of the peak: temporaries, and in the checkpointed step possibly the activations its
+# backward recomputes (this cell does not split it); the verdict above says whether the peak moved
+# beyond a 10% band on this machine. The
 # profiler may print warnings under the cell: one about a memory block allocated before profiling
 # started (a block allocated before the profile and freed during it has a size the profiler never
 # saw, so it leaves that one event out), and on some runs one that names a Python call the profiler
@@ -1997,9 +2005,9 @@ rank_threads = max(run["threads"] for run in runs["2 processes"])
 load = sum(loads) / len(loads) if loads else None
 free = None if load is None else max(0.0, cores - load)
 gloo_threads = res["trace"]["comm_threads"]          # gloo's worker threads that ran a rank's all-reduces in section 2
-threads_2 = 2 * rank_threads                         # the two ranks' torch threads (gloo's worker threads mostly wait)
+threads_2 = 2 * rank_threads                         # the two ranks' torch threads (gloo's worker threads not counted)
 crowded = load is not None and load >= threads.BUSY_CORES and free < threads_2   # the course's "busy", and too few cores left
-shared = free is not None and free < threads_2       # more torch threads than free cores, whatever the load
+shared = free is not None and round(free, 1) < threads_2   # more torch threads than free cores (as printed)
 gloo_note = (f"rank 0 ran its all-reduces on {counted(gloo_threads, 'gloo worker thread')} in section 2's trace, "
              "beside its torch thread; how long they wait for the peer is not measured")
 grad_kib = runs["2 processes"][0]["param_bytes"] / 2**10

@@ -1657,8 +1657,10 @@ hop = ("every request to Ray also crosses Serve's HTTP proxy (one more process, 
 print("why: " + {"higher": ("the second replica decoded on cores of its own, and that gained more than the extra "
                             f"processes cost: {hop}" if left >= 1 else
                             "two replicas served more tokens/s than one process, beyond the band, although the cores "
-                            "above left them no spare compute: what the second replica gained is not extra compute, and "
-                            f"this cell does not measure what it was; {hop}"),
+                            "above left the proxy, the controller and the load generator "
+                            + ("under a core" if left >= 0.1 else "no core") + " of their own: this cell does not "
+                            "measure where the gain came from (the second replica's own thread, or waits that one "
+                            f"process spends idle and another replica can fill); {hop}"),
                  "lower": f"besides the cores above, {hop}; this cell does not split the cost between these",
                  "no clear difference": "what a second replica can add and what the extra process costs are not "
                                         f"timed apart here, and together they came to no clear difference: {hop}"}[ray_band])
