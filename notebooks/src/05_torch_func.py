@@ -1077,11 +1077,12 @@ print(f"\n{ENS_HEADLINE} members, width 128: vmap {ens_speedup:.2f}x the loop ({
       f"{wide_speedup:.2f}x (at width {WIDE}, vmap is {wide_said}); {ranges_text}. " + (
           "On this machine those ranges overlap, so this run cannot say how the width changed the ratio."
           if width_word == "cannot say" else
-          "On this machine the ratio fell (by more than 10%, the ranges apart) as the models grew, as expected if the loop's overhead "
-          "became a smaller share of its time; this cell does not measure that share."
+          "On this machine the ratio fell (by more than 10%, the ranges apart) as the models grew, as expected if the "
+          "loop's overhead became a smaller share of its time; this cell does not measure that share."
           if width_word == "lower" else
-          "On this machine the ratio rose (by more than 10%, the ranges apart) at this width, as it would if the batched kernels used "
-          "the CPU better than the loop's separate ones once each product had more work (not measured here)."
+          "On this machine the ratio rose (by more than 10%, the ranges apart) at this width, as it would if the "
+          "batched kernels used the CPU better than the loop's separate ones once each product had more work (not "
+          "measured here)."
           if width_word == "higher" else
           "On this machine the width made no clear difference to the ratio (the medians' ratios within 10%).")
       + "".join(f" (at width {w}: {t.load_note()})" for w, t in (("128", ens_table), (WIDE, wide_table))

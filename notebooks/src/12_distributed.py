@@ -2038,7 +2038,8 @@ why = {"slower": (f"{turns}; on top of that, every step has {exchange}; together
                                if speed.within_margin("2 processes", "1 process") else
                                f"the steps spread too widely to tell whether the half of the batch of {batch} each "
                                "rank no longer computes outweighs the step's exchange "
-                               f"({speed.bands_text('2 processes', '1 process')}): {exchange}") + (f"; {turns}" if crowded else "")}[word]
+                               f"({speed.bands_text('2 processes', '1 process')}): {exchange}")
+                              + (f"; {turns}" if crowded else "")}[word]
 print(f"verdict on this machine: a step on 2 processes is {speed.describe('2 processes', '1 process')}.\n"
       f"Setting: {setting}.\nWhy: {why}.")
 print("What this says little about: a cluster, where each rank has a device of its own and the speed-up depends on\n"
