@@ -1136,7 +1136,8 @@ assert switch_table["mark_unbacked"]["breaks"] == 1            # no value to gua
 assert all(r["branch"] > 1 for r in switch_table.values())     # an `if` on the size: never one graph
 after_break = switch_table["mark_unbacked"]["branch_graphs"]   # the code after the break has ordinary sizes
 assert "(1,)" in after_break[1] and "(0,)" in after_break[0]  # ... which are fixed at 1 and 0 again
-assert "(8,)" in after_break[8] and after_break[16] and after_break[16][0].startswith("(s")   # fixed, then dynamic
+assert after_break[8][0].startswith("(u") and "(8,)" in after_break[8]   # unbacked up to the break, then fixed
+assert after_break[16] and after_break[16][0].startswith("(s")              # ... and dynamic from 16
 assert switch_table["mark_dynamic"]["branch"] == switch_table["mark_dynamic"]["sin"]   # the `if` adds no graph
 at_one_oblivious = switch_table["backed_size_oblivious"]["branch_graphs"][1]
 assert len(at_one_oblivious) == 1 and "(1,)" not in at_one_oblivious   # one new graph at 1, for the other side

@@ -1259,7 +1259,7 @@ for n in SIZES:
         "no clear difference": f"{fewer}, yet " + ("the medians are within 5%" if t.within_margin(
             "compiled where", "compiled, Python if") else "the difference stayed inside the timing spread")
             + "; the counts cover buffers and passes, not the arithmetic inside each loop, which this cell does not time"
-            + (f"; {t.load_note()}, enough to hide a small difference: rerun when quiet" if t.load_note() else "")
+            + (f"; {t.load_note()}, which can hide a small difference: rerun when quiet" if t.load_note() else "")
             + rough(t, "compiled where", "compiled, Python if"),
         "slower": f"{fewer}, yet where was slower; the counts cover buffers and passes, not the arithmetic inside each "
                   f"loop, so what decided is outside these counts ({outside_counts(t)})"

@@ -1663,7 +1663,9 @@ for label, v in ac.items():
           f"timeline peak {v['peak'] / 2**20:6.2f} MiB; " + (
               f"at least {rest_mib:.2f} MiB of it is neither the weights, their gradients nor the saved activations "
               "(exactly that if all of them were alive at the peak's moment; this cell does not split it)"
-              if rest_mib >= 0 else "the peak came before all of those were alive at once"))
+              if rest_mib >= 0 else
+              f"the weights, their gradients and the saved activations add up to {-rest_mib:.2f} MiB more than the peak, "
+              "so they were never all alive at once (this cell does not say which were freed first)"))
 print(f"from plain to checkpointed: saved activations "
       f"{(ac['checkpointed']['saved']['activations'] - ac['plain']['saved']['activations']) / 2**20:+.2f} MiB, timeline peak "
       f"{(ac['checkpointed']['peak'] - ac['plain']['peak']) / 2**20:+.2f} MiB")
@@ -1976,7 +1978,8 @@ assert "--node-rank" not in cluster_cmd
 # (the cell prints how many). Each run's first step warms up and is left out; the other steps of
 # all runs on one side are pooled, and the two sides are compared. Between the runs the cell samples
 # how much CPU other programs use, and the verdict's reason is built from that, the threads per
-# rank (gloo's worker threads included, as section 2's trace counted them) and the machine's cores.
+# rank (the torch threads counted against the free cores; gloo's worker threads, as section 2's
+# trace counted them, named beside them where the cores are short) and the machine's cores.
 
 # %%
 SCALE_ROUNDS = config.pick(1, 2)
@@ -2006,7 +2009,7 @@ load = sum(loads) / len(loads) if loads else None
 free = None if load is None else max(0.0, cores - load)
 gloo_threads = res["trace"]["comm_threads"]          # gloo's worker threads that ran a rank's all-reduces in section 2
 threads_2 = 2 * rank_threads                         # the two ranks' torch threads (gloo's worker threads not counted)
-crowded = load is not None and load >= threads.BUSY_CORES and free < threads_2   # the course's "busy", and too few cores left
+crowded = load is not None and load >= threads.BUSY_CORES and round(free, 1) < threads_2   # "busy", too few cores left
 shared = free is not None and round(free, 1) < threads_2   # more torch threads than free cores (as printed)
 gloo_note = (f"rank 0 ran its all-reduces on {counted(gloo_threads, 'gloo worker thread')} in section 2's trace, "
              "beside its torch thread; how long they wait for the peer is not measured")

@@ -1650,8 +1650,8 @@ print(f"cores: each replica (and the single process) runs {replica_threads} torc
           "compute on cores of its own here" if left >= 1 else
           f"leaving about {left:.1f} of a core for the proxy, the controller and the load generator, which then "
           "take turns with the replicas" if left >= 0.1 else
-          "leaving none for the proxy, the controller and the load generator: the second replica has no core "
-          "of its own here, so two replicas cannot add compute on this machine, only share it"))
+          "leaving none for the proxy, the controller and the load generator, which then take turns with the "
+          "replicas' threads"))
 hop = ("every request to Ray also crosses Serve's HTTP proxy (one more process, and one more hop each way) on its "
        "way to a replica, and Serve's controller runs beside them")
 print("why: " + {"higher": ("the second replica decoded on cores of its own, and that gained more than the extra "
