@@ -207,6 +207,16 @@ class Row:
     iqr_s: float
     speedup: float
 
+    @property
+    def band(self) -> tuple[float, float]:
+        """The interquartile band the verdicts compare: (median - IQR/2, median + IQR/2), in seconds."""
+        return self.median_s - self.iqr_s / 2, self.median_s + self.iqr_s / 2
+
+
+def bands_overlap(a: Row, b: Row) -> bool:
+    """Whether two rows' interquartile bands share any value (rows may come from different comparisons)."""
+    return a.band[0] <= b.band[1] and b.band[0] <= a.band[1]
+
 
 @dataclass(frozen=True)
 class Comparison:
@@ -266,8 +276,7 @@ class Comparison:
         """
         other = against or self.baseline
         a, b = self.row(label), self.row(other)
-        a_lo, a_hi = a.median_s - a.iqr_s / 2, a.median_s + a.iqr_s / 2
-        b_lo, b_hi = b.median_s - b.iqr_s / 2, b.median_s + b.iqr_s / 2
+        (a_lo, a_hi), (b_lo, b_hi) = a.band, b.band
         if a.median_s < b.median_s * (1 - margin) and a_hi < b_lo:
             word = "faster"
         elif a.median_s > b.median_s * (1 + margin) and a_lo > b_hi:
@@ -310,8 +319,8 @@ class Comparison:
         they overlap, e.g. "median ± IQR/2: a 2.510-3.320 ms, b 3.290-7.180 ms; the bands overlap"."""
         other = against or self.baseline
         a, b = self.row(label), self.row(other)
-        (a_lo, a_hi), (b_lo, b_hi) = ((r.median_s - r.iqr_s / 2, r.median_s + r.iqr_s / 2) for r in (a, b))
-        overlap = a_lo <= b_hi and b_lo <= a_hi
+        (a_lo, a_hi), (b_lo, b_hi) = a.band, b.band
+        overlap = bands_overlap(a, b)
         return (f"median ± IQR/2: {label} {a_lo * 1e3:.3f}-{a_hi * 1e3:.3f} ms, {other} {b_lo * 1e3:.3f}-"
                 f"{b_hi * 1e3:.3f} ms; the bands {'overlap' if overlap else 'are apart'}")
 

@@ -138,6 +138,12 @@ def test_bands_text_names_the_bands_the_verdict_compares():
     assert _two(1.0, 0.1, 2.0, 0.1).bands_text("b", "a").startswith("median ± IQR/2: b 1950.000-2050.000 ms")
 
 
+def test_row_band_and_overlap_across_comparisons():
+    a, b = _two(1.0, 0.8, 1.3, 0.8).row("a"), _two(2.0, 0.1, 1.0, 0.1).row("a")
+    assert a.band == (0.6, 1.4) and b.band == (1.95, 2.05)
+    assert not bench.bands_overlap(a, b) and bench.bands_overlap(a, a)
+
+
 def test_verdict_needs_a_gap_beyond_the_spread():
     assert _two(1.0, 0.1, 2.0, 0.1).verdict("a") == "faster"
     assert _two(2.0, 0.1, 1.0, 0.1).verdict("a") == "slower"

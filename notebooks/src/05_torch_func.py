@@ -1057,10 +1057,8 @@ narrow_word = next(r["verdict"] for r in ens_rows if r["n"] == ENS_HEADLINE)
 
 def ratio_range(tbl: bench.Comparison, loop_label: str) -> tuple[float, float]:
     """The loop/vmap ratios the two timing bands (median ± IQR/2) allow: lowest and highest."""
-    loop, vm = tbl.row(loop_label), tbl.row("vmap")
-    vm_low = vm.median_s - vm.iqr_s / 2
-    return ((loop.median_s - loop.iqr_s / 2) / (vm.median_s + vm.iqr_s / 2),
-            (loop.median_s + loop.iqr_s / 2) / vm_low if vm_low > 0 else math.inf)
+    (loop_low, loop_high), (vm_low, vm_high) = tbl.row(loop_label).band, tbl.row("vmap").band
+    return loop_low / vm_high, loop_high / vm_low if vm_low > 0 else math.inf
 
 
 # Two separate tables: call it a change only when the ratios the two tables' spreads allow do not
@@ -1117,8 +1115,7 @@ compile_table = bench.compare({"eager vmap(grad)": per_sample_grads, "compiled v
 print(compile_table)
 # the same eager call was timed in the per-sample table above: do the two timings agree?
 eager_here, eager_before = compile_table.row("eager vmap(grad)"), t_psg.row("vmap(grad)")
-moved = not (eager_here.median_s - eager_here.iqr_s / 2 <= eager_before.median_s + eager_before.iqr_s / 2
-             and eager_before.median_s - eager_before.iqr_s / 2 <= eager_here.median_s + eager_here.iqr_s / 2)
+moved = not bench.bands_overlap(eager_here, eager_before)
 print(f"the same eager call in the per-sample table above: {eager_before.median_s * 1e3:.3f} ms (IQR "
       f"{eager_before.iqr_s * 1e3:.3f}), here {eager_here.median_s * 1e3:.3f} ms (IQR {eager_here.iqr_s * 1e3:.3f}): "
       + (f"it moved between the two cells ({eager_here.median_s / eager_before.median_s:.2f}x, beyond both spreads), "
