@@ -215,7 +215,8 @@ def time_line(name: str, cold: dict[str, Any] | None, full: dict[str, Any] | Non
                          + (_when(measured) if measured else "date not recorded") for text, measured in parts)
         when = f"{_machine(src)}; {each}"
     return (f"{TIME_OPEN}{figures}; measured by `make stamp` on the reference machine "
-            f"({when}). A slower or busy laptop takes longer.{TIME_CLOSE}")
+            f"({when}). A slower or busy laptop takes longer. The outputs stored below may come from "
+            f"another machine: the line the imports cell prints names their CPU class (`cpu class:`).{TIME_CLOSE}")
 
 
 def time_cell(nb: dict[str, Any]) -> dict[str, Any] | None:

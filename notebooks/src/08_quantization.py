@@ -32,7 +32,7 @@
 # **Prerequisites:** notebook 00 (timing with `course_utils.bench`) and 01 (`torch.compile`);
 # notebook 07 (ONNX export) helps but is not required: this notebook exports what it needs.
 #
-# **Time on a laptop CPU:** <!-- stamp:time -->2.5 min the first time (every cache empty), 2.5 min after that (compile cache warm, yet no faster in these two runs), 0.8 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06). A slower or busy laptop takes longer.<!-- /stamp:time --> Quick mode skips compiling the transformer.
+# **Time on a laptop CPU:** <!-- stamp:time -->2.5 min the first time (every cache empty), 2.5 min after that (compile cache warm, yet no faster in these two runs), 0.8 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06). A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time --> Quick mode skips compiling the transformer.
 # **Your CPU decides the speed results.** Int8 pays only where the library has fast integer
 # kernels for your CPU (8-bit dot-product instructions help most). The setup cell prints your
 # CPU's class; every speed result below is a verdict for *this* machine, with the reason it holds
