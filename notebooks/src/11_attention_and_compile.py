@@ -33,7 +33,8 @@
 # enough for the first half. Section 5 loads the MiniLM encoder (notebooks 06–08) and the tiny GPT
 # (notebook 10); neither notebook needs to have been run.
 #
-# **Time on a laptop CPU:** <!-- stamp:time -->5.8 min the first time (every cache empty), 5.9 min after that (compile cache warm, yet no faster in these two runs), 1.3 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06). A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time --> Section 4's cold starts (each in a fresh process) and section 5's table compile from empty caches in every full-mode run, on purpose, so a warm compile cache shortens only the rest of the notebook. Quick mode uses shorter sequences and a smaller model, leaves the `nested_compile_region` cold start to full mode, and runs section 5's table for the tiny GPT alone.
+# **Time on a laptop CPU:** <!-- stamp:time -->5.8 min the first time (every cache empty), 5.9 min after that (compile cache warm, yet no faster in these two runs), 1.3 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06). A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time --> Section 4's cold starts (each in a fresh process) and section 5's table compile from empty caches in every full-mode run, on purpose, so a warm compile cache can shorten only the rest of the notebook, a small part of its time. Quick mode uses shorter sequences and a smaller model, leaves the `nested_compile_region` cold start to full mode, and runs section 5's table for the tiny GPT alone.
+#
 # **GPU:** not needed. One guarded cell lists the GPU attention backends (flash, memory-efficient, cuDNN) that a CUDA machine would also run.
 
 # %% tags=["colab-setup"]
@@ -327,8 +328,9 @@ fig.tight_layout();
 #
 # `torch.compile(flex_attention)` generates one fused kernel for each combination; on the CPU it
 # uses Inductor's C++ template. Without compiling, FlexAttention runs an unfused reference (and warns that it should be compiled).
-# Inductor builds that CPU template only where ATen's AVX2 kernels run, and not on macOS: on such
-# a machine the first call raises an error that says the platform is not supported, and the cells
+# Inductor builds that CPU template only on x86 CPUs with AVX2 or better and torch's vector code on
+# (not under the course's `default` CPU profile), so not on Arm and not on macOS: on any other
+# machine the first call raises an error that says the platform is not supported, and the cells
 # below fall back to the unfused reference, which gives the same answers without the fusion.
 
 # %%
@@ -389,7 +391,7 @@ matches = 0
 for name, (block_mask, score_mod, reference) in variants.items():
     try:   # the first call's time, and what Inductor's graph cache did meanwhile
         first_s, events = bench.first_call_and_cache(flex, qf, kf, vf, score_mod=score_mod, block_mask=block_mask)
-    except Exception as err:  # Inductor has no CPU FlexAttention without AVX2, nor on macOS
+    except Exception as err:  # Inductor's CPU FlexAttention needs x86 with AVX2 vector code, and not macOS
         if flex is flex_attention or "not supported for CPU" not in str(err):
             raise
         flex = flex_attention  # the unfused reference: the same answers, none of the fusion
@@ -778,7 +780,7 @@ for n, ratio in ratios.items():
         above += (f" (careful: the {' and the '.join(builders)} run also built the precompiled header, a one-off "
                   "build that later runs found ready, so this comparison carries it)")
     print(f"{n:2} blocks: whole model {w:.1f} s, regional {r:.1f} s: regional's cold start is {said} (10% band; "
-          f"whole/regional {ratio:.2f}x, {target} the 2x target), for "
+          f"whole/regional {bench.ratio_text(ratio)}, {target} the 2x target), for "
           f"{traced[0]} against {traced[1]} operations traced; {above}")
     cpp_w, cpp_r = cold[("whole model", n)]["cpp_build_s"], cold[("regional", n)]["cpp_build_s"]
     cpp_diff = round(cpp_w, 1) - round(cpp_r, 1)
@@ -793,8 +795,8 @@ if len(DEPTHS) > 1:
     same_ops = {cold[("regional", n)]["ops_traced"] for n in DEPTHS}
     traced = f"both trace the same {same_ops.pop()} operations" if len(same_ops) == 1 else ""
     why = ("" if not traced else f" (as expected: {traced})" if own == "no clear difference"
-           else f" ({traced}; with one cold start each, this may be run-to-run variation or the extra blocks' own "
-                "run time in the first call)")
+           else f" ({traced}; with one cold start each, this may be run-to-run variation"
+                + (" or the extra blocks' own run time in the first call)" if own == "higher" else ")"))
     print(f"the ratio at {DEPTHS[-1]} blocks against {DEPTHS[0]}: {deeper} (band 10%); regional's own cold start "
           f"at {DEPTHS[-1]} against {DEPTHS[0]} blocks: {own}{why}")
     shallow, deep = cold[("whole model", DEPTHS[0])], cold[("whole model", DEPTHS[-1])]
@@ -816,7 +818,7 @@ if ("nested region", N_LAYER) in cold:
     bench.record_verdict("compile.regional.nested.cold_start_vs_whole", nested_word, nested_s=nested,
                          whole_s=whole["first_s"], band=0.1)
     print(f"nested_compile_region, {N_LAYER} blocks: {nested:.1f} s cold, {nested_word} whole-model compile "
-          f"({whole['first_s'] / nested:.2f}x; 10% band)")
+          f"({bench.ratio_text(whole['first_s'] / nested)}; 10% band)")
 
 fig, ax = plt.subplots(figsize=(6.5, 1.0 + 0.45 * (len(cold) + 1)))
 labels = ["one-line function (floor)"] + [f"{how}, {n} blocks" for how, n in cold]
@@ -858,15 +860,22 @@ steady_ratio = steady.ratio("regional", "whole model")   # regional time / whole
 bench.record("compile.regional.steady_ratio", steady_ratio, "x", n_layer=N_LAYER, dim=DIM)
 band = bench.band_verdict(steady.row("regional").median_s, steady.row("whole model").median_s, band=0.1,
                           name="compile.regional.steady.regional_vs_whole")
-print(f"regional takes {steady_ratio:.2f}x the whole model's time per call: {band} (band: 10%); "
-      f"the target is to stay within 10%. Against eager, regional is "
-      f"{steady.describe('regional', 'eager', name='compile.regional.steady.regional_vs_eager')}.")
+print(f"regional takes {bench.ratio_text(steady_ratio)} the whole model's time per call: {band} (band: 10%); "
+      "the target is to stay within 10%.")
+vs_eager = {how: steady.verdict(how, "eager") for how in ("whole model", "regional")}
+for how in ("whole model", "regional"):
+    key = "whole" if how == "whole model" else "regional"
+    print(f"against eager, {how} is "
+          f"{steady.describe(how, 'eager', name=f'compile.regional.steady.{key}_vs_eager')}")
+if "slower" in vs_eager.values():
+    print("(a compiled version ran slower than eager here: this cell does not measure why)")
 
 # %% [markdown]
 # Regional compilation has the most to save on deep models, where whole-model compile has the
 # most to trace (full mode compares two depths above, 6 and 48 blocks); whole-model compile keeps the chance of
-# fusing across blocks, which the steady-state verdict above weighs on this machine. The compile cache
-# (notebook 01) shortens the compile time of either approach on the second run (Dynamo still traces), but it
+# fusing across blocks. The lines above say whether either compiled version beat eager on this model here,
+# and whether regional lost anything against whole-model compile. The compile cache (notebook 01, which
+# measures it) can shorten the compile time of either approach on a second run (Dynamo still traces), but it
 # does not change the steady-state comparison above.
 
 # %% [markdown]
@@ -1300,8 +1309,9 @@ print(f"largest first call: {largest['model']}, {largest['setting']}, {largest['
 # side by side after warm-up, and read the first call beside the steady state: where a row's verdict is
 # faster, its line says after about how many calls the saving adds up to the first call's compile. On a
 # laptop the compile cache (notebook 01, section 7) can shorten that first call in a second process, but
-# only the generated code comes from the cache and Dynamo still traces (the first calls labelled "traced,
-# code from the cache" in this notebook show what such a first call still costs here). Freezing, and the max-autotune row built on it, is for a model you run for inference, never one you train.
+# only the generated code comes from the cache and Dynamo still traces (where a first call in this notebook
+# is labelled "traced, code from the cache", which happens from its second run on, in sections 2 and 6, it
+# shows what such a first call still costs here). Freezing, and the max-autotune row built on it, is for a model you run for inference, never one you train.
 
 # %% [markdown]
 # ## 6 · Compiling the optimizer step and the backward pass
@@ -1310,7 +1320,8 @@ print(f"largest first call: {largest['model']}, {largest['setting']}, {largest['
 # parts of a training step stay outside it:
 #
 # - **The optimizer step.** `opt.step()` is a loop over every parameter tensor, a few small
-#   element-wise operations each. Compiled, it becomes a handful of fused loops over all of them. Put
+#   element-wise operations each. Compiled, Inductor can fuse them into a few loops over all of them
+#   (notebook 03 shows how to read the generated code; the cells below count graphs and time the step). Put
 #   the learning rate in a tensor (`lr=torch.tensor(...)`) so that an LR scheduler changing it does
 #   not trigger a recompile: a Python float would be a constant in the graph.
 # - **Hooks and the autograd engine.** *Compiled autograd* (`torch._dynamo.config.compiled_autograd`)
@@ -1389,9 +1400,12 @@ print(opt_cmp)
 step_speedup = opt_cmp.speedup("compiled AdamW step")
 n_tensors = len(list(models[0].parameters()))
 bench.record("compile.optimizer.step_speedup", step_speedup, "x", param_tensors=n_tensors)
+step_word = opt_cmp.verdict("compiled AdamW step", "eager AdamW step")
 print(f"verdict on this machine: the compiled step is "
-      f"{opt_cmp.describe('compiled AdamW step', name='compile.optimizer.step.compiled_vs_eager')} "
-      f"({n_tensors} parameter tensors: eager dispatches several small operations per tensor)")
+      f"{opt_cmp.describe('compiled AdamW step', name='compile.optimizer.step.compiled_vs_eager')} " + {
+          "faster": f"({n_tensors} parameter tensors: eager dispatches several small operations per tensor)",
+          "no clear difference": f"({n_tensors} parameter tensors)",
+          "slower": f"({n_tensors} parameter tensors; this cell does not measure why)"}[step_word])
 
 
 # %%
@@ -1500,14 +1514,17 @@ bench.record("compile.tlparse.report_pages", len(pages), "pages", compile_ids=le
 # where to stop. Where the installed torch has one, the `print` entry links to that graph break's page
 # on PyTorch's graph-break site (printed above).
 #
-# **Attaching it to a bug report.** The HTML folder is large and depends on the tlparse version;
+# **Attaching it to a bug report.** The HTML folder depends on the tlparse version (the cell below
+# prints its size beside the raw trace's);
 # what maintainers want is the raw trace. Reproduce the problem in a small script, run it with
 # `TORCH_TRACE=/tmp/trace`, and attach the folder as an archive:
 
 # %%
 archive = shutil.make_archive(str(BUILD / "trace_for_bug_report"), "gztar", root_dir=trace_dir)
 size_kb = (BUILD / "trace_for_bug_report.tar.gz").stat().st_size / 1e3
-print(f"{archive}: {size_kb:.0f} kB, from a {sum(p.stat().st_size for p in trace_dir.iterdir()) / 1e3:.0f} kB trace")
+report_kb = sum(p.stat().st_size for p in report_dir.rglob("*") if p.is_file()) / 1e3
+trace_kb = sum(p.stat().st_size for p in trace_dir.iterdir()) / 1e3
+print(f"{archive}: {size_kb:.0f} kB, from a {trace_kb:.0f} kB trace; the HTML report folder: {report_kb:.0f} kB")
 
 
 # %% [markdown]
@@ -1614,10 +1631,10 @@ exercises.check("11.block_sparsity", block_sparsity)
 #   precompiled header aside, whose line in section 4 says whether any run built it), and its
 #   steady-state cost were printed as verdicts.
 # - On real models (section 5) `torch.compile` was checked against eager to 1e-4 in fp32 and, where
-#   bf16 rows ran, 5e-2 in bf16; how much faster each model and setting runs here, after how many calls its first call is
+#   bf16 rows ran, 5e-2 in bf16; whether and how much faster each model and setting runs here, after how many calls its first call is
 #   repaid, and how the geometric means compare with the published suites' are this machine's verdicts,
 #   printed with the threads, batch, CPU and model set that make them differ.
-# - A compiled optimizer step fuses the per-parameter loop; a tensor learning rate keeps the LR
+# - A compiled optimizer step is one graph for the per-parameter loop (timed against eager); a tensor learning rate keeps the LR
 #   scheduler from recompiling. Compiled autograd traces the backward pass, hooks included.
 # - `TORCH_TRACE` + `tlparse` produce a report of a whole run (compile IDs, graph breaks, recompiles);
 #   attach the raw trace to bug reports. `error_on_graph_break` and `set_stance("fail_on_recompile")`
