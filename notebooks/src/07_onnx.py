@@ -525,8 +525,9 @@ else:
 # `Dim("seq", min=2)`), on the query and on 64 tokens of passage text, draw the straight line
 # through the 2- and 64-token times and take it back to 0 tokens. What is left there is the cost of
 # a call that does not grow with the tokens. (The two ends lie far apart so that the growth between
-# them is large beside the timing spread; a line through 2 tokens and the query's few would rest on
-# the noise.) The query's own rows give the gap to split. The cell also counts the operators each
+# them is large beside the timing spread; with only the query's few tokens beyond 2, the spread could
+# hide the growth.) The query's own rows give the gap to split, and the cell shows how far they sit
+# from the line. The cell also counts the operators each
 # runtime runs per call, and then profiles one 2-token call of each runtime (`torch.profiler` for
 # eager, ONNX Runtime's own profiler) to split that cost into matrix multiplies, other operators
 # and, for eager, the time spent outside ATen operators (Python, and the profiler's own overhead).
@@ -594,6 +595,16 @@ if not rough:  # the line is only drawn when both runtimes clearly grow from 2 t
     print(f"cost of a call that does not grow with the tokens (the line through 2 and {LONG} tokens at 0 tokens): "
           f"eager {fixed['eager']:.2f} ms, ONNX Runtime {fixed['ORT']:.2f} ms; cost per token: eager "
           f"{per_token['eager']:.3f} ms, ONNX Runtime {per_token['ORT']:.3f} ms")
+    # The query's gap in three parts: the line's fixed costs, the line's growth up to the query, and how far the
+    # two query rows sit off the line (their timing spread, or a cost the line's two ends do not show).
+    on_line = {rt: fixed[rt] + n_query * per_token[rt] for rt in runtimes}
+    off_line = {rt: ms[f"{rt}, {n_query} tokens"] - on_line[rt] for rt in runtimes}
+    print(f"at the query's {n_query} tokens the line gives eager {on_line['eager']:.2f} ms and ONNX Runtime "
+          f"{on_line['ORT']:.2f} ms (measured: {ms[f'eager, {n_query} tokens']:.2f} and "
+          f"{ms[f'ORT, {n_query} tokens']:.2f} ms); the measured gap of {gap_query:.2f} ms = "
+          f"{fixed['eager'] - fixed['ORT']:.2f} ms that does not grow + "
+          f"{n_query * (per_token['eager'] - per_token['ORT']):.2f} ms that grows with the tokens + "
+          f"{off_line['eager'] - off_line['ORT']:.2f} ms from the query rows sitting off the line")
 if share_word == "no gap":
     earlier_faster = tables[1].verdict("ONNX Runtime", "eager PyTorch") == "faster"  # same query, table above
     print(f"on the {n_query}-token query ONNX Runtime is "
@@ -630,10 +641,10 @@ else:
                       + (" (a rough share: see the spread note above)" if split.spread_note() else "")
                       + "; the profiles below try to split it, and the line under them says whether they could",
               "part": "part of ONNX Runtime's edge at batch 1 is in that cost (Python and dispatch, and how fast "
-                      "each runtime's matrix-multiply kernels get through the weights with few tokens); the rest "
-                      "grows with the tokens, in the arithmetic",
-              "little": "ONNX Runtime's edge at batch 1 grows with the tokens: it is in the arithmetic (different "
-                        "kernels), not in the cost of a call"}[share_word])
+                      "each runtime's matrix-multiply kernels get through the weights with few tokens); the line "
+                      "above splits the rest",
+              "little": "little of ONNX Runtime's edge at batch 1 is in the cost of a call; the line above says "
+                        "where the rest lies"}[share_word])
 
 # %%
 from torch.profiler import ProfilerActivity, profile
@@ -879,7 +890,7 @@ timed_ms = {name: by_level.row(f"opt {name}").median_s * 1e3 for name in level_t
 long_ran = [name for name in level_times if bench.band_verdict(node_ms[name], timed_ms[name], band=0.1) == "higher"]
 if long_ran:
     why = ("the profiles do not compare here: " + " and ".join(
-        f"opt {name}'s profile ran {node_ms[name] / timed_ms[name] - 1:.0%} longer than its timed median "
+        f"opt {name}'s profile ran {node_ms[name] / timed_ms[name] - 1:.1%} longer than its timed median "
         f"({node_ms[name]:.1f} against {timed_ms[name]:.1f} ms)" for name in long_ran)
         + f", beyond a 10% band, so a slow spell may have stretched {'its' if len(long_ran) == 1 else 'their'} "
         f"parts, and the split says nothing about what the optimisation changed (matrix multiplies "

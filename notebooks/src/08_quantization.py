@@ -34,7 +34,9 @@
 #
 # **Time on a laptop CPU:** <!-- stamp:time -->2.5 min the first time (every cache empty), 2.5 min after that (compile cache warm, yet no faster in these two runs), 0.8 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06). A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time --> Quick mode skips, among other things,
 # compiling the transformer. On a CPU without AVX-512 VNNI or AMX,
-# torchao's int8 layers run torch's own int8 loop, which makes the transformer section longer there.
+# torchao's dynamic int8 layers run torch's own int8 loop, which can make the transformer section
+# take longer there.
+#
 # **Your CPU decides the speed results.** Int8 pays only where the library has fast integer
 # kernels for your CPU (8-bit dot-product instructions help most). The setup cell prints your
 # CPU's class; every speed result below is a verdict for *this* machine, with the reason it holds
@@ -1386,7 +1388,8 @@ else:
 # The int8 MLP runs frozen, so the fair baselines are compiled with freezing too: fp32 compiled,
 # and torchao's dynamic int8 MLP from earlier. Compiling does not always make the fp32 MLP faster
 # than eager, so fp32 eager stays in the table, the cell says how the two fp32 rows compare, and the
-# reason it gives for PT2E's result is set against whichever fp32 row was faster. The census says what each of them runs. Each variant
+# reason it gives for PT2E's result is set against whichever fp32 row was clearly faster (fp32 eager
+# when the two are not clearly different). The census lines say what each compiled variant runs. Each variant
 # must compute what fp32 computes, within int8's rounding (twice as coarse with 7-bit activations);
 # one exception is named where it happens: torchao's dynamic MLP was quantized with its default
 # full 8-bit activations (its config has a `reduce_range` switch too), so on an x86 CPU without an
@@ -1683,7 +1686,7 @@ bench.record("quant.qat.acc_recovered", qat_rows[2]["qat"] - qat_rows[2]["ptq"],
 # Quick mode leaves out the compiled variants (compiling MiniLM takes a while). On a CPU without
 # AVX-512 VNNI or AMX (AVX-VNNI alone is not enough), torchao's dynamic int8 variants run torch's
 # own int8 loop (the route line near the top says which route yours takes), and then the next cell
-# alone can take a minute or more (its progress bar shows how far it has got).
+# alone can take a minute or more (its progress bar follows the quality pass; the timing comes after it).
 
 # %%
 def torchao_minilm(linear_config) -> nn.Module:
@@ -1876,7 +1879,7 @@ if {"torchao int8 dyn-act", "torchao int8 dyn-act, compiled"} <= set(rows):
 # With freezing on, and once torchao's x86 quantizer module has been imported (which registers the
 # passes), torchao's dynamic layers are rewritten into oneDNN int8 calls too (on x86; the PT2E
 # section's census counts them on yours, but it cannot tell which of oneDNN's kernels each path
-# takes, and that section's table shows the two paths timed apart).
+# takes; that section's table times the two paths side by side).
 #
 # Which of these your machine gets is the first thing to check before choosing an int8 path; the
 # setup cell printed your class, and `python -m course_utils cpu --probe` asks oneDNN directly.
@@ -1967,8 +1970,8 @@ if exercises.check("08.int8_linear", int8_linear):
 
     print(f"relative difference from the float32 layer: yours {rel(mine, exact):.2e}, torchao's {rel(theirs, exact):.2e}")
     print(f"yours against torchao's: {rel(mine, theirs):.2e} (the two need not agree more closely than each agrees "
-          "with float32: torchao's weight step is max|w| / 127.5 over [-128, 127], the exercise's max|w| / 127 over "
-          "[-127, 127], so many int8 values land on a neighbouring level)")
+          "with float32: torchao's step, for the weights and for each row of x, is max / 127.5 over [-128, 127], the "
+          "exercise's max / 127 over [-127, 127], so many int8 values land on a neighbouring level)")
 else:
     print("solve Exercise 2 to compare your kernel with torchao's")
 
