@@ -237,10 +237,10 @@ function_exercise(
     normalise=lambda result: float(result) if isinstance(result, torch.Tensor) and result.numel() == 1 else result,
     mistakes=_sparsity_mistakes,
     otherwise="Cut the mask into (block x block) tiles (reshape to (n, block, n, block)), mark a tile as needed "
-              "when any entry is True, and return the share of tiles that are not needed. The first case is a "
-              "causal sliding window of 3 on 16 positions, causal & ~torch.ones(16, 16, dtype=torch.bool).tril(-3) "
-              "with causal = torch.ones(16, 16, dtype=torch.bool).tril(), in tiles of 2: 15 of its 64 tiles hold "
-              "a True entry.",
+              "when any entry is True, and return the share of tiles that are not needed. If the call above used "
+              "tiles of 2, it is the first case: a causal sliding window of 3 on 16 positions, causal & "
+              "~torch.ones(16, 16, dtype=torch.bool).tril(-3) with causal = torch.ones(16, 16, "
+              "dtype=torch.bool).tril(); 15 of its 64 tiles hold a True entry.",
     success="your count agrees with the tiles a BlockMask would skip.",
 )
 

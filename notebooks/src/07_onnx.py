@@ -526,8 +526,8 @@ else:
 # through the 2- and 64-token times and take it back to 0 tokens. What is left there is the cost of
 # a call that does not grow with the tokens. (The two ends lie far apart so that the growth between
 # them is large beside the timing spread; with only the query's few tokens beyond 2, the spread could
-# hide the growth.) The query's own rows give the gap to split, and the cell shows how far they sit
-# from the line. The cell also counts the operators each
+# hide the growth.) The query's own rows give the gap to split; the cell shows how far they sit
+# from the line, and whether that distance lies inside their timing spread. The cell also counts the operators each
 # runtime runs per call, and then profiles one 2-token call of each runtime (`torch.profiler` for
 # eager, ONNX Runtime's own profiler) to split that cost into matrix multiplies, other operators
 # and, for eager, the time spent outside ATen operators (Python, and the profiler's own overhead).
@@ -599,12 +599,18 @@ if not rough:  # the line is only drawn when both runtimes clearly grow from 2 t
     # two query rows sit off the line (their timing spread, or a cost the line's two ends do not show).
     on_line = {rt: fixed[rt] + n_query * per_token[rt] for rt in runtimes}
     off_line = {rt: ms[f"{rt}, {n_query} tokens"] - on_line[rt] for rt in runtimes}
+    off = off_line["eager"] - off_line["ORT"]
+    query_spread = sum(split.row(f"{rt}, {n_query} tokens").iqr_s * 1e3 / 2 for rt in runtimes)  # half-IQRs
     print(f"at the query's {n_query} tokens the line gives eager {on_line['eager']:.2f} ms and ONNX Runtime "
           f"{on_line['ORT']:.2f} ms (measured: {ms[f'eager, {n_query} tokens']:.2f} and "
-          f"{ms[f'ORT, {n_query} tokens']:.2f} ms); the measured gap of {gap_query:.2f} ms = "
-          f"{fixed['eager'] - fixed['ORT']:.2f} ms that does not grow + "
-          f"{n_query * (per_token['eager'] - per_token['ORT']):.2f} ms that grows with the tokens + "
-          f"{off_line['eager'] - off_line['ORT']:.2f} ms from the query rows sitting off the line")
+          f"{ms[f'ORT, {n_query} tokens']:.2f} ms)")
+    if query_faster:  # split the gap only where there is one
+        print(f"the query's gap of {gap_query:.2f} ms in three parts: {fixed['eager'] - fixed['ORT']:+.2f} ms that does "
+              f"not grow, {n_query * (per_token['eager'] - per_token['ORT']):+.2f} ms that grows with the tokens, and "
+              f"{off:+.2f} ms from the query rows sitting off the line ("
+              + (f"inside the two rows' timing spread, ±{query_spread:.2f} ms)" if abs(off) <= query_spread else
+                 f"beyond the two rows' timing spread of ±{query_spread:.2f} ms: the time did not grow in a straight "
+                 "line with the tokens here, and this cell does not measure why)"))
 if share_word == "no gap":
     earlier_faster = tables[1].verdict("ONNX Runtime", "eager PyTorch") == "faster"  # same query, table above
     print(f"on the {n_query}-token query ONNX Runtime is "
@@ -641,10 +647,10 @@ else:
                       + (" (a rough share: see the spread note above)" if split.spread_note() else "")
                       + "; the profiles below try to split it, and the line under them says whether they could",
               "part": "part of ONNX Runtime's edge at batch 1 is in that cost (Python and dispatch, and how fast "
-                      "each runtime's matrix-multiply kernels get through the weights with few tokens); the line "
-                      "above splits the rest",
-              "little": "little of ONNX Runtime's edge at batch 1 is in the cost of a call; the line above says "
-                        "where the rest lies"}[share_word])
+                      "each runtime's matrix-multiply kernels get through the weights with few tokens); the "
+                      "three-part split printed above says where the rest lies",
+              "little": "little of ONNX Runtime's edge at batch 1 is in the cost of a call; the three-part split "
+                        "printed above says where the rest lies"}[share_word])
 
 # %%
 from torch.profiler import ProfilerActivity, profile
@@ -718,7 +724,9 @@ if ort_stretched and gap_2 and mm_word == "higher" and not eager_stretched:
           "ratio (eager's profile ran within 10% of its unprofiled call): eager's matrix-multiply kernels are part of "
           "the 2-token gap")
 elif ort_stretched or eager_stretched:
-    print(f"{head}; as the line above says, {'both profiles' if ort_stretched and eager_stretched else 'one profile'} "
+    who = ("both profiles" if ort_stretched and eager_stretched else
+           "ONNX Runtime's profile" if ort_stretched else "eager's profile")
+    print(f"{head}; as the line above says, {who} "
           "ran long, so the two profiles' milliseconds do not compare; as shares "
           f"of each runtime's own profile, matrix multiplies took {eager_mm / eager_wall:.0%} of eager's call and "
           f"{ort_mm / ort_node:.0%} of ONNX Runtime's node time"
