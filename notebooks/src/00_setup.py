@@ -12,7 +12,8 @@
 #
 # - how the notebooks are ordered, what *quick mode* is, and how GPU-only cells behave on a laptop;
 # - how to read the environment report and what the course *doctor* checks;
-# - what the first call to a compiled function costs, and what every later call saves;
+# - what the first call to a compiled function costs, and whether later calls save anything on your
+#   machine (they do not always);
 # - how to time code properly (warm-up, many runs, median) with `course_utils.bench`.
 #
 # **Prerequisites:** Python, and PyTorch tensors and `nn.Module` at beginner level. No earlier notebook.
@@ -95,8 +96,14 @@ print(session.start(seed=0))
 
 # %% [markdown]
 # `session.start` seeds every random number generator, clears any compiled code left in the
-# kernel (`torch._dynamo.reset()`), and returns the one-line summary above. Every notebook begins
-# with it, so results do not depend on what you ran before.
+# kernel (`torch._dynamo.reset()`), applies the course's thread policy, and returns the one-line
+# summary above. Every notebook begins with it, so results do not depend on what you ran before.
+# The line names your torch and Python, the cores and torch's threads, your **CPU class** (which
+# vector instructions torch can use, such as `x86-avx2` or `x86-amx`; verdicts that depend on it
+# can differ between classes), whether a GPU is visible, and the mode. "idle threads sleep" means
+# waiting threads do not spin on a core (README, "On a busy laptop"). "BUSY: ..." appears when
+# other programs were using the CPU as the notebook started: close them, or read the timings below
+# as rough.
 #
 # ## How the course is organised
 #
@@ -108,13 +115,8 @@ print(session.start(seed=0))
 #   leave it off to see effects at their real size. The switch is read in exactly one place,
 #   `course_utils.config`, and notebooks size their experiments with `config.pick(quick, full)`.
 # - **CPU first, GPU extras.** Everything runs on a CPU-only laptop. Material that only exists on a
-#   GPU sits in guarded cells that print `skipped: needs ...` and the reason on a CPU machine. Each
-#   guard names what its cell needs: `requires_accelerator(...)` for cells that run on any GPU torch
-#   drives (NVIDIA or AMD through `torch.cuda`, Apple's MPS, Intel's XPU), narrowed with `kinds=` where
-#   only some of them do (Inductor writes Triton kernels for CUDA and XPU, not for MPS), and
-#   `requires_cuda(...)` for cells written against `torch.cuda` (CUDA graphs, NCCL, CUDA memory snapshots),
-#   which AMD GPUs under ROCm pass too; `requires_cuda(..., allow_rocm=False)` marks the cells that need an
-#   NVIDIA GPU (ONNX Runtime's CUDA provider, FP8 matrix multiplies on compute capability 8.9 or newer).
+#   GPU sits in guarded cells that print `skipped: needs ...` and the reason on a CPU machine (the
+#   section on GPUs below says how the guards work).
 # - **Everything is checked.** Cells `assert` what must hold (results match, counts are right), and
 #   `make test` runs every notebook top to bottom. To test just this one:
 #   `make test-nb NB=notebooks/00_setup.ipynb`.
@@ -142,6 +144,8 @@ print(env.format_report())
 # The **doctor** goes further: it checks every package against the course's minimum version,
 # tries a real `torch.compile` in a fresh process, verifies the shipped data files against their
 # checksums, and checks that the course can write its caches. Each failure comes with the fix.
+# The temporary-directory line counts Inductor's precompiled C++ headers (one per set of compiler
+# flags; notebook 01 explains them): deleting them is safe, the next compile builds them again.
 # From a terminal, `make doctor` (or `python -m course_utils doctor`) runs the same checks and
 # exits with a non-zero status if anything is wrong.
 
@@ -156,11 +160,15 @@ print(f"{len(checks)} checks, none failed" + (f"; {counted(len(warned), 'warning
 
 # %% [markdown]
 # Do you need a GPU? No. Every lesson measures on the CPU, on every machine, a GPU machine
-# included, so your figures can be set beside the course's CPU ranges. A few cells go further where
+# included, so your figures can be set beside the course's CPU ranges (`data/expected_ranges.json`;
+# `make report` sets your results beside them). A few cells go further where
 # torch sees a GPU (CUDA graphs, Triton kernels, FP8, CUDA profiler rows). Each starts with a guard:
 # `requires_cuda` for cells written against `torch.cuda` (ROCm builds drive AMD GPUs through it
 # too), `requires_accelerator` for cells that run on any accelerator (CUDA, ROCm, XPU, or a Mac's
-# MPS). Where the guard's condition fails, the cell prints why it skipped and the notebook goes on.
+# MPS), narrowed with `kinds=` where only some of them do (Inductor writes Triton kernels for CUDA
+# and XPU, not for MPS); `requires_cuda(..., allow_rocm=False)` marks the cells that need an NVIDIA
+# GPU (ONNX Runtime's CUDA provider, FP8 matrix multiplies on compute capability 8.9 or newer).
+# Where the guard's condition fails, the cell prints why it skipped and the notebook goes on.
 # Inside, the cell asks `accelerator()` for the device instead of assuming CUDA, so the same lines
 # describe an NVIDIA, AMD, Apple or Intel GPU.
 #
@@ -253,6 +261,12 @@ assert len(chain_kernels) == 1 and not chain_library, "the whole chain fuses int
 # machine hits all of them, and reports the median and the interquartile range (IQR) of each.
 # It also uses as many threads as torch does (`torch.utils.benchmark.Timer` alone uses one).
 #
+# Each comparison ends in a verdict. *Faster* (or *slower*) only when the two medians are more
+# than 5% apart **and** their bands, median ± IQR/2, do not overlap; anything else is *no clear
+# difference*, and the line says which rule decided ("within 5%" or "inside the timing spread").
+# A figure measured once, such as a first call, has no spread, so it is judged against a stated
+# band instead ("10% band": higher or lower only beyond 10%).
+#
 # Beside the table, the next cell times one pass over the tensor, `x + 1` (it reads the tensor and
 # writes a new one), for scale: roughly what each of eager's operations costs in memory traffic
 # alone.
@@ -306,8 +320,8 @@ chain_reason = {
                             f"(the wider IQR is {widest_iqr_ms:.2f} ms), so the fused loop's own work took about that "
                             "much longer than eager's separate kernels; this cell does not time the maths, the "
                             "dispatches and the allocations apart"),
-    "slower": "the generated loop took longer than eager's separate kernels, by more than the memory passes it "
-              "saved (this cell does not time the maths apart)" + inductor_code.scalar_note()
+    "slower": f"the generated loop took longer than eager's {n_ops} kernels put together, so its own work cost more "
+              f"than the memory passes it saved (roughly {saved_ms:.2f} ms); this cell does not time the maths apart" + inductor_code.scalar_note()
               + (f"; {chain_load}" if chain_load else "")}[chain_word]
 chain_said = table.describe("compiled", name="setup.chain.compiled_vs_eager")
 print(f"steady state ({compiled_ms:.3f} ms vs {eager_ms:.3f} ms per call): compiled is {chain_said}")
@@ -342,8 +356,10 @@ mm_speedup = mm_table.speedup("compiled")
 mm_word = mm_table.verdict("compiled")
 mm_reason = {"no clear difference": "both run the same library routine, and the guard check a compiled call adds "
                                     "(notebook 02 shows the guards) did not show beside the multiply",
-             "faster": "the library routine is the same, so nothing counted here explains the gap: rerun the cell",
-             "slower": "the library routine is the same, so nothing counted here explains the gap: rerun the cell"
+             "faster": f"the library routine is the same, so nothing counted here explains the gap "
+                       f"({mm_table.bands_text('compiled')}): rerun the cell",
+             "slower": f"the library routine is the same, so nothing counted here explains the gap "
+                       f"({mm_table.bands_text('compiled')}): rerun the cell"
              }[mm_word] if mm_library and not mm_loops else "Inductor wrote code of its own here: read the generated code"
 print(f"\nmatmul: compiled is {mm_table.describe('compiled', name='setup.matmul.compiled_vs_eager')}: {mm_reason}")
 
@@ -393,11 +409,11 @@ exercises.check("00.rms_norm", torch.compile(rms_norm))
 
 
 # %% [markdown]
-# **Exercise 2.** Compiling costs `first_call_s` once; afterwards each call takes `compiled_s`
-# instead of `eager_s`. Write `break_even(first_call_s, eager_s, compiled_s)` that returns the
-# smallest number of calls `n` for which `n` compiled calls (the first one included) have cost no
-# more time than `n` eager calls, or `None` when `compiled_s >= eager_s` (compiled calls are not
-# cheaper, so compiling never pays).
+# **Exercise 2.** The first compiled call takes `first_call_s` (compiling *and* running once); each
+# later compiled call takes `compiled_s`, and each eager call `eager_s`. So `n` compiled calls cost
+# `first_call_s + (n - 1) * compiled_s`. Write `break_even(first_call_s, eager_s, compiled_s)` that
+# returns the smallest `n >= 1` for which that is no more than `n * eager_s`, or `None` when
+# `compiled_s >= eager_s` (compiled calls are not cheaper, so compiling never pays).
 
 # %%
 def break_even(first_call_s: float, eager_s: float, compiled_s: float) -> int | None:
@@ -418,9 +434,11 @@ if exercises.check("00.break_even", break_even):
     eager_s = table.row("eager").median_s
     compiled_s = table.row("compiled").median_s
     n = break_even(first_s, eager_s, compiled_s)
-    first_said = ("its first call loaded the code from Inductor's disk cache; a cold cache costs more"
+    first_said = ("its first call loaded the code from Inductor's disk cache (notebook 01 measures a cold start)"
                   if from_disk else "its first call built the code")
-    if chain_word != "faster":
+    if chain_word == "slower":
+        print("the compiled calls were slower here, so compiling this function does not pay on this machine")
+    elif chain_word != "faster":
         print(f"the chain's verdict above is '{chain_word}', so this run gives no break-even point to trust")
     else:
         print(("on this machine compiling never pays for this function" if n is None

@@ -685,7 +685,8 @@ vector = re.search(r"Vectorized<float>::loadu\([^;]*?(\d+)\)\);", loop_text)
 print(f"x arrives as {x_ptr}. The loop loads it {counted(len(x_loads), 'time')}, as {x_loads[0]}, and uses that value "
       f"{counted(x_uses, 'time')} (normalisation, then the residual add).")
 print(f"It stores {counted(stores, 'result')}. The {temporaries} temporaries in between (calling {', '.join(functions)}) "
-      "live in local variables (registers): no full-size intermediate tensor is written to memory"
+      "live in local variables (registers, or the stack when there are too many; not tensors): no full-size "
+      "intermediate tensor is written to memory"
       + (f" (only the per-row statistics: {counted(row_buffers, 'buffer')} of {ROWS} floats)"
          if row_buffers else "") + ".")
 if vector:
@@ -763,7 +764,8 @@ if x_loops > 1:
     print(f"         the kernel reads x in {x_loops} loops over all the rows: {reread_bytes / 2**20:.1f} MiB "
           f"({eager_ops.bytes / reread_bytes:.1f}x less) if none of those re-reads hit the cache")
 else:
-    print("         the kernel reads x in one loop over the rows, so x streams from memory once")
+    print("         the kernel reads x in one loop over the rows (its inner loops re-read each row, small enough to "
+          "stay in the L1 cache), so x streams from memory once")
 assert x_loops >= 1, "no loop over the rows that loads x was found in the kernel"
 assert fused_count < eager_count
 assert eager_ops.bytes > 3 * fused_bytes
@@ -850,7 +852,8 @@ bench.bar_chart(table, title=f"LayerNorm + GELU + residual, {ROWS}x{DIM}");
 # over all the rows (the counting cell printed how many here), it moves more than the floor unless x
 # stays in the CPU's last-level cache between those loops. Above it: something besides the bytes
 # moved differed, and the note under the table, when there is one, says the timings were rough. On
-# small tensors (quick mode) fixed per-call costs dominate and the ratio says little.
+# small tensors (quick mode) the tensors stay in the CPU's caches, so the traffic ratio says little
+# about time.
 #
 # ## Where fusion stops: matrix multiplies
 #
@@ -905,7 +908,8 @@ print(f"\nverdict on this machine: compiled is {mm_table.describe('compiled')}: 
 
 
 # %% [markdown]
-# Inductor even recognised `x @ w + b` and called the library's `addmm`, which adds the bias
+# Here Inductor recognised `x @ w + b` and called the library's `addmm` (the lines above say whether it
+# did on yours), which adds the bias
 # inside the matrix multiply, exactly as eager `nn.Linear` does. Compiling a model whose time goes
 # into matrix multiplies therefore leaves that time in the same library routine on a CPU (the table
 # above shows what the fused tail changed here); notebook 01 compares whole models.
