@@ -172,8 +172,8 @@ def test_stamp_writes_each_notebooks_own_time_line(tmp_path):
     assert stamp.stamp_notebook(path, cold, full, quick)
     text = "".join(json.loads(path.read_text())["cells"][0]["source"])
     assert ("<!-- stamp:time -->5.0 min the first time (every cache empty), 1.5 min after that (compile cache "
-            "warm), 0.5 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-avx2, "
-            "torch 2.14.1, 2026-11-30). A slower or busy laptop takes longer. The outputs stored below may come "
+            "warm), 0.5 min in quick mode; measured on the reference machine (2 cores, x86-avx2, "
+            "torch 2.14.1, 2026-11-30) and stamped here by `make stamp`. A slower or busy laptop takes longer. The outputs stored below may come "
             "from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time --> "
             "Mostly compiling."
             in text)

@@ -18,7 +18,7 @@
 #
 # **Prerequisites:** Python, and PyTorch tensors and `nn.Module` at beginner level. No earlier notebook.
 #
-# **Time on a laptop CPU:** <!-- stamp:time -->0.6 min the first time (every cache empty), 0.5 min after that (compile cache warm), 0.3 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06). A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time -->
+# **Time on a laptop CPU:** <!-- stamp:time -->0.6 min the first time (every cache empty), 0.5 min after that (compile cache warm), 0.3 min in quick mode; measured on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06) and stamped here by `make stamp`. A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time -->
 #
 # **GPU:** not needed. One cell shows your GPU if you have one and says it skipped otherwise.
 

@@ -27,7 +27,7 @@
 #
 # **Prerequisites:** notebook 00 (a first `torch.compile`, and how the course times code).
 #
-# **Time on a laptop CPU:** <!-- stamp:time -->3.4 min the first time (every cache empty), 3.4 min after that (compile cache warm, yet no faster in these two runs), 1.3 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06). A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time -->
+# **Time on a laptop CPU:** <!-- stamp:time -->3.4 min the first time (every cache empty), 3.4 min after that (compile cache warm, yet no faster in these two runs), 1.3 min in quick mode; measured on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06) and stamped here by `make stamp`. A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time -->
 #
 # **GPU:** not needed. One cell shows CUDA graphs (`reduce-overhead`) when a GPU is present and
 # prints "skipped: needs CUDA" otherwise.

@@ -27,7 +27,7 @@
 # **Prerequisites:** notebook 00 (a first `torch.compile`, timing with `course_utils.bench`);
 # notebook 01 (compile modes and backends) helps but is not required.
 #
-# **Time on a laptop CPU:** <!-- stamp:time -->0.8 min the first time (every cache empty), 0.8 min after that (compile cache warm, yet no faster in these two runs), 0.5 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06). A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time -->
+# **Time on a laptop CPU:** <!-- stamp:time -->0.8 min the first time (every cache empty), 0.8 min after that (compile cache warm, yet no faster in these two runs), 0.5 min in quick mode; measured on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06) and stamped here by `make stamp`. A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time -->
 #
 # **GPU:** not needed. One guarded cell repeats the cost measurement on a GPU, where `.item()`
 # also makes the CPU wait for the GPU.

@@ -24,7 +24,7 @@
 #
 # **Prerequisites:** notebooks 00 and 01 (`torch.compile` basics); 02 (graph breaks) helps.
 #
-# **Time on a laptop CPU:** <!-- stamp:time -->0.3 min the first time (every cache empty), 0.4 min after that (compile cache warm, yet no faster in these two runs), 0.2 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06). A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time -->
+# **Time on a laptop CPU:** <!-- stamp:time -->0.3 min the first time (every cache empty), 0.4 min after that (compile cache warm, yet no faster in these two runs), 0.2 min in quick mode; measured on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06) and stamped here by `make stamp`. A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time -->
 #
 # **GPU:** not needed. One cell shows the Triton kernel Inductor writes for a GPU and says it
 # skipped otherwise.

@@ -26,7 +26,7 @@
 # **Prerequisites:** notebook 00 (first `torch.compile`, timing with `course_utils.bench`) and
 # notebook 02 (graph breaks and `torch._dynamo.explain`). Notebook 01 helps for the speed section.
 #
-# **Time on a laptop CPU:** <!-- stamp:time -->1.2 min the first time (every cache empty), 1.2 min after that (compile cache warm, yet no faster in these two runs), 0.6 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06). A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time -->
+# **Time on a laptop CPU:** <!-- stamp:time -->1.2 min the first time (every cache empty), 1.2 min after that (compile cache warm, yet no faster in these two runs), 0.6 min in quick mode; measured on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06) and stamped here by `make stamp`. A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time -->
 #
 # **GPU:** not needed; nothing here is GPU-only.
 

@@ -30,7 +30,7 @@
 # **Prerequisites:** notebook 00 (timing with `course_utils.bench`, a first `torch.compile`).
 # You should know what a gradient and a Jacobian are; the notebook recalls the rest.
 #
-# **Time on a laptop CPU:** <!-- stamp:time -->1.8 min the first time (every cache empty), 1.8 min after that (compile cache warm, yet no faster in these two runs), 0.5 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06). A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time --> Quick mode shrinks the sizes and the timing runs.
+# **Time on a laptop CPU:** <!-- stamp:time -->1.8 min the first time (every cache empty), 1.8 min after that (compile cache warm, yet no faster in these two runs), 0.5 min in quick mode; measured on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06) and stamped here by `make stamp`. A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time --> Quick mode shrinks the sizes and the timing runs.
 #
 # **GPU:** not needed. One guarded cell repeats the per-sample gradient comparison on a GPU if you
 # have one.

@@ -36,7 +36,7 @@
 # **Prerequisites:** notebook 00 (timing with `course_utils.bench`), notebook 02 (graph breaks) and
 # notebook 04 (`torch.cond`).
 #
-# **Time on a laptop CPU:** <!-- stamp:time -->1.0 min the first time (every cache empty), 0.5 min after that (compile cache warm), 0.4 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06). A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time --> The first run also builds the two C++ programs once.
+# **Time on a laptop CPU:** <!-- stamp:time -->1.0 min the first time (every cache empty), 0.5 min after that (compile cache warm), 0.4 min in quick mode; measured on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06) and stamped here by `make stamp`. A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time --> The first run also builds the two C++ programs once.
 #
 # **GPU:** not needed. One guarded cell compiles the package for CUDA when a GPU is present.
 

@@ -32,7 +32,7 @@
 # **Prerequisites:** notebook 00 (timing with `course_utils.bench`) and 01 (`torch.compile`);
 # notebook 07 (ONNX export) helps but is not required: this notebook exports what it needs.
 #
-# **Time on a laptop CPU:** <!-- stamp:time -->2.5 min the first time (every cache empty), 2.5 min after that (compile cache warm, yet no faster in these two runs), 0.8 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06). A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time --> Quick mode skips, among other things,
+# **Time on a laptop CPU:** <!-- stamp:time -->2.5 min the first time (every cache empty), 2.5 min after that (compile cache warm, yet no faster in these two runs), 0.8 min in quick mode; measured on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06) and stamped here by `make stamp`. A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time --> Quick mode skips, among other things,
 # compiling the transformer. On a CPU without AVX-512 VNNI or AMX,
 # torchao's dynamic int8 layers run torch's own int8 loop, which can make the transformer section
 # take longer there.

@@ -21,7 +21,7 @@
 #
 # **Prerequisites:** notebook 00 (timing with `course_utils.bench`) and notebook 01 (`torch.compile`).
 #
-# **Time on a laptop CPU:** <!-- stamp:time -->0.3 min the first time (every cache empty), 0.3 min after that (compile cache warm), 0.2 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06). A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time --> One small model is compiled; the rest is profiling small models.
+# **Time on a laptop CPU:** <!-- stamp:time -->0.3 min the first time (every cache empty), 0.3 min after that (compile cache warm), 0.2 min in quick mode; measured on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06) and stamped here by `make stamp`. A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time --> One small model is compiled; the rest is profiling small models.
 #
 # **GPU:** not needed. CUDA kernel rows, the gaps between kernel launches and memory snapshots
 # are shown in guarded cells that run only on a CUDA machine.

@@ -29,7 +29,7 @@
 # model is the course's character-level `TinyGPT` (trained on Python's documentation, shipped in
 # `data/tiny_gpt.pt`).
 #
-# **Time on a laptop CPU:** <!-- stamp:time -->2.3 min the first time (every cache empty), 2.4 min after that (compile cache warm, yet no faster in these two runs), 0.9 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06). A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time --> Quick mode sends fewer requests and skips the compiled server.
+# **Time on a laptop CPU:** <!-- stamp:time -->2.3 min the first time (every cache empty), 2.4 min after that (compile cache warm, yet no faster in these two runs), 0.9 min in quick mode; measured on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06) and stamped here by `make stamp`. A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time --> Quick mode sends fewer requests and skips the compiled server.
 #
 # **GPU:** not needed; every server here runs on the CPU. One guarded cell notes what changes on a GPU.
 

@@ -46,7 +46,7 @@
 # **Prerequisites:** notebook 01 (`torch.compile`) and notebook 09 (the profiler). Knowing what a
 # training step does (forward, backward, optimizer step) is enough for the rest.
 #
-# **Time on a laptop CPU:** <!-- stamp:time -->1.7 min the first time (every cache empty), 1.8 min after that (compile cache warm, yet no faster in these two runs), 1.4 min in quick mode; measured by `make stamp` on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06). A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time --> Each job starts two fresh Python processes (a few seconds each); quick mode uses a smaller model and fewer steps.
+# **Time on a laptop CPU:** <!-- stamp:time -->1.7 min the first time (every cache empty), 1.8 min after that (compile cache warm, yet no faster in these two runs), 1.4 min in quick mode; measured on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06) and stamped here by `make stamp`. A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time --> Each job starts two fresh Python processes (a few seconds each); quick mode uses a smaller model and fewer steps.
 #
 # **GPU:** not needed. One guarded cell runs the collectives on NCCL, one process per GPU.
 
