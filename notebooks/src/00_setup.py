@@ -100,7 +100,7 @@ print(session.start(seed=0))
 # summary above. Every notebook begins with it, so results do not depend on what you ran before.
 # The line names your torch and Python, the cores and torch's threads, your **CPU class** (which
 # vector instructions torch can use, such as `x86-avx2` or `x86-amx`; verdicts that depend on it
-# can differ between classes), whether a GPU is visible, and the mode. "idle threads sleep" means
+# can differ between classes), whether torch sees a CUDA GPU (`cuda:`), and the mode. "idle threads sleep" means
 # waiting threads do not spin on a core (README, "On a busy laptop"). "BUSY: ..." appears when
 # other programs were using the CPU as the notebook started: close them, or read the timings below
 # as rough.
@@ -265,7 +265,7 @@ assert len(chain_kernels) == 1 and not chain_library, "the whole chain fuses int
 # than 5% apart **and** their bands, median ± IQR/2, do not overlap; anything else is *no clear
 # difference*, and the line says which rule decided ("within 5%" or "inside the timing spread").
 # A figure measured once, such as a first call, has no spread, so it is judged against a stated
-# band instead ("10% band": higher or lower only beyond 10%).
+# band instead ("10% band": higher only above 1.10x, lower only below 1/1.10, about 0.91x).
 #
 # Beside the table, the next cell times one pass over the tensor, `x + 1` (it reads the tensor and
 # writes a new one), for scale: roughly what each of eager's operations costs in memory traffic
@@ -320,8 +320,8 @@ chain_reason = {
                             f"(the wider IQR is {widest_iqr_ms:.2f} ms), so the fused loop's own work took about that "
                             "much longer than eager's separate kernels; this cell does not time the maths, the "
                             "dispatches and the allocations apart"),
-    "slower": f"the generated loop took longer than eager's {n_ops} kernels put together, so its own work cost more "
-              f"than the memory passes it saved (roughly {saved_ms:.2f} ms); this cell does not time the maths apart" + inductor_code.scalar_note()
+    "slower": f"the generated loop took longer than eager's {n_ops} kernels put together, although it saved roughly "
+              f"{saved_ms:.2f} ms of memory passes; this cell does not time the maths apart" + inductor_code.scalar_note()
               + (f"; {chain_load}" if chain_load else "")}[chain_word]
 chain_said = table.describe("compiled", name="setup.chain.compiled_vs_eager")
 print(f"steady state ({compiled_ms:.3f} ms vs {eager_ms:.3f} ms per call): compiled is {chain_said}")
@@ -437,7 +437,7 @@ if exercises.check("00.break_even", break_even):
     first_said = ("its first call loaded the code from Inductor's disk cache (notebook 01 measures a cold start)"
                   if from_disk else "its first call built the code")
     if chain_word == "slower":
-        print("the compiled calls were slower here, so compiling this function does not pay on this machine")
+        print("the compiled calls were slower in this run, so at these timings compiling this function does not pay")
     elif chain_word != "faster":
         print(f"the chain's verdict above is '{chain_word}', so this run gives no break-even point to trust")
     else:

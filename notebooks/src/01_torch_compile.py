@@ -550,7 +550,7 @@ print(f"max-autotune on a CPU: {counted(ma['autotuned'], 'matmul')} autotuned; "
 # again (from the on-disk cache) before bench.compare starts timing.
 with torch.no_grad():
     timed = {mode: torch.compile(mode_model, mode=mode) for mode in MODES}
-    mode_table = bench.compare({"eager": mode_model, **timed}, mode_x)
+    mode_table = bench.compare({"eager": mode_model, **timed}, mode_x).with_load()  # reasons can name the load
 print(mode_table)
 library = mode_runs["default"]["library"]
 mode_words = {mode: mode_table.verdict(mode) for mode in MODES}
@@ -562,7 +562,7 @@ if same_as_default and len(set(mode_words.values())) > 1:
     print(f"the four modes ran identical kernels, so their different verdicts come from the timings alone, not from a "
           f"difference between the modes: their times ({min(mode_times):.2f}x to {max(mode_times):.2f}x eager's) fall "
           f"either side of what a verdict needs (a {bench.VERDICT_MARGIN:.0%} gap and timing spreads that do not overlap)")
-# Other programs' load, named only where compare sampled it at or above the threshold (c36 reuses it).
+# Other programs' load, sampled just after the timings (with_load), named where at or above the threshold.
 mode_load = mode_table.load_note()
 mode_gap = ("the modes ran the same kernels, so the gap between them is timing variation, not their glue"
             + (f" ({mode_load})" if mode_load else ""))
@@ -598,7 +598,7 @@ bench.bar_chart(mode_table, title="MLP inference on this CPU, by mode");
 # graph, so this experiment starts from `torch._dynamo.reset()` and keeps everything, timing
 # included, inside the `freezing` setting. Autotuning prints a report of every choice it timed; we
 # capture it and show the start. (With freezing, each weight is pre-packed for the library, so the
-# report shows it as one flat buffer, such as `1459233x1`, rather than as a matrix.)
+# report shows it as one flat buffer, a long `N x 1` shape, rather than as a matrix.)
 
 # %%
 torch._dynamo.reset()
@@ -616,7 +616,8 @@ with torch.no_grad(), torch._inductor.config.patch(freezing=True):
                                                  templates=counters["inductor"]["cpp_templated_kernel_counter"])
         if report.getvalue():
             print("\n".join(report.getvalue().splitlines()[:9]), "\n...\n")
-    frozen_table = bench.compare({"eager": mode_model, **{m: r["fn"] for m, r in frozen_runs.items()}}, mode_x)
+    frozen_table = bench.compare({"eager": mode_model, **{m: r["fn"] for m, r in frozen_runs.items()}},
+                                 mode_x).with_load()
 
 for name, r in frozen_runs.items():
     print(f"{name:<24} first call {r['first_s']:5.2f} s | matmuls autotuned: {r['autotuned']} | "
@@ -642,16 +643,17 @@ print(f"first call, max-autotune + freezing against default + freezing: {compile
 print(f"default + freezing: {frozen_table.describe('default + freezing')}, first call {frozen_default['first_s']:.2f} s")
 print(f"max-autotune + freezing: {frozen_table.describe('max-autotune + freezing')}, first call "
       f"{tuned['first_s']:.2f} s ({tuned['first_s'] / frozen_default['first_s']:.1f}x the frozen default's first call)")
-frozen_slower = [name for name in ("default + freezing", "max-autotune + freezing")
-                 if frozen_table.verdict(name) == "slower"]
-if frozen_slower:
-    library_only = tuned["templates"] == 0 and frozen_default["templates"] == 0
-    print(f"({' and '.join(frozen_slower)} ran slower than eager here: "
-          + ("both frozen versions call library matmuls, as eager does (no matmul used Inductor's own template), so "
-             "the extra time is in the generated glue, in the library call they chose, or around the calls; "
-             if library_only else "some matmuls used Inductor's own C++ template (counted above); ")
-          + "this cell does not time where" + inductor_code.scalar_note()
-          + (f"; {mode_load}" if mode_load else "") + ")")
+frozen_load = frozen_table.load_note()  # this table's own sample of other programs' load
+for name in ("default + freezing", "max-autotune + freezing"):
+    if frozen_table.verdict(name) != "slower":
+        continue
+    r = frozen_runs[name]
+    how = (f"{counted(r['templates'], 'matmul')} ran Inductor's own C++ template instead of the library call"
+           if r["templates"] else
+           "its matmuls are library calls, as eager's are (none used Inductor's template), so the extra time is in "
+           "the generated glue, in the library call it chose, or around the calls")
+    print(f"({name} ran slower than eager here: {how}; this cell does not time where the extra time went"
+          + inductor_code.scalar_note() + (f"; {frozen_load}" if frozen_load else "") + ")")
 # Compare like with like: both frozen, so the only difference is autotuning.
 word = frozen_table.verdict("max-autotune + freezing", "default + freezing",
                             name="compile.modes.autotune_freezing.tuned_vs_default")  # describe() below prints this verdict
@@ -930,7 +932,8 @@ def reason(name: str, r: dict) -> str:
         own_loops = ("; the compiled version also computes everything in its own generated loops (0 library calls), "
                      "another difference from eager" if r["library"] == 0 else "")
         return costs + (" are of the order of the work itself; they are the likely reason for this verdict, but this "
-                        "cell does not time them" + own_loops)
+                        "cell does not time them" + own_loops
+                        + (f"; {r['table'].load_note()}" if r["table"].load_note() else ""))
     if r["library"] == 0:
         traffic = r["ops"] * elements * 4
         where = (f"; the {r['ops']} intermediate tensors (about {traffic / 1e6:.1f} MB) fit in this CPU's "
@@ -1146,7 +1149,8 @@ print("Why: the convolutions, forward and backward, run in the same library rout
                                    if epochs_table.within_margin("compiled") else
                                    "any difference, either way, stayed inside the epochs' spread."),
                                "slower": "the compiled epochs took longer; this cell does not time where the extra "
-                                         "time went (notebook 09's profiler can)."}[epoch_word])
+                                         "time went (notebook 09's profiler can)" + inductor_code.scalar_note()
+                                         + "."}[epoch_word])
 saving = steady_eager - steady_compiled
 epochs_needed = max(1, math.ceil(compile_cost / saving)) if epoch_word == "faster" else None
 payback = ("does not pay" if epochs_needed is None else
@@ -1783,8 +1787,8 @@ if PRECOMPILE and not config.is_quick():
     target_word = bench.record_verdict("compile.precompile.cold_ratio.target", "met" if cold_ratio >= 5 else "not met",
                                        target=5)
     print(f"\nrecorded compile.precompile.cold_ratio = {cold_ratio:.1f}x (cold compile / precompiled load and first call, "
-          f"imports left out; the course expects at least 5x for this ratio, data/expected_ranges.json: {target_word}); "
-          f"counting the compiler's imports, which every route pays, the same ratio is {with_imports:.1f}x")
+          f"imports left out; the course expects at least 5x for this ratio (data/expected_ranges.json): {target_word}); "
+          f"counting the compiler's imports, which every route pays, cold over precompiled is {with_imports:.1f}x")
     empty = pre_routes["precompiled, empty directory"]
     if empty["kernels_built"]:
         print(f"on another machine (an empty cache directory; the precompiled header, kept in the temporary "

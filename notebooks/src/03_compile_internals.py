@@ -904,15 +904,19 @@ print(f"\nverdict on this machine: compiled is {mm_table.describe('compiled')}: 
          "no clear difference": "which is expected to be a small share of the time next to the matrix multiply"
                                 + ("; the timings were too spread to tell more (see the note under the table)"
                                    if mm_table.spread_note() else ""),
-         "slower": "and the compiled call took longer; this cell does not time its parts"}[mm_word])
+         "slower": "and the compiled call took longer; the library call also differs"
+                   + (" (eager's separate add is folded into the compiled addmm)" if bias_folded else "")
+                   + f", and this cell does not time these apart ({mm_table.bands_text('compiled')}): rerun the cell"
+                   + (f"; {mm_table.load_note()}" if mm_table.load_note() else "")}[mm_word])
 
 
 # %% [markdown]
-# Here Inductor recognised `x @ w + b` and called the library's `addmm` (the lines above say whether it
-# did on yours), which adds the bias
-# inside the matrix multiply, exactly as eager `nn.Linear` does. Compiling a model whose time goes
-# into matrix multiplies therefore leaves that time in the same library routine on a CPU (the table
-# above shows what the fused tail changed here); notebook 01 compares whole models.
+# Where the verdict line says "the compiled addmm with the bias folded in", Inductor recognised
+# `x @ w + b` and called the library's `addmm`, which adds the bias inside the matrix multiply,
+# exactly as eager `nn.Linear` does. Compiling a model whose time goes into matrix multiplies
+# therefore leaves that time in the same library routine on a CPU (the table above shows how the
+# compiled version, with its folded bias and generated relu, compared here); notebook 01 compares
+# whole models.
 #
 # ## Training: the backward pass is fused too
 #
