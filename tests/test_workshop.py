@@ -173,8 +173,9 @@ def test_stamp_writes_each_notebooks_own_time_line(tmp_path):
     text = "".join(json.loads(path.read_text())["cells"][0]["source"])
     assert ("<!-- stamp:time -->5.0 min the first time (every cache empty), 1.5 min after that (compile cache "
             "warm), 0.5 min in quick mode; measured on the reference machine (2 cores, x86-avx2, "
-            "torch 2.14.1, 2026-11-30) and stamped here by `make stamp`. A slower or busy laptop takes longer. The outputs stored below may come "
-            "from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time --> "
+            "torch 2.14.1, 2026-11-30) and stamped here by `make stamp`. A slower or busy laptop takes longer. "
+            "The outputs stored below may come from another machine: the line the imports cell prints names their "
+            "CPU class (`cpu class:`).<!-- /stamp:time --> "
             "Mostly compiling."
             in text)
     assert not stamp.stamp_notebook(tmp_path / "01_torch_compile.ipynb", cold, full, quick)  # it failed

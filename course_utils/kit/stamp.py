@@ -214,9 +214,9 @@ def time_line(name: str, cold: dict[str, Any] | None, full: dict[str, Any] | Non
         each = "; ".join(f"{text.split(' min ')[0]} min: "
                          + (_when(measured) if measured else "date not recorded") for text, measured in parts)
         when = f"{_machine(src)}; {each}"
-    return (f"{TIME_OPEN}{figures}; measured on the reference machine "
-            f"({when}) and stamped here by `make stamp`. A slower or busy laptop takes longer. The outputs stored below may come from "
-            f"another machine: the line the imports cell prints names their CPU class (`cpu class:`).{TIME_CLOSE}")
+    return (f"{TIME_OPEN}{figures}; measured on the reference machine ({when}) and stamped here by `make stamp`. "
+            "A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line "
+            f"the imports cell prints names their CPU class (`cpu class:`).{TIME_CLOSE}")
 
 
 def time_cell(nb: dict[str, Any]) -> dict[str, Any] | None:
