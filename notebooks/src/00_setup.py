@@ -442,7 +442,7 @@ if exercises.check("00.break_even", break_even):
         print(f"the chain's verdict above is '{chain_word}', so this run gives no break-even point to trust")
     else:
         print(("on this machine compiling never pays for this function" if n is None
-               else f"on this machine compiling pays for itself after {n:,} calls") + f" ({first_said})")
+               else f"in this run compiling pays for itself after {n:,} calls") + f" ({first_said})")
 else:
     print("solve Exercise 2 to see your machine's break-even point")
 

@@ -574,7 +574,9 @@ if "faster" in mode_words.values():
 elif "slower" not in mode_words.values():
     mode_why = "which did not save time that shows here"
 elif same_as_default and len(set(mode_words.values())) > 1:
-    mode_why = f"which did not save time that shows here; {mode_gap}"
+    mode_why = ("which did not save time that shows here; where a mode came out slower than eager (the lines above "
+                "say which), this cell does not time where the extra time went (notebook 09's profiler can)"
+                + inductor_code.scalar_note() + f"; {mode_gap}")
 else:
     mode_why = ("and where a mode took longer, this cell does not time where the extra time went (notebook 09's "
                 "profiler can)" + inductor_code.scalar_note() + (f"; {mode_load}" if mode_load else ""))
@@ -1148,9 +1150,9 @@ print("Why: the convolutions, forward and backward, run in the same library rout
                                    f"the epochs' medians stayed within {bench.VERDICT_MARGIN:.0%} of each other."
                                    if epochs_table.within_margin("compiled") else
                                    "any difference, either way, stayed inside the epochs' spread."),
-                               "slower": "the compiled epochs took longer; this cell does not time where the extra "
-                                         "time went (notebook 09's profiler can)" + inductor_code.scalar_note()
-                                         + "."}[epoch_word])
+                               "slower": "the compiled epochs took longer" + inductor_code.scalar_note()
+                                         + "; this cell does not time where the extra time went (notebook 09's "
+                                         "profiler can)."}[epoch_word])
 saving = steady_eager - steady_compiled
 epochs_needed = max(1, math.ceil(compile_cost / saving)) if epoch_word == "faster" else None
 payback = ("does not pay" if epochs_needed is None else

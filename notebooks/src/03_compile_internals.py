@@ -896,17 +896,16 @@ bias_folded = any("addmm" in call for call in mm_calls)
 compiled_mm = ("the compiled addmm with the bias folded in" if bias_folded
                else "the compiled " + ", ".join(mm_calls))
 tail = "the relu" if bias_folded else "the pointwise tail (bias add and relu)"
+differs = "; the library call also differs (eager's separate add is folded into the compiled addmm)" if bias_folded else ""
 print(f"\nverdict on this machine: compiled is {mm_table.describe('compiled')}: the matrix multiply runs in the "
       f"same library either way (eager's {eager_mm}, {compiled_mm}), and only {tail} became generated code, "
-      + {"faster": "and compiled came out faster; the library call also differs"
-                   + (" (eager's separate add is folded into the compiled addmm)" if bias_folded else "")
-                   + "; this cell does not time these apart",
+      + {"faster": "and compiled came out faster" + differs + "; this cell does not time these apart",
          "no clear difference": "which is expected to be a small share of the time next to the matrix multiply"
                                 + ("; the timings were too spread to tell more (see the note under the table)"
                                    if mm_table.spread_note() else ""),
-         "slower": "and the compiled call took longer; the library call also differs"
-                   + (" (eager's separate add is folded into the compiled addmm)" if bias_folded else "")
-                   + f", and this cell does not time these apart ({mm_table.bands_text('compiled')}): rerun the cell"
+         "slower": "and the compiled call took longer" + differs + "; this cell does not time "
+                   + ("these apart" if bias_folded else "the generated tail apart from the multiply")
+                   + f" ({mm_table.bands_text('compiled')}): rerun the cell"
                    + (f"; {mm_table.load_note()}" if mm_table.load_note() else "")}[mm_word])
 
 
@@ -915,8 +914,7 @@ print(f"\nverdict on this machine: compiled is {mm_table.describe('compiled')}: 
 # `x @ w + b` and called the library's `addmm`, which adds the bias inside the matrix multiply,
 # exactly as eager `nn.Linear` does. Compiling a model whose time goes into matrix multiplies
 # therefore leaves that time in the same library routine on a CPU (the table above shows how the
-# compiled version, with its folded bias and generated relu, compared here); notebook 01 compares
-# whole models.
+# compiled version compared here); notebook 01 compares whole models.
 #
 # ## Training: the backward pass is fused too
 #
