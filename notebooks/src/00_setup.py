@@ -225,6 +225,7 @@ print(f"first call : {first_s:8.3f} s   (graphs compiled during it: {graphs_firs
 print(f"second call: {second_s * 1e3:8.3f} ms  (graphs compiled during it: {graphs_second})")
 # One call each, no spread to judge against: the first counts as longer only beyond a 10% band.
 first_word = bench.band_verdict(first_s, second_s, band=0.1, name="setup.first_call.vs_second")
+print(f"the 10% band's rule: {bench.band_text(0.1)}")
 print(f"first call against second: {first_word} ({first_s / second_s:,.0f}x the time; 10% band): " + {
     "higher": "the first call traced the function and " + ("loaded its generated code from Inductor's on-disk "
               "cache (an earlier run built it)" if from_disk else "generated and built its C++ code") +
@@ -265,7 +266,8 @@ assert len(chain_kernels) == 1 and not chain_library, "the whole chain fuses int
 # than 5% apart **and** their bands, median ± IQR/2, do not overlap; anything else is *no clear
 # difference*, and the line says which rule decided ("within 5%" or "inside the timing spread").
 # A figure measured once, such as a first call, has no spread, so it is judged against a stated
-# band instead ("10% band": higher only above 1.10x, lower only below 1/1.10, about 0.91x).
+# band instead ("10% band"; the first-call cell above prints the ratios that band calls no clear
+# difference; beyond them it says higher or lower).
 #
 # Beside the table, the next cell times one pass over the tensor, `x + 1` (it reads the tensor and
 # writes a new one), for scale: roughly what each of eager's operations costs in memory traffic
