@@ -162,10 +162,28 @@ def test_a_warm_run_that_took_no_less_than_the_first_is_not_stated_as_if_the_cac
     assert "1.5 min after that (compile cache warm), " in stamp.time_line("00_setup.ipynb", cold, full, quick)
 
 
+def test_a_notebook_that_compiles_nothing_is_not_said_to_find_a_compile_cache_warm():
+    quick, full, cold = _summaries()
+    line = stamp.time_line("00_setup.ipynb", cold, full, quick, compiled=False)
+    assert "1.5 min after that (caches warm; it compiles nothing), " in line, line
+    assert "compile cache" not in line
+    assert "with caches warm (it compiles nothing)" in stamp.time_line("00_setup.ipynb", None, full, quick, compiled=False)
+
+    def nb(*code: str) -> dict:
+        return {"cells": [{"cell_type": "markdown", "source": ["`torch.compile(model)` in prose only"]}]
+                + [{"cell_type": "code", "source": [c]} for c in code]}
+    assert not stamp.compiles(nb("sess = ort.InferenceSession(path)"))
+    assert stamp.compiles(nb("import torch", "fast = torch.compile(model)"))
+    assert stamp.compiles(nb('serve_in_subprocess({"batching": "iteration", "compile": True})'))
+    assert stamp.compiles(nb("torch._inductor.aoti_compile_and_package(ep)"))
+
+
 def test_stamp_writes_each_notebooks_own_time_line(tmp_path):
     quick, full, cold = _summaries()
     nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": [
-        "# 00\n", "**Time on a laptop CPU:** <!-- stamp:time -->old<!-- /stamp:time --> Mostly compiling.\n"]}],
+        "# 00\n", "**Time on a laptop CPU:** <!-- stamp:time -->old<!-- /stamp:time --> Mostly compiling.\n"]},
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+         "source": ["fast = torch.compile(model)"]}],
         "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     path = tmp_path / "00_setup.ipynb"
     path.write_text(json.dumps(nb))

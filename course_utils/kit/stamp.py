@@ -171,30 +171,48 @@ def _when(measured: Measured) -> str:
     return f"torch {measured[0]}, {measured[1]}"
 
 
+# What a code cell writes to compile with Inductor: directly, ahead of time, or through the course's server
+# (``ServeSettings(compile=True)`` given as ``{"compile": True}``, notebook 10).
+COMPILE_CALLS = ("torch.compile(", "aoti_compile_and_package(", "torch._inductor", '"compile": True')
+
+
+def compiles(nb: dict[str, Any]) -> bool:
+    """Return whether a code cell of notebook ``nb`` (parsed JSON) compiles with Inductor.
+
+    Only such a notebook has a compile cache for its second run to find warm; the time line of one that
+    compiles nothing (ONNX Runtime, the serving engine) speaks of caches in general.
+    """
+    return any(call in "".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"
+               for call in COMPILE_CALLS)
+
+
 def time_line(name: str, cold: dict[str, Any] | None, full: dict[str, Any] | None,
               quick: dict[str, Any] | None, carried: Sequence[str] | None = None,
-              carried_dates: dict[str, Measured] | None = None) -> str | None:
+              carried_dates: dict[str, Measured] | None = None, compiled: bool = True) -> str | None:
     """Return the notebook's stamped time sentence, or None when no run of it passed.
 
     ``carried``: README's (first run, full, quick) minutes, used for a mode these runs lack, so
     the notebook and its README row always state the same figures; ``carried_dates``: README's
     {mode: (torch, date)} for them, so each carried figure keeps the date it was measured on.
+    ``compiled``: whether the notebook compiles with Inductor (``compiles``); if not, the warm run is
+    said to find its caches warm rather than a compile cache it never uses.
     """
+    cache = "compile cache warm" if compiled else "caches warm; it compiles nothing"
     parts: list[tuple[str, Measured | None]] = []
     minutes: list[str] = []
     seconds: list[float | None] = []  # None for a figure carried from README
     src = None
     for i, (summary, words) in enumerate(((cold, "the first time (every cache empty)"),
-                                          (full, "after that (compile cache warm)"),
+                                          (full, f"after that ({cache})"),
                                           (quick, "in quick mode"))):
         run = _passed(summary).get(name)
         if i == 1 and not parts:  # no first-run figure before it: "after that" would follow nothing
-            words = "with the compile cache warm"
+            words = f"with the {cache}" if compiled else "with caches warm (it compiles nothing)"
         elif i == 1 and run and (run["seconds"] >= seconds[0] if seconds[0] is not None
                                  else float(_minutes(run["seconds"])) >= float(minutes[0])):
             # The warm run took no less than the first (in seconds where both were measured now, else in the
             # stated minutes): say so, or the line reads as if a warm cache slowed the notebook down.
-            words = "after that (compile cache warm, yet no faster in these two runs)"
+            words = f"after that ({cache}, yet no faster in these two runs)"
         if run:
             seconds.append(run["seconds"])
             minutes.append(_minutes(run["seconds"]))
@@ -234,10 +252,10 @@ def stamp_notebook(path: Path, cold: dict[str, Any] | None, full: dict[str, Any]
     is rewritten with it, so the pair stays in sync. ValueError when no Markdown cell of the notebook
     has the ``<!-- stamp:time -->`` markers.
     """
-    line = time_line(path.name, cold, full, quick, carried, carried_dates)
-    if line is None:
+    if time_line(path.name, cold, full, quick, carried, carried_dates) is None:  # no run of it passed
         return False
     nb = json.loads(path.read_text(encoding="utf-8"))
+    line = time_line(path.name, cold, full, quick, carried, carried_dates, compiled=compiles(nb))
     cell = time_cell(nb)
     if cell is None:
         raise ValueError(f"{path.name}: no Markdown cell has the {TIME_OPEN}...{TIME_CLOSE} "

@@ -28,7 +28,7 @@
 # **Prerequisites:** notebook 00 (timing with `course_utils.bench`). Notebook 06 (`torch.export`)
 # helps: the ONNX exporter starts from the same graph capture.
 #
-# **Time on a laptop CPU:** <!-- stamp:time -->1.0 min the first time (every cache empty), 1.1 min after that (compile cache warm, yet no faster in these two runs), 0.6 min in quick mode; measured on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06) and stamped here by `make stamp`. A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time -->
+# **Time on a laptop CPU:** <!-- stamp:time -->1.0 min the first time (every cache empty), 1.1 min after that (caches warm; it compiles nothing, yet no faster in these two runs), 0.6 min in quick mode; measured on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06) and stamped here by `make stamp`. A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time -->
 #
 # **GPU:** not needed. One guarded cell runs the model on ONNX Runtime's CUDA provider when a GPU
 # and the `onnxruntime-gpu` package are present.

@@ -30,7 +30,7 @@
 # **Prerequisites:** notebook 10 (serving, the KV cache, iteration-level batching, TTFT and p99).
 # Notebook 11's first section helps with attention masks.
 #
-# **Time on a laptop CPU:** <!-- stamp:time -->1.7 min the first time (every cache empty), 1.8 min after that (compile cache warm, yet no faster in these two runs), 1.0 min in quick mode; measured on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06) and stamped here by `make stamp`. A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time --> Quick mode runs fewer and shorter requests.
+# **Time on a laptop CPU:** <!-- stamp:time -->1.7 min the first time (every cache empty), 1.8 min after that (caches warm; it compiles nothing, yet no faster in these two runs), 1.0 min in quick mode; measured on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06) and stamped here by `make stamp`. A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time --> Quick mode runs fewer and shorter requests.
 #
 # **GPU:** not needed. Everything here is scheduling and memory bookkeeping; a guarded cell at the
 # end of section 7 times the batched decoding step on a GPU if there is one.
