@@ -364,7 +364,18 @@ class Comparison:
         if share == f"{limit:.0%}":  # just over the limit, which rounds to it: a decimal more
             share = f"{worst.iqr_s / worst.median_s:.1%}"
         head = f"note: the spread is large (IQR {share} of the median for {worst.label!r}): "
-        return head + (cause if cause is not None else _spread_cause(self.other_load))
+        return head + (cause if cause is not None else _spread_cause(self.other_load)).rstrip(".") + self._order_holds(worst)
+
+    def _order_holds(self, worst: Row) -> str:
+        """Return "; even so, ..." when the noisiest row is clearly faster or slower than every other row by
+        ``verdict``'s rule (5% margin, bands apart), so the note does not leave a learner doubting a ranking
+        the spread cannot overturn; "" otherwise (or in a one-row table)."""
+        others = [r for r in self.rows if r is not worst]
+        if not others or any(self.verdict(worst.label, r.label) == "no clear difference" for r in others):
+            return ""
+        whom = repr(others[0].label) if len(others) == 1 else "every other row"
+        return (f"; even so, {worst.label!r} stays clearly apart from {whom} (beyond the 5% margin, with the "
+                "median ± IQR/2 bands apart), so the spread does not change the order, only the exact figures")
 
     def format(self, *, cause: str | None = None) -> str:
         """Return the comparison as a text table, with ``spread_note(cause=cause)`` under it when

@@ -189,7 +189,21 @@ def test_a_noisy_tables_note_blames_other_programs_only_when_they_were_busy():
     assert "other programs were using about 1.3 cores" in replace(noisy, other_load=1.3).spread_note()
     note = replace(noisy, other_load=0.1).spread_note()
     assert "nearly idle" in note and "about 0.1 cores" in note and "the calls themselves varied" in note
-    assert noisy.spread_note(cause="my reason").endswith("): my reason")
+    assert noisy.spread_note(cause="my reason").split("; even so")[0].endswith("): my reason")
+
+
+def test_a_noisy_note_says_when_the_spread_cannot_change_the_order():
+    apart = _two(1.0, 0.1, 2.0, 0.9)  # b's IQR is 45% of its median, yet its band (1.55-2.45) is far from a's
+    assert apart.spread_note().endswith("; even so, 'b' stays clearly apart from 'a' (beyond the 5% margin, with the "
+                                        "median ± IQR/2 bands apart), so the spread does not change the order, "
+                                        "only the exact figures")
+    assert apart.spread_note(cause="my reason.").startswith("note: the spread is large (IQR 45% of the median for 'b')"
+                                                           ": my reason; even so")
+    touching = _two(1.5, 0.1, 2.0, 0.9)  # a's band 1.45-1.55 meets b's 1.55-2.45: no clear order
+    assert "rough" in touching.spread_note() and "even so" not in touching.spread_note()
+    three = bench.Comparison.from_samples({"a": [1.0] * 5, "b": [1.0, 1.5, 2.0, 2.5, 3.0], "c": [4.0] * 5})
+    assert three.verdict("b", "a") == "slower" and three.verdict("b", "c") == "faster"
+    assert "even so, 'b' stays clearly apart from every other row" in three.spread_note()
 
 
 def test_one_note_for_several_tables_names_the_noisy_ones_and_the_worst_load():
@@ -297,7 +311,7 @@ def test_a_caller_that_knows_why_the_spread_is_large_says_so():
     cause = "the ranks wait on each other every step"
     table = noisy.format(cause=cause)
     assert table.splitlines()[-1] == noisy.spread_note(cause=cause)
-    assert table.endswith(cause) and "something else was using the CPU" not in table
+    assert f": {cause}; even so" in table and "something else was using the CPU" not in table
     assert str(noisy) == noisy.format()
     assert _two(1.0, 0.1, 2.0, 0.2).format(cause=cause) == str(_two(1.0, 0.1, 2.0, 0.2))  # quiet: no note
 
