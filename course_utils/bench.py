@@ -289,30 +289,34 @@ class Comparison:
                            ratio=round(b.median_s / a.median_s, 4), margin=margin)
         return word
 
-    def describe(self, label: str, against: str | None = None, *, name: str | None = None) -> str:
+    def describe(self, label: str, against: str | None = None, *, name: str | None = None,
+                 against_as: str | None = None) -> str:
         """Return a phrase such as "2.31x faster than fp32 eager" or "not clearly different from ...".
 
         Uses ``verdict`` (so a difference inside the timing spread is never called a speed-up); a
         "not clearly different" phrase says which rule decided: the medians within the 5% margin, or
         the timing spread. Where the 5% margin decided but the speed ratio rounds to 1.05x or 0.95x, the
         phrase gives the gap in time, which is what the margin is on. ``name`` records that verdict.
+        ``against_as`` names the other row in the phrase where its table label reads badly in a sentence
+        (``against_as="eager PyTorch"`` for the row "eager, 2 tokens").
         """
         other = against or self.baseline
         ratio = self.ratio(other, label)
         word = self.verdict(label, other, name=name)
+        shown = against_as or other
         if word == "faster":
-            return f"{ratio:.2f}x faster than {other}"
+            return f"{ratio:.2f}x faster than {shown}"
         if word == "slower":
-            return f"{1 / ratio:.2f}x slower than {other} (it takes {1 / ratio:.2f}x the time)"
+            return f"{1 / ratio:.2f}x slower than {shown} (it takes {1 / ratio:.2f}x the time)"
         if not self.within_margin(label, other):
-            return f"not clearly different from {other} ({ratio:.2f}x, inside the timing spread)"
+            return f"not clearly different from {shown} ({ratio:.2f}x, inside the timing spread)"
         if abs(float(f"{ratio:.2f}") - 1) < VERDICT_MARGIN - 1e-9:
-            return f"not clearly different from {other} ({ratio:.2f}x, within {VERDICT_MARGIN:.0%})"
+            return f"not clearly different from {shown} ({ratio:.2f}x, within {VERDICT_MARGIN:.0%})"
         # The margin is on the median time; as a speed ratio the same gap can round to 1.05x or 0.95x, which
         # would read as outside a 5% margin, so say how far apart the times are.
         a, b = self.row(label).median_s, self.row(other).median_s
-        gap = f"{abs(a - b) / b:.1%} {'less' if a < b else 'more'} time than {other}"
-        return f"not clearly different from {other} ({ratio:.2f}x: {gap}, within the {VERDICT_MARGIN:.0%} margin)"
+        gap = f"{abs(a - b) / b:.1%} {'less' if a < b else 'more'} time than {shown}"
+        return f"not clearly different from {shown} ({ratio:.2f}x: {gap}, within the {VERDICT_MARGIN:.0%} margin)"
 
     def bands_text(self, label: str, against: str | None = None) -> str:
         """Return the two interquartile bands ``verdict`` compares (median ± IQR/2, in ms) and whether

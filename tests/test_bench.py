@@ -164,6 +164,13 @@ def test_describe_words_follow_the_verdict():
         "not clearly different from b (0.95x: 4.9% more time than b, within the 5% margin)")
 
 
+def test_describe_can_name_the_other_row_as_a_sentence_would():
+    assert _two(1.0, 0.01, 2.0, 0.01).describe("a", against_as="the old one") == "2.00x faster than the old one"
+    assert _two(2.0, 0.01, 1.0, 0.01).describe("a", against_as="the old one").startswith("2.00x slower than the old one")
+    assert _two(1.049, 0.001, 1.0, 0.001).describe("a", against_as="B") == (
+        "not clearly different from B (0.95x: 4.9% more time than B, within the 5% margin)")
+
+
 def test_a_noisy_table_says_so_in_one_line():
     quiet = _two(1.0, 0.1, 2.0, 0.2)  # IQRs at 10% of the medians
     assert quiet.spread_note() == "" and "spread is large" not in str(quiet)

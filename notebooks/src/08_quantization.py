@@ -1845,9 +1845,9 @@ for name in rows:
         print(f"{name} on this CPU: {said}" + (f" ({why})" if why else ""))
 if {"torchao int8 dyn-act", "torchao int8 dyn-act, compiled"} <= set(rows):
     said = minilm_table.describe("torchao int8 dyn-act, compiled", "torchao int8 dyn-act",
-                                 name="quant.minilm.torchao_dyn_act_compiled.vs_eager")
-    print("compiling torchao's dyn-act MiniLM: the compiled model is "
-          + said.replace("torchao int8 dyn-act", "the uncompiled torchao int8 dyn-act", 1))
+                                 name="quant.minilm.torchao_dyn_act_compiled.vs_eager",
+                                 against_as="the uncompiled torchao int8 dyn-act")
+    print("compiling torchao's dyn-act MiniLM: the compiled model is " + said)
 
 
 # %% [markdown]
