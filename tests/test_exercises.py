@@ -159,6 +159,8 @@ def test_short_and_differs_describe_values_briefly():
     assert framework.differs(torch.ones(2), torch.ones(2, dtype=torch.int8)) == "dtype torch.float32 instead of torch.int8"
     assert framework.differs(("a", {}), ("a", None)) == "{} instead of None in item 1"
     assert framework.differs({"w": torch.ones(3)}, {"w": torch.ones(2, 3)}) == "shape (3,) instead of (2, 3) for 'w'"
+    # the expected number in full, so a learner does not copy a rounded one
+    assert framework.differs((0.0, 1.0), (0.299761054102, 1.0)) == "0.0 instead of 0.299761054102 in item 0"
 
 
 def test_usage_comes_from_the_signature():

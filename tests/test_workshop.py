@@ -142,7 +142,7 @@ def test_a_carried_figure_that_a_fresh_run_contradicts_is_dropped():
 def test_a_time_line_without_a_first_run_figure_does_not_say_after_that():
     quick, full, _ = _summaries()
     line = stamp.time_line("00_setup.ipynb", None, full, quick)
-    assert line.startswith(f"{stamp.TIME_OPEN}1.5 min with the compile cache warm, 0.5 min in quick mode;"), line
+    assert line.startswith(f"{stamp.TIME_OPEN}1.5 min on a later run (compile cache warm), 0.5 min in quick mode;"), line
     assert "after that" not in line
 
 
@@ -162,20 +162,22 @@ def test_a_warm_run_that_took_no_less_than_the_first_is_not_stated_as_if_the_cac
     assert "1.5 min after that (compile cache warm), " in stamp.time_line("00_setup.ipynb", cold, full, quick)
 
 
-def test_a_notebook_that_compiles_nothing_is_not_said_to_find_a_compile_cache_warm():
+def test_a_notebook_is_said_to_find_warm_only_the_caches_it_uses():
     quick, full, cold = _summaries()
-    line = stamp.time_line("00_setup.ipynb", cold, full, quick, compiled=False)
+    line = stamp.time_line("00_setup.ipynb", cold, full, quick, warm=stamp.WARM_NOTHING)
     assert "1.5 min after that (caches warm; it compiles nothing), " in line, line
     assert "compile cache" not in line
-    assert "with caches warm (it compiles nothing)" in stamp.time_line("00_setup.ipynb", None, full, quick, compiled=False)
+    assert "1.5 min on a later run (caches warm; AOTInductor compiles again, as it has no cache), 0.5 min" in (
+        stamp.time_line("00_setup.ipynb", None, full, quick, warm=stamp.WARM_AOT))
 
     def nb(*code: str) -> dict:
         return {"cells": [{"cell_type": "markdown", "source": ["`torch.compile(model)` in prose only"]}]
                 + [{"cell_type": "code", "source": [c]} for c in code]}
-    assert not stamp.compiles(nb("sess = ort.InferenceSession(path)"))
-    assert stamp.compiles(nb("import torch", "fast = torch.compile(model)"))
-    assert stamp.compiles(nb('serve_in_subprocess({"batching": "iteration", "compile": True})'))
-    assert stamp.compiles(nb("torch._inductor.aoti_compile_and_package(ep)"))
+    assert stamp.warm_words(nb("sess = ort.InferenceSession(path)")) == stamp.WARM_NOTHING
+    assert stamp.warm_words(nb("import torch", "fast = torch.compile(model)")) == stamp.WARM_COMPILED
+    assert stamp.warm_words(nb('serve_in_subprocess({"batching": "iteration", "compile": True})')) == stamp.WARM_COMPILED
+    assert stamp.warm_words(nb("torch._inductor.aoti_compile_and_package(ep)")) == stamp.WARM_AOT
+    assert stamp.warm_words(nb("torch._inductor.aoti_compile_and_package(ep)", "torch.compile(f)")) == stamp.WARM_COMPILED
 
 
 def test_stamp_writes_each_notebooks_own_time_line(tmp_path):

@@ -286,7 +286,8 @@ def differs(got: Any, expected: Any, rtol: float = 1e-5, atol: float = 1e-6) -> 
         if isinstance(got, bool) or not isinstance(got, numbers.Integral if whole else numbers.Real):
             return f"{short(got)}, not {'a whole number (an int)' if whole else 'a number'}"
         same = got == expected if whole else math.isclose(got, expected, rel_tol=rtol, abs_tol=atol)
-        return None if same else f"{short(got)} instead of {short(expected)}"
+        # the expected number in full: a rounded one would be the next wrong answer a learner types in
+        return None if same else f"{short(got)} instead of {expected!r}"
     try:
         same = got is expected or (type(got) is type(expected) and bool(got == expected))
     except Exception:  # noqa: BLE001 - an object that cannot be compared is not the expected one

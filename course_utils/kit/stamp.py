@@ -171,48 +171,54 @@ def _when(measured: Measured) -> str:
     return f"torch {measured[0]}, {measured[1]}"
 
 
-# What a code cell writes to compile with Inductor: directly, ahead of time, or through the course's server
-# (``ServeSettings(compile=True)`` given as ``{"compile": True}``, notebook 10).
-COMPILE_CALLS = ("torch.compile(", "aoti_compile_and_package(", "torch._inductor", '"compile": True')
+# What a code cell writes to compile through Inductor's FX graph cache: directly, or through the course's server
+# (``ServeSettings(compile=True)`` given as ``{"compile": True}``, notebook 10). AOTInductor does not use that
+# cache (torch skips it in AOT mode), so a notebook that only compiles ahead of time compiles again on every run.
+CACHED_COMPILE_CALLS = ("torch.compile(", '"compile": True')
+AOT_COMPILE_CALLS = ("aoti_compile_and_package(",)
+WARM_COMPILED = "compile cache warm"
+WARM_AOT = "caches warm; AOTInductor compiles again, as it has no cache"
+WARM_NOTHING = "caches warm; it compiles nothing"
 
 
-def compiles(nb: dict[str, Any]) -> bool:
-    """Return whether a code cell of notebook ``nb`` (parsed JSON) compiles with Inductor.
+def warm_words(nb: dict[str, Any]) -> str:
+    """Return what a second run of notebook ``nb`` (parsed JSON) finds warm, by what its code cells compile.
 
-    Only such a notebook has a compile cache for its second run to find warm; the time line of one that
-    compiles nothing (ONNX Runtime, the serving engine) speaks of caches in general.
+    Only a notebook that compiles through Inductor's FX graph cache finds a compile cache warm; one that
+    compiles only ahead of time (AOTInductor) or compiles nothing (ONNX Runtime, the serving engine) does not.
     """
-    return any(call in "".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"
-               for call in COMPILE_CALLS)
+    code = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    if any(call in code for call in CACHED_COMPILE_CALLS):
+        return WARM_COMPILED
+    return WARM_AOT if any(call in code for call in AOT_COMPILE_CALLS) else WARM_NOTHING
 
 
 def time_line(name: str, cold: dict[str, Any] | None, full: dict[str, Any] | None,
               quick: dict[str, Any] | None, carried: Sequence[str] | None = None,
-              carried_dates: dict[str, Measured] | None = None, compiled: bool = True) -> str | None:
+              carried_dates: dict[str, Measured] | None = None, warm: str = WARM_COMPILED) -> str | None:
     """Return the notebook's stamped time sentence, or None when no run of it passed.
 
     ``carried``: README's (first run, full, quick) minutes, used for a mode these runs lack, so
     the notebook and its README row always state the same figures; ``carried_dates``: README's
     {mode: (torch, date)} for them, so each carried figure keeps the date it was measured on.
-    ``compiled``: whether the notebook compiles with Inductor (``compiles``); if not, the warm run is
-    said to find its caches warm rather than a compile cache it never uses.
+    ``warm``: what the second run finds warm (``warm_words``), so no notebook is said to find a compile cache
+    it never uses.
     """
-    cache = "compile cache warm" if compiled else "caches warm; it compiles nothing"
     parts: list[tuple[str, Measured | None]] = []
     minutes: list[str] = []
     seconds: list[float | None] = []  # None for a figure carried from README
     src = None
     for i, (summary, words) in enumerate(((cold, "the first time (every cache empty)"),
-                                          (full, f"after that ({cache})"),
+                                          (full, f"after that ({warm})"),
                                           (quick, "in quick mode"))):
         run = _passed(summary).get(name)
         if i == 1 and not parts:  # no first-run figure before it: "after that" would follow nothing
-            words = f"with the {cache}" if compiled else "with caches warm (it compiles nothing)"
+            words = f"on a later run ({warm})"
         elif i == 1 and run and (run["seconds"] >= seconds[0] if seconds[0] is not None
                                  else float(_minutes(run["seconds"])) >= float(minutes[0])):
             # The warm run took no less than the first (in seconds where both were measured now, else in the
             # stated minutes): say so, or the line reads as if a warm cache slowed the notebook down.
-            words = f"after that ({cache}, yet no faster in these two runs)"
+            words = f"after that ({warm}, yet no faster in these two runs)"
         if run:
             seconds.append(run["seconds"])
             minutes.append(_minutes(run["seconds"]))
@@ -255,7 +261,7 @@ def stamp_notebook(path: Path, cold: dict[str, Any] | None, full: dict[str, Any]
     if time_line(path.name, cold, full, quick, carried, carried_dates) is None:  # no run of it passed
         return False
     nb = json.loads(path.read_text(encoding="utf-8"))
-    line = time_line(path.name, cold, full, quick, carried, carried_dates, compiled=compiles(nb))
+    line = time_line(path.name, cold, full, quick, carried, carried_dates, warm=warm_words(nb))
     cell = time_cell(nb)
     if cell is None:
         raise ValueError(f"{path.name}: no Markdown cell has the {TIME_OPEN}...{TIME_CLOSE} "

@@ -194,8 +194,9 @@ print(f"most expensive stage: {top_stage} ({by_key[top_stage].cpu_time_total / 1
 # convolution is expensive: the ones before the pooling work on 8×8 maps, the ones after on 4×4.
 
 # %%
+ROW_LIMIT = 8
 print(prof.key_averages(group_by_input_shape=True).table(
-    sort_by="self_cpu_time_total", row_limit=6, max_name_column_width=28, max_shapes_column_width=60))
+    sort_by="self_cpu_time_total", row_limit=ROW_LIMIT, max_name_column_width=28, max_shapes_column_width=60))
 
 # The backend routine under aten::_convolution depends on the build: oneDNN on x86 (and most Arm) builds,
 # a plain or NNPACK kernel elsewhere.
@@ -206,8 +207,8 @@ conv_leaf = next((name for name in CONV_BACKENDS if any(e.key == name for e in b
 assert conv_leaf is not None, (f"none of {CONV_BACKENDS} ran; look in the table above for the routine under "
                                "aten::_convolution on this build")
 conv_shapes = {str(e.input_shapes[0]) for e in by_shape if e.key == conv_leaf}
-print(f"{conv_leaf} (the convolution routine here) appears with {len(conv_shapes)} different input shapes: "
-      f"{sorted(conv_shapes)}")
+print(f"{conv_leaf} (the convolution routine here) appears with {len(conv_shapes)} different input shapes "
+      f"(the table above shows only the {ROW_LIMIT} largest rows): {sorted(conv_shapes)}")
 
 # %% [markdown]
 # ### Where in *my* code? `with_stack=True`
@@ -216,9 +217,12 @@ print(f"{conv_leaf} (the convolution routine here) appears with {len(conv_shapes
 # slower, so switch it on when you need it). In the installed torch these frames go into the
 # trace as events of category `python_function`, nested around the operators they called. The
 # table's own route, the `stack` attribute of each `key_averages()` row that `group_by_stack_n`
-# groups by, may stay empty: the cell below counts the rows that carry one. To find which line
-# launched the slowest convolution, export the trace and list the Python frames whose time span
-# encloses it, innermost first.
+# groups by, may stay empty: the cell below counts the rows that carry one. To find which of your
+# functions and layers launched the slowest convolution, export the trace and list the Python frames
+# whose time span encloses it, innermost first. Each frame is named `file(line): function`, where the
+# line is the one the function is *defined* on (its `def`), not the line that made the call; the
+# `nn.Module: Conv2d_1` entries name the layer, by class and a running index per class
+# (`ResBlock_0` is the first residual block, `block1` in our code).
 
 # %%
 with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], with_stack=True) as stack_prof:
@@ -246,7 +250,8 @@ def encloses(outer: dict, inner: dict) -> bool:
 # its I/O) have Python frames that span the same moment but did not call it.
 frames = [e for e in stack_events if e.get("cat") == "python_function" and encloses(e, slowest)]
 frames.sort(key=lambda e: e["dur"])  # the innermost frame is the shortest one
-print(f"slowest aten::conv2d ({slowest['dur'] / 1e3:.2f} ms) was called from:")
+print(f"slowest aten::conv2d ({slowest['dur'] / 1e3:.2f} ms) was called from (innermost first; each function "
+      "with the line of its def):")
 ours = [i for i, f in enumerate(frames) if "labelled_forward" in f["name"]]
 assert ours, "our own function is on the stack"
 for frame in frames[:ours[0] + 1]:  # innermost first, up to our own function
@@ -276,7 +281,7 @@ split = load_digits_split()
 MEAN, STD = split.x_train.mean().item(), split.x_train.std().item()
 TRACE_DIR = config.build_dir() / "profiles" / "09"
 TRACE_DIR.mkdir(parents=True, exist_ok=True)
-for old in TRACE_DIR.glob("*.json"):
+for old in TRACE_DIR.glob("train_step*.json"):  # an earlier run's cycles (the with-stack trace above stays)
     old.unlink()
 
 LOOP_BATCH = 128
@@ -365,7 +370,8 @@ def draw_timeline(events: list[dict], rows: list[str], title: str, ax=None):
 
 
 events = load_events(saved[-1])
-steps = sorted({e["name"] for e in events if e["name"].startswith("ProfilerStep#")})
+# sorted by step number (as strings, "ProfilerStep#10" would come before "ProfilerStep#9")
+steps = sorted({e["name"] for e in events if e["name"].startswith("ProfilerStep#")}, key=lambda n: int(n.split("#")[1]))
 stage_rows = steps + ["data", "forward", "backward", "optimizer"]
 assert len(steps) == ACTIVE, f"the active window holds {ACTIVE} steps"
 draw_timeline(events, stage_rows, f"the last trace: {ACTIVE} active training steps");
@@ -401,9 +407,10 @@ assert top_alloc.self_cpu_memory_usage > 0
 # Negative rows are frees: the backward pass releases the activations the forward pass kept for it.
 held = sum(e.self_cpu_memory_usage for e in mem_table)
 grad_bytes = sum(p.grad.numel() * p.grad.element_size() for p in mlp.parameters() if p.grad is not None)
-print(f"during the step, operators allocated {allocated / 1024:.0f} KiB that outlived the operator that made it "
-      "(the sum of the positive Self CPU Mem: activations kept for backward, then gradients; a tensor allocated and "
-      f"freed inside one operator counts zero); the biggest allocator is {top_alloc.key} "
+print(f"during the step, operators allocated at least {allocated / 1024:.0f} KiB that outlived the operator that made "
+      "it (the sum of the positive Self CPU Mem: activations kept for backward, then gradients; a tensor allocated and "
+      "freed inside one operator counts zero, and a row's Self CPU Mem is its allocations minus its frees, so an "
+      f"operator that also freed more than it kept adds nothing); the biggest allocator is {top_alloc.key} "
       f"({top_alloc.self_cpu_memory_usage / 1024:.0f} KiB; the table's KB are KiB, 1024 bytes)")
 print(f"allocations minus frees over the whole step: {held / 1024:.0f} KiB still held at its end; the parameters' "
       f"gradients take {grad_bytes / 1024:.0f} KiB, "
@@ -602,7 +609,7 @@ print(slow_table.table(sort_by="cpu_time_total", row_limit=8, max_name_column_wi
 # and compare it with the `forward` and `backward` labels: the cell below prints each stage's time
 # per step and which one was largest in this run. The DataLoader labels its own work too (the
 # `enumerate(DataLoader)#...__next__` row).
-# The reason is in the same table's *# of Calls* column, for the normalisation's `aten::sub` and
+# What the data stage spends its time on shows in the same table's *# of Calls* column, for the normalisation's `aten::sub` and
 # `aten::div` (the eight rows printed may not reach them; the cell below reads them out): they run once
 # per **sample**, not once per batch, and `aten::stack` glues the results back together (twice per
 # step: once for the images, once for the labels). Each of those calls does very little arithmetic,
@@ -688,7 +695,7 @@ print(f"aten::div per call: {per_call_us['per sample']:.1f} us for one sample, "
 calls_worth = per_call_us["whole batch"] / per_call_us["per sample"]
 # A mean over a handful of profiled calls: one interruption can stretch it, so this is a reading, not a law.
 if calls_worth < LOOP_BATCH:
-    print(f"one call on {LOOP_BATCH} samples costs what {calls_worth:.1f} one-sample calls cost, so about "
+    print(f"one call on {LOOP_BATCH} samples costs what {calls_worth:.1f} one-sample calls cost, so at least about "
           f"{1 - calls_worth / LOOP_BATCH:.0%} of the per-sample path's division time went into the fixed cost of "
           "each call (dispatch, a new output tensor, and the profiler's own record of it), not into arithmetic")
 else:
@@ -705,15 +712,23 @@ step_table = bench.compare({"per-sample data": slow_step, "batched data": fast_s
 print(step_table)
 speedup = step_table.speedup("batched data")
 bench.record("profile.bottleneck.speedup", speedup, "x", batch=LOOP_BATCH, model="MLP(64,256,10)")
-print(f"the fix makes a training step {speedup:.2f}x as fast "
-      f"({step_table.row('per-sample data').median_s * 1e3:.2f} ms -> "
-      f"{step_table.row('batched data').median_s * 1e3:.2f} ms)")
 data_said = step_table.describe("batched data", "per-sample data", name="profile.data_path.batched_vs_per_sample")
-print(f"verdict: the batched data path is {data_said}")
+data_ms = {name: by_key["data"].cpu_time_total / 1e3 / PROFILED_STEPS
+           for name, by_key in (("per-sample", slow_by_key), ("batched", fast_by_key))}
+profiled_data = (f"the profiles put the data stage at {data_ms['per-sample']:.2f} ms per step before the fix and "
+                 f"{data_ms['batched']:.2f} ms after, with aten::div down from {div_per_step:.0f} calls per step to 1")
+print(f"verdict: the batched data path is {data_said} "
+      f"({step_table.row('per-sample data').median_s * 1e3:.2f} ms -> {step_table.row('batched data').median_s * 1e3:.2f} "
+      "ms per step): " + {
+          "faster": profiled_data + ", the calls removed above",
+          "no clear difference": profiled_data + ", yet that saving did not show outside the two steps' timing spread "
+                                 "in this run",
+          "slower": profiled_data + ", yet the whole step was slower; this cell does not measure why"}[
+          step_table.verdict("batched data", "per-sample data")])
 unprofiled_ms = step_table.row("per-sample data").median_s * 1e3
 profiled_word = bench.band_verdict(step_ms, unprofiled_ms, band=0.1)
-# The profiler's cost is a fixed amount per event it records, so compare the time it *added* to each step (not
-# ratios): if the per-sample step gained more, and its model stages did not, the extra lies where it records more.
+# If the profiler's cost were a fixed amount per event it records, the time it *added* to each step (not ratios)
+# would follow the events: the model stages, the same events in both profiles, test that assumption.
 fast_unprofiled_ms = step_table.row("batched data").median_s * 1e3
 added_ms = {"per-sample": step_ms - unprofiled_ms, "batched": fast_step_ms - fast_unprofiled_ms}
 events_per_step = {name: sum(e.count for e in by_key.values()) / PROFILED_STEPS
@@ -744,12 +759,13 @@ if profiled_word != "higher":
     if model_word != "no clear difference":
         slower = "batched" if model_word == "lower" else "per-sample"
         why += (f"; the model stages, which record the same events in both paths, took clearly longer in the {slower} "
-                f"profile {model_text}, so the two profiled runs ran at different speeds for a reason other than their "
-                "events (rerun the cell)")
+                f"profile {model_text}, so the two profiled runs ran at different speeds for a reason other than the "
+                "number of their events; this cell does not measure which")
 elif gained_more and model_word == "higher":
     why = ("the per-sample step gained more, yet the model stages, which record the same events in both paths, also "
            f"took longer in the per-sample profile {model_text}, so part of the difference lies in stages the number "
-           "of events does not explain")
+           "of events does not explain; this cell does not measure why they differ (the per-sample profile always "
+           "runs first, and a profiler holding more events may also cost more per event: either could matter)")
 elif gained_more:
     gap_ms = added_ms["per-sample"] - added_ms["batched"]
     why = ("the model stages, which record the same events in both paths, "
@@ -760,8 +776,9 @@ elif gained_more:
 elif model_word != "no clear difference":
     slower = "batched" if model_word == "lower" else "per-sample"
     why = (f"the model stages, which record the same events in both paths, took clearly longer in the {slower} "
-           f"profile {model_text}, so that profiled run was slower for a reason other than its events, and the two "
-           "added times cannot be compared in this run (rerun the cell)")
+           f"profile {model_text}, so the two added times cannot be compared in this run; this cell does not measure "
+           "why the model stages differ (the per-sample profile always runs first, and a profiler holding more events "
+           "may also cost more per event: either could matter)")
 else:
     why = ("the batched step, with fewer events, gained about as much or more, and the model stages took about the "
            f"same time in both profiles {model_text}, so the per-sample path's extra events do not explain its "
@@ -770,18 +787,20 @@ else:
     if profile_loads and max(profile_loads) >= threads.BUSY_CORES:
         why += (f" (other programs used about {max(profile_loads):.1f} of {threads.usable_cores()} cores just after "
                 "the profiles, which can stretch a short profiled window)")
-print(f"the per-sample step took {step_ms:.2f} ms under the profiler and {unprofiled_ms:.2f} ms without it "
-      f"({profiled_word} under the profiler, 10% band); the profiler added {added_text(added_ms['per-sample'])} to the "
-      f"per-sample step ({events_per_step['per-sample']:,.0f} events per step) and {added_text(added_ms['batched'])} "
-      f"to the batched one ({fast_step_ms:.2f} ms profiled against {fast_unprofiled_ms:.2f} ms, "
-      f"{events_per_step['batched']:,.0f} events): {why}; bench.compare gives the real cost")
+print(f"\nthe profiler's own cost: the per-sample step took {step_ms:.2f} ms under the profiler and {unprofiled_ms:.2f} "
+      f"ms without it ({profiled_word} under the profiler, 10% band)")
+print(f"it added {added_text(added_ms['per-sample'])} to the per-sample step ({events_per_step['per-sample']:,.0f} events "
+      f"per step) and {added_text(added_ms['batched'])} to the batched one ({fast_step_ms:.2f} ms profiled against "
+      f"{fast_unprofiled_ms:.2f} ms, {events_per_step['batched']:,.0f} events)")
+print(f"so: {why}; bench.compare, not the profile, gives a step's real cost")
 bench.bar_chart(step_table, title="one training step, before and after the fix");
 
 # %% [markdown]
 # How much such a fix pays depends on how big the data path is next to the model: with a large
 # model the same per-sample loop would be a small slice of the step (profile first, then decide).
 # Moving per-sample work into `DataLoader` workers (`num_workers > 0`) hides it behind the
-# training step instead of removing it; batching removes it.
+# training step instead of removing it, and only when a spare core can run the workers (on a busy
+# 2-core laptop they compete with the step); batching removes it.
 #
 # ### Why `.item()` in the loop matters mostly on a GPU
 #
@@ -837,7 +856,9 @@ if requires_cuda("CUDA kernel rows and the idle gaps between kernel launches"):
 # **Exercise 1.** Write `top_self_op(prof)` that takes a finished `torch.profiler.profile` object and
 # returns the name (a string) of the operator with the largest **self** CPU time. The checker
 # profiles two small workloads of its own, each wrapped in a `record_function` label, and compares
-# your answer with the right operator for each.
+# your answer with the right operator for each; it also passes two small hand-made tables, which
+# offer `key_averages()` and `events()` and, on each row, `.key`, `.self_cpu_time_total`,
+# `.cpu_time_total` and `.count` (what a real profile's rows have too), so use only those.
 
 # %%
 def top_self_op(prof) -> str:
@@ -879,7 +900,8 @@ else:
 # - `torch.profiler.profile` records every operator; `key_averages()` aggregates them. Sort by
 #   **self** time to find the operators doing the work, by **total** time to find the expensive
 #   stages; `record_function` labels your own stages, `record_shapes` +
-#   `group_by_input_shape` tells calls apart by shape, `with_stack` points at the source line.
+#   `group_by_input_shape` tells calls apart by shape, `with_stack` names the functions (each with the
+#   line of its `def`) and the modules on the stack.
 # - A `schedule(wait, warmup, active, repeat)` profiles a window of a training loop; `on_trace_ready`
 #   receives each finished window. Traces are JSON: open them in Perfetto, or draw them with
 #   matplotlib as this notebook does.
