@@ -31,6 +31,8 @@ class BreakReport:
     """Times Dynamo had to stop (``len(break_reasons)``; ``graph_break_count`` counts graphs - 1)."""
     reasons: list[str] = field(default_factory=list)
     """The first line of each break reason, in order."""
+    lines: list[str] = field(default_factory=list)
+    """For each break, the line of user code Dynamo stopped at (the innermost frame it was tracing), or ""."""
 
     @property
     def first_reason(self) -> str:
@@ -52,4 +54,5 @@ def break_report(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> BreakRepo
         finally:
             logging.disable(logging.NOTSET)
     reasons = [r.reason.strip().splitlines()[0] if r.reason.strip() else "" for r in result.break_reasons]
-    return BreakReport(graphs=result.graph_count, breaks=len(result.break_reasons), reasons=reasons)
+    lines = [(r.user_stack[-1].line or "").strip() if r.user_stack else "" for r in result.break_reasons]
+    return BreakReport(graphs=result.graph_count, breaks=len(result.break_reasons), reasons=reasons, lines=lines)

@@ -302,8 +302,8 @@ function_exercise(
     prepare=_eager_and_compiled,
     mistakes=lambda: [
         (row_scores, "`squeeze()` removes every dimension of size 1, so at batch 1 it takes the batch too (and a "
-                     "graph compiled for an unbacked batch, built for 'not 1', may not). "
-                     "Say which dimension to remove: squeeze(dim)."),
+                     "graph compiled for an unbacked batch, built for 'not 1', keeps the batch dimension, so eager "
+                     "and compiled disagree). Say which dimension to remove: squeeze(dim)."),
         (lambda x: (x @ SCORE_WEIGHTS).squeeze(0), "The result still has the score dimension, always of size 1: "
                                                    "remove that one, the last; the batch (dimension 0) varies in size."),
     ],

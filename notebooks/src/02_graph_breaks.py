@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 02 · Graph breaks, guards and recompilation
 #
-# `torch.compile` never refuses your code. When TorchDynamo meets a line it cannot put into a graph,
+# By default, `torch.compile` never refuses your code. When TorchDynamo meets a line it cannot put into a graph,
 # it quietly splits your function into several compiled pieces glued together by ordinary Python,
 # and when a call arrives with inputs unlike the ones it compiled for, it quietly compiles again.
 # Both keep your program correct, and both can eat the speed-up you compiled for without a single
@@ -115,7 +115,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from course_utils import bench, compat, config, exercises, session
 from course_utils.breaks import break_report
-from course_utils.inductor_code import fused_kernels, generated_code
+from course_utils.inductor_code import fused_kernels, generated_code, scalar_note
 from course_utils.device import accelerator, requires_accelerator
 from course_utils.text import counted
 
@@ -165,7 +165,7 @@ assert explanation.graph_count == 2 and explanation.graph_break_count == 1
 # %% [markdown]
 # The `print` split the function in two: graph 1 holds the ReLU, the `print` ran as plain
 # Python, and graph 2 takes `y` as an input and does the matrix product. Each graph is compiled
-# and optimised on its own, and that has three costs (the end of the notebook times a function
+# and optimised on its own. A break has three costs (the end of the notebook times a function
 # with and without its breaks: on a tiny input these costs are all there is; on a large tensor the
 # one fused loop is different code from the separate ones, and the comparison can go either way):
 #
@@ -325,7 +325,7 @@ print("\nevery count matches what the notebook expects for this torch")
 #   tensor's data into torch operations and keeps them in the graph. `try`/`except`, `getattr` and
 #   dict lookups, also listed as possible breaks in older texts, are traced too.
 # - **`torch._dynamo.graph_break()`** makes a break on purpose (handy to test how a break changes
-#   things). Lists of code that does *not* break sometimes include it; it makes exactly one.
+#   things); it makes exactly one.
 #
 # Here is the NumPy version's single graph: `np.tanh` became a call that runs on tensors.
 
@@ -411,8 +411,9 @@ assert (graphs, breaks, n_printed) == (1, 0, 3)
 # element-wise branches this is the best fix, because Inductor fuses it into one kernel (the cell
 # below counts them), inside which the sum is finished before `where` uses it.
 # `torch.cond(predicate, true_fn, false_fn, operands)` runs only the chosen branch, which can pay
-# when the branches are expensive. Both branches are traced, so they must return tensors of the same
-# shape and dtype, and the predicate is a one-element boolean tensor. (`torch.cond` is also how you
+# when the branches are expensive. Both branches are traced, so they must return the same structure,
+# dtype and number of dimensions (notebook 04 shows that sizes may differ), and the predicate is a
+# one-element boolean tensor (or a Python bool, also covered there). (`torch.cond` is also how you
 # express data-dependent branching for `torch.export`, covered later in the course.)
 
 # %%
@@ -569,8 +570,9 @@ def with_disabled_hook(x):
 
 
 inlined, disabled = break_report(with_hook, x), break_report(with_disabled_hook, x)
-print(f"hook traced by Dynamo : {inlined.breaks} breaks, {inlined.graphs} graphs")
-print(f"hook disabled         : {disabled.breaks} break,  {disabled.graphs} graphs ({disabled.first_reason})")
+print(f"hook traced by Dynamo : {counted(inlined.breaks, 'break')}, {counted(inlined.graphs, 'graph')}")
+print(f"hook disabled         : {counted(disabled.breaks, 'break')}, {counted(disabled.graphs, 'graph')} "
+      f"({disabled.first_reason})")
 compiled_hook = torch.compile(with_disabled_hook)
 torch.testing.assert_close(compiled_hook(x), with_hook(x), rtol=1e-6, atol=1e-6)
 assert disabled.breaks == 1 and inlined.breaks > disabled.breaks
@@ -583,8 +585,8 @@ assert disabled.breaks == 1 and inlined.breaks > disabled.breaks
 # graph as one node; the backend (AOTAutograd, then Inductor) still traces through it. It is often
 # recommended for "known safe" functions. The current documentation is more careful, and
 # the cell below shows why: Dynamo runs `fn` once on fake tensors to learn its output, and
-# AOTAutograd runs it again while it traces (twice in torch 2.14.1: once to collect metadata about the
-# outputs, once to record the graph; the cell counts the runs, not which pass made each). The graph Inductor compiles
+# AOTAutograd runs it again while it traces (it may trace more than once: to collect metadata about
+# the outputs, then to record the graph; the cell counts the runs, not which pass made each). The graph Inductor compiles
 # no longer calls `fn`, so any Python side effect inside it (here a deprecation warning) happens
 # **while compiling, not on each call**. A backend without AOTAutograd, such as `"eager"`, would
 # still call it every time. For pure tensor code
@@ -604,7 +606,8 @@ def with_legacy(x):
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     before = break_report(with_legacy, x)
-print(f"legacy_swish traced by Dynamo: {before.breaks} break ({before.first_reason})")
+print(f"legacy_swish traced by Dynamo: {counted(before.breaks, 'break')} ({before.first_reason}: the call Dynamo "
+      f"skips is `{before.lines[0]}`, inside legacy_swish; Dynamo does not trace into the warnings module)")
 
 torch.compiler.allow_in_graph(legacy_swish)  # registers the function itself
 with warnings.catch_warnings():
@@ -613,10 +616,10 @@ with warnings.catch_warnings():
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     compiled_legacy = check_fix(with_legacy, lambda t: torch.nn.functional.silu(torch.relu(t)) + 1, x)
-    while_compiling = len(caught)
+    while_compiling = sum("legacy_swish" in str(w.message) for w in caught)  # only our warning, not the compiler's
     for _ in range(5):
         compiled_legacy(x)
-    during_calls = len(caught) - while_compiling
+    during_calls = sum("legacy_swish" in str(w.message) for w in caught) - while_compiling
 print(f"with allow_in_graph: {after.breaks} breaks; the warning fired {counted(while_compiling, 'time')} while "
       f"compiling and {during_calls} times in 5 later calls")
 assert before.breaks == 1 and after.breaks == 0 and during_calls == 0 and while_compiling >= 1
@@ -1116,7 +1119,7 @@ torch._dynamo.reset()
 print(f"lengths {SIZES_WITH_ONE}, each call's result checked against eager (those graphs run without Inductor; "
       f"the squeeze column is Inductor's); squeeze(0) of a (1, 3) tensor in eager mode: {eager_at_one}")
 print(f"{'switch':<22} {'scaled_sin':>10}  {'branch_on_size':<24} squeeze(0) at size 1, Inductor")
-print(f"{'':<22} {'':>10}  {'(breaks: explain at 4)':<24}")
+print(f"{'':<22} {'':>10}  {'(breaks: explain() at length 4)':<24}")
 for name, r in switch_table.items():
     shown = (f"{r['at_one']} " + ("as eager" if r["at_one"] == eager_at_one else "NOT as eager")
              if isinstance(r["at_one"], tuple) else f"refused: {r['at_one']}")
@@ -1163,8 +1166,8 @@ if not differs and not refused:
 # "not 1" gave eager's answer at size 1 on your torch, and the last line whether those calls
 # raised anything or gave a Python warning.
 #
-# The `branch_on_size` column is the other cost: neither switch gives code that branches on the size
-# one graph (compare its `mark_unbacked` row with `mark_dynamic`'s to see which compiled more), and
+# The `branch_on_size` column is the other cost: with neither switch does code that branches on the
+# size compile to one graph (compare its `mark_unbacked` row with `mark_dynamic`'s to see which compiled more), and
 # the lines under the table show where each graph came from. An unbacked size has no value the
 # compiler could guard on, so the `if` cannot be decided while tracing and splits the graph (the
 # reason printed names the comparison it could not decide). The first graph, up to the break, keeps
@@ -1422,9 +1425,9 @@ print(f"\nwhy, on the {SIZE}x{SIZE} tensor: copying it once takes {copy_ms:.{dig
              "fused version saved more than the trips can cost, and this cell does not time the arithmetic apart, "
              "so it does not say where the rest was saved."),
          "no clear difference": f"Here {tie_said(large, 'compiled, fixed', 'compiled, 3 breaks')}, so the saved "
-                                "trips did not show.",
-         "slower": "Here the fused version was slower although it saves memory trips; this cell does not split the "
-                   "arithmetic from the rest."}[large_word])
+                                f"trips did not show{scalar_note()}; the next cell times the loops themselves.",
+         "slower": f"Here the fused version was slower although it saves memory trips{scalar_note()}; the next cell "
+                   "times the generated loops themselves, apart from the calls around them."}[large_word])
 TRANSCENDENTAL = {"sin", "cos", "tan", "sigmoid", "tanh", "exp", "expm1", "log", "log1p", "erf", "pow"}
 
 
@@ -1474,10 +1477,11 @@ print(f"against eager on the {SIZE}x{SIZE} tensor: the fixed block is {large.des
                  f"eager's {n_trans} transcendental kernels alone.")
               + (f" Note that {large.load_note()}." if large.load_note() else ""),
     "no clear difference": tie_said(large, "compiled, fixed", "eager") + ", so this run cannot rank them"
-                           + (busy_said(large) or " or say why") + ".",
+                           + (busy_said(large) or " or say why") + scalar_note() + ".",
     "slower": f"the fused loop was slower although it skips the memory traffic of eager's {passes_seen.cheap} "
               f"operators with no transcendental function, about {cheap_ms:.1f} ms ({passes_seen.cheap_copies:g} "
-              "copies' worth); this cell does not split the arithmetic from the rest" + busy_said(large) + "."
+              "copies' worth); this cell does not split the arithmetic from the rest" + busy_said(large) + scalar_note()
+              + "."
     }[eager_word])
 tiny_word = tiny.verdict("compiled, fixed", "compiled, 3 breaks")
 print("why, on 8 numbers: the fixed block makes one call into one graph where the broken one enters four graphs, "
@@ -1487,6 +1491,57 @@ print("why, on 8 numbers: the fixed block makes one call into one graph where th
                                  + (busy_said(tiny) or "; this run cannot say why") + ".",
           "slower": "here the fixed block was slower all the same" + (busy_said(tiny) or "; this run cannot say why")
                     + "."}[tiny_word])
+
+# %% [markdown]
+# Which part of the large-tensor time is the generated loops' own work? The profiler cannot see
+# inside compiled code, but Inductor can mark each C++ loop it generates as a profiler event of its
+# own (`torch._inductor.config.cpp.enable_kernel_profile`). The cell compiles both versions again
+# with that switch on (a separate compile: the switch changes the generated code), times a few calls
+# under the profiler and adds up the loops' time per call. What is left of a call is the Python,
+# guards and `.item()` around the loops. (Profiled times run somewhat longer than the timings above;
+# the comparison is between the two versions profiled the same way.) Quick mode skips it: it
+# compiles both versions again.
+
+# %%
+if config.is_quick():
+    print("skipped in quick mode: timing the generated loops compiles both versions again")
+else:
+    from torch.profiler import ProfilerActivity, profile
+
+    PROFILED_CALLS = 10
+    loops_ms, loops_each = {}, {}
+    torch._dynamo.reset()  # Dynamo would reuse the frames compiled above, which carry no kernel events
+    with torch._inductor.config.patch({"cpp.enable_kernel_profile": True}):
+        for label, fn in (("3 breaks", broken_block), ("fixed", fixed_block)):
+            marked = torch.compile(fn)
+            for _ in range(3):  # compile and warm up
+                marked(big, hot)
+            with profile(activities=[ProfilerActivity.CPU]) as kernel_prof:
+                for _ in range(PROFILED_CALLS):
+                    marked(big, hot)
+            kernel_events = [e for e in kernel_prof.key_averages() if "cpp_fused" in e.key]
+            loops_each[label] = [e.cpu_time_total / 1e3 / PROFILED_CALLS for e in kernel_events]
+            loops_ms[label] = sum(loops_each[label])
+    torch._dynamo.reset()  # the versions compiled above recompile on their next call, from Inductor's cache
+    assert len(loops_each["fixed"]) == 1 and len(loops_each["3 breaks"]) == loops["broken"], loops_each
+    loops_word = bench.band_verdict(loops_ms["fixed"], loops_ms["3 breaks"], band=0.1)
+    print(f"the generated loops alone, per call ({PROFILED_CALLS} profiled calls each): the fused loop "
+          f"{loops_ms['fixed']:.1f} ms; the broken version's {len(loops_each['3 breaks'])} loops "
+          f"{loops_ms['3 breaks']:.1f} ms together ({' + '.join(f'{ms:.1f}' for ms in loops_each['3 breaks'])})")
+    print(f"so the one fused loop took {bench.ratio_text(loops_ms['fixed'] / loops_ms['3 breaks'])} the four loops' time "
+          f"({bench.band_text(0.1)}): " + {
+              "higher": f"its own work cost more than the four loops', although it makes {breaks_before} fewer trips "
+                        "through memory: the difference lies inside the generated loop, not in the calls around it; "
+                        "this cell does not measure which instructions (one candidate: the one loop body carries all "
+                        "five transcendental functions at once)",
+              "lower": "its own work cost less than the four loops', as the saved trips through memory would make it"
+                       + ("; so the fixed version's slower whole call (above) lies in what surrounds its loop, which "
+                          "this cell does not break down" if large_word == "slower" else ""),
+              "no clear difference": "the loops' own work came to about the same, so the saved trips through memory "
+                                     "did not show in it" + ("; the fixed version's slower whole call (above) is not "
+                                                             "explained by its loop" if large_word == "slower" else "")
+          }[loops_word]
+          + scalar_note() + ".")
 
 # %% [markdown]
 # Where the time goes in the broken version, on every call:
@@ -1508,9 +1563,9 @@ print("why, on 8 numbers: the fixed block makes one call into one graph where th
 #
 # On 8 numbers there is nothing to fuse and the overheads are all that is left, so that is the
 # cleanest measure of what the breaks themselves cost per call (it is the headline result). On the
-# large tensor those fixed costs are small next to the arithmetic, and the lost fusion competes
-# with everything else the machine is doing: the verdict line says whether the difference was
-# clear on yours, and which way it went.
+# large tensor those fixed costs are small next to the arithmetic, and what fusion saves in memory
+# traffic can be outweighed by how the one loop's arithmetic runs: the verdict lines say whether the
+# difference was clear on yours and which way it went, and the loop timings say where it lay.
 #
 # The guarded cell repeats the measurement on a GPU, where each `.item()` drains the GPU's queue.
 # It runs where Inductor writes GPU kernels with Triton: NVIDIA and AMD GPUs (CUDA, ROCm) and Intel's
@@ -1526,7 +1581,15 @@ if requires_accelerator("the same comparison on a GPU, where .item() makes the C
                                rtol=1e-4, atol=1e-5)
     print(gpu)
     gpu_said = gpu.describe("compiled, fixed", "compiled, 3 breaks", name="breaks.gpu.fixed_vs_broken")
-    print(f"on the {dev.type.upper()}, the fixed version is {gpu_said}")
+    gpu_word = gpu.verdict("compiled, fixed", "compiled, 3 breaks")
+    print(f"on the {dev.type.upper()} GPU, the fixed version is {gpu_said}: " + {
+        "faster": "the broken version runs four graphs and an .item() that makes the CPU wait for the GPU's queue "
+                  "to drain; this cell does not time them apart",
+        "no clear difference": "the breaks' launches and the .item() wait were small next to the kernels at this "
+                               "size" if gpu.within_margin("compiled, fixed", "compiled, 3 breaks") else
+                               "any difference stayed inside this run's timing spread (the IQR column)",
+        "slower": "the one fused kernel cost more than the broken version's four kernels and its wait; this cell "
+                  "does not break that down"}[gpu_word])
 
 # %% [markdown]
 # ## Check yourself

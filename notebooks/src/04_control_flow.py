@@ -21,7 +21,8 @@
 # - how to read an exported program that contains a `cond`, run it down both branches, and ship it
 #   to ONNX as an `If` node;
 # - the speed of a compiled `cond` against a Python `if` with its graph break, and against a
-#   branchless `torch.where`: which one wins, when, and why.
+#   branchless `torch.where`: which one wins, when, and how far counts of buffers and passes
+#   explain it.
 #
 # **Prerequisites:** notebook 00 (first `torch.compile`, timing with `course_utils.bench`) and
 # notebook 02 (graph breaks and `torch._dynamo.explain`). Notebook 01 helps for the speed section.
@@ -683,9 +684,9 @@ print("sub-graphs in the exported program:", [name for name, _ in program.graph_
 #
 # - `torch.while_loop` is public, next to `torch.cond`;
 # - `scan`, `map` and `associative_scan` live in `torch._higher_order_ops`: the leading underscore
-#   marks a private, prototype namespace that may move. The course asks
-#   `course_utils.compat.has("while_loop")` and `compat.has("scan")` before using them, so a release
-#   that moves them is fixed in one place.
+#   marks a private, prototype namespace that may move. The course asks `course_utils.compat.has`
+#   (for example `compat.has("scan")`) before using those private ones, so a release that moves
+#   them is fixed in one place.
 
 # %%
 print(f"torch {torch.__version__}")
@@ -855,6 +856,7 @@ if compat.has("scan"):
     err = expect_error(lambda: torch.export.export(Ema(ema_python), (torch.randn(8, 16),),
                                              dynamic_shapes={"xs": {0: steps}}), match="specialized")
     print("the Python loop:", key_line(err, "specialized"))
+    print("  (torch's message speaks of mark_dynamic; with export it means the Dim passed in dynamic_shapes)")
 else:
     print(f"skipped: torch {torch.__version__} has no torch._higher_order_ops.scan")
 
@@ -927,7 +929,7 @@ with torch.no_grad():
         print(f"{label}: took the {branch} branch; exported and reloaded programs match eager")
 
 # %% [markdown]
-# The same program converts to ONNX: the `cond` becomes an ONNX `If` node with a sub-graph per
+# The same module converts to ONNX: the `cond` becomes an ONNX `If` node with a sub-graph per
 # branch (notebook 07 covers ONNX export in depth). ONNX Runtime then takes the branch at run time:
 
 # %%
@@ -1184,21 +1186,39 @@ for n in SIZES:
              "split them" + (f"; {memory_tables[n].load_note()}, which also stretches them"
                              if memory_tables[n].load_note() else "")
              + ")" if fits and fresh_word == "slower" else ""))
+    counted_passes = bool(passes_text(1))
+
+    def predicted_ms(name: str) -> float:
+        """What the counts alone predict: each fresh buffer one fresh copy's time, each further pass an in-place one."""
+        return buffers[name] * fresh_ms + max(passes[name] - buffers[name], 0) * pass_ms
+
+    shares = {}
     for name in ("compiled where", "compiled, Python if", "compiled cond"):
         ms = t.row(name).median_s * 1e3
+        shares[name] = predicted_ms(name) / ms
         print(f"  {name:20s} {ms:8.2f} ms = {ms / fresh_ms:4.1f} fresh copies' time; it allocates "
               f"{counted(buffers[name], 'fresh buffer')} and runs {counted(runs[name], 'kernel')}"
-              + (f", making {passes_text(passes[name])}" if passes_text(1) else "") + " (counted above)")
+              + (f", making {passes_text(passes[name])}; the counts account for about {predicted_ms(name):.2f} ms "
+                 f"({shares[name]:.0%})" if counted_passes else "") + " (counted above)")
+    if counted_passes and max(shares.values()) < 0.5:
+        print("  the counts account for under half of every version's time here: the rest is work inside the loops "
+              "(their arithmetic) that buffers and passes do not measure, so the gaps below can lie there too"
+              + scalar_note(compared=False))
     # where against cond: cond allocates more fresh buffers and runs more kernels (asserted above)
     cond_row, where_row = t.row("compiled cond"), t.row("compiled where")
     gap_ms = (cond_row.median_s - where_row.median_s) * 1e3
     adds = (f"cond allocates {counted(buffers['compiled cond'] - buffers['compiled where'], 'more fresh buffer')} "
             f"than where and runs {counted(runs['compiled cond'] - runs['compiled where'], 'more kernel')}"
-            + (f" making {passes_text(passes['compiled cond'] - passes['compiled where'], 'more')}"
+            + (f", making {passes_text(passes['compiled cond'] - passes['compiled where'], 'more')}"
                if passes_text(1) else ""))
     where_word = t.verdict("compiled where", "compiled cond")
     if where_word == "faster":
+        expected_ms = predicted_ms("compiled cond") - predicted_ms("compiled where")
         why_where = (f"{adds}; its extra {gap_ms:.2f} ms is {gap_ms / fresh_ms:.1f} fresh copies' time"
+                     + ((f", about what those counts predict ({expected_ms:.2f} ms)" if gap_ms <= 2 * expected_ms else
+                         f", more than twice what those counts predict ({expected_ms:.2f} ms), so the rest is outside "
+                         f"them ({outside_counts(t)})") if counted_passes and expected_ms > 0 else "")
+                     + (scalar_note() if gap_ms > 2 * expected_ms else "")
                      + rough(t, "compiled where", "compiled cond"))
     elif where_word == "no clear difference" and not t.within_margin("compiled where", "compiled cond"):
         why_where = (f"{adds}, but this run's timings are too spread to show what those cost (cond's IQR is "
@@ -1244,7 +1264,7 @@ for n in SIZES:
                    + f": what decided is outside these counts ({outside_counts(t)})"
                    + rough(t, "compiled cond", "compiled, Python if")),
     }[cond_word]
-    print(f"  why cond against the Python if: {why_cond}")
+    print(f"  why cond against the Python if: {why_cond}{scalar_note()}")
     # where against the Python if: fewer fresh buffers, kernels and passes (asserted above), but every element is
     # scaled whichever branch applies
     if_row = t.row("compiled, Python if")
@@ -1254,20 +1274,28 @@ for n in SIZES:
              "cannot share it)" + (f", making {passes_text(passes['compiled, Python if'] - passes['compiled where'], 'fewer')}"
                                    if passes_text(1) else ""))
     where_if_word = t.verdict("compiled where", "compiled, Python if")
+    expected_if_ms = predicted_ms("compiled, Python if") - predicted_ms("compiled where")
+    spread_ms = (if_row.iqr_s + where_row.iqr_s) * 1e3
+    where_if_load_said = ""
+    if t.load_note() and (not counted_passes or expected_if_ms <= spread_ms):
+        where_if_load_said = f"; {t.load_note()}, which can hide a difference this small: rerun when quiet"
+    elif counted_passes and expected_if_ms > spread_ms:
+        where_if_load_said = (f"; the counts predict {expected_if_ms:.2f} ms between them, more than their timing "
+                              f"spread ({spread_ms:.2f} ms), so what they count did not decide here")
     why_where_if = {
         "faster": f"{fewer}; it saved {saved_ms:.2f} ms, {saved_ms / fresh_ms:.1f} fresh copies' time"
                   + rough(t, "compiled where", "compiled, Python if"),
         "no clear difference": f"{fewer}, yet " + ("the medians are within 5%" if t.within_margin(
             "compiled where", "compiled, Python if") else "the difference stayed inside the timing spread")
             + "; the counts cover buffers and passes, not the arithmetic inside each loop, which this cell does not time"
-            + (f"; {t.load_note()}, which can hide a small difference: rerun when quiet" if t.load_note() else "")
+            + where_if_load_said
             + rough(t, "compiled where", "compiled, Python if"),
         "slower": f"{fewer}, yet where was slower; the counts cover buffers and passes, not the arithmetic inside each "
                   f"loop, so what decided is outside these counts ({outside_counts(t)})"
                   + rough(t, "compiled where", "compiled, Python if"),
     }[where_if_word]
     print(f"  compiled where is {t.describe('compiled where', 'compiled, Python if')}\n"
-          f"  why where against the Python if: {why_where_if}")
+          f"  why where against the Python if: {why_where_if}{scalar_note()}")
 
 # %% [markdown]
 # How to read this, on any machine:
@@ -1282,15 +1310,16 @@ for n in SIZES:
 #   back (`.item()`, counted above) to pick a branch. Which total is smaller depends on the machine,
 #   and on a busy one the gap can drown in noise: compare it with the IQR column before you believe
 #   it. `where` has neither cost: one graph, one kernel (counted above), nothing read back.
-# - **Long vectors: fresh buffers and passes over memory.** Inductor compiles each branch of a `cond`
+# - **Long vectors: fresh buffers and passes over memory**, where the loops' arithmetic is cheap
+#   next to them (the lines under the timings say how much of each time the counts account for). Inductor compiles each branch of a `cond`
 #   as its own sub-graph, so it cannot fuse across the `cond` boundary: one kernel before the `cond`
 #   writes `h` into a new buffer, the branch's kernel reads it and writes its result into another,
 #   and a kernel after the `cond` updates that result in place. Both branching versions compute the
 #   norm twice (counted above), since the branch cannot reuse the value from the graph before it. The
 #   graph-break version fuses the taken branch with the code after it, so it runs fewer kernels and
 #   passes than `cond` but allocates as many new buffers (all counted above); `where` allocates the
-#   fewest and makes the fewest passes (its one kernel loops twice: once for the norm, once for the
-#   output). When `h`'s norm is at most `LIMIT`, so that it passes through unchanged, `where` still
+#   fewest and makes the fewest passes (its one kernel loops over the vector once for the norm and
+#   again for the output). When `h`'s norm is at most `LIMIT`, so that it passes through unchanged, `where` still
 #   computes the scaled values and throws them away
 #   (see "When `where` does not pay"). A new buffer can cost more than the
 #   bytes written into it: a large one comes fresh from the operating system, which supplies each
@@ -1300,10 +1329,11 @@ for n in SIZES:
 #   units, so you can see how far the counts go to explain them. Where the vector fits in the CPU's
 #   last-level cache (the cell prints both sizes where it can read the cache's), the in-place pass
 #   can run from cache, so that unit is a cache rate rather than a memory one.
-# - So `cond` is not a speed feature. It is what makes the function capturable (for export, for
-#   `fullgraph=True`, for code that must not return to Python). If it comes out ahead on the short
-#   vector, the counts above suggest why (one graph instead of two, no return to Python between
-#   them), but the cell does not time those parts; where it comes out behind on the long vector, the
+# - So speed is not why you reach for `cond`: it is what makes the function capturable (for export,
+#   for `fullgraph=True`, for code that must not break the graph). If it comes out ahead on the short
+#   vector, the counts above suggest why (one graph instead of two: no graph break, one guard check
+#   and one call into Inductor's wrapper, which picks the branch itself, as the `if` in the code
+#   printed above shows), but the cell does not time those parts; where it comes out behind on the long vector, the
 #   "why" lines set its extra time beside the passes and buffers its boundary adds.
 # - **When `where` does not pay.** `where` evaluates both branches on every call. With two cheap
 #   branches that costs little; with an expensive branch that is rarely taken (the router's deep
@@ -1361,8 +1391,8 @@ print(f"eager cond is {eager_table.describe('eager cond')}: " + {
 #
 # **Exercise 1.** `normalize_if_loud` divides a signal by its peak when the peak is above 1 and
 # otherwise returns it unchanged. As written it cannot be exported. Rewrite it with `torch.cond` so
-# that it can (the checker runs `torch.export` on your function and both branches through the
-# exported program).
+# that it can (the checker first compiles your function with `fullgraph=True`, then runs
+# `torch.export` on it and both branches through the exported program).
 
 # %%
 def normalize_if_loud(x: torch.Tensor) -> torch.Tensor:
@@ -1429,7 +1459,7 @@ exercises.check("04.halvings", halvings)
 #   private `torch._higher_order_ops`; guard them with `compat.has`).
 # - An exported `cond` is a `torch.ops.higher_order.cond` node with two sub-graphs, survives
 #   `torch.export.save`/`load`, and becomes an ONNX `If`.
-# - `cond` is about capture, not speed: it removes the break (one graph, no return to Python) but
+# - `cond` is about capture, not speed: it removes the break (one graph; its wrapper picks the branch) but
 #   adds kernels and passes at its boundary that Inductor cannot fuse (counted in section 5). When
 #   both branches are cheap, a branchless `torch.where` has neither (one kernel, the fewest fresh
 #   buffers and passes, no decision); section 5's verdicts say how each compared on your machine.
