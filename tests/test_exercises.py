@@ -161,6 +161,8 @@ def test_short_and_differs_describe_values_briefly():
     assert framework.differs({"w": torch.ones(3)}, {"w": torch.ones(2, 3)}) == "shape (3,) instead of (2, 3) for 'w'"
     # the expected number in full, so a learner does not copy a rounded one
     assert framework.differs((0.0, 1.0), (0.299761054102, 1.0)) == "0.0 instead of 0.299761054102 in item 0"
+    assert framework.differs([6, 7], [5]) == "[6, 7] instead of [5]"   # short lists: the items, not a count
+    assert framework.differs(5, [5]) == "5, not a list of 1 item"
 
 
 def test_usage_comes_from_the_signature():

@@ -276,6 +276,8 @@ def differs(got: Any, expected: Any, rtol: float = 1e-5, atol: float = 1e-6) -> 
             return f"keys {sorted(map(str, got))} instead of {sorted(map(str, expected))}"
         return next((f"{p} for {k!r}" for k in expected if (p := differs(got[k], expected[k], rtol, atol))), None)
     if isinstance(expected, (tuple, list)):
+        if isinstance(got, (tuple, list)) and len(got) != len(expected) and len(expected) <= 6:
+            return f"{short(got)} instead of {short(expected)}"  # both short: the expected items say more than a count
         if not isinstance(got, (tuple, list)) or len(got) != len(expected):
             n = len(expected)
             return f"{short(got)}, not a {type(expected).__name__} of {n} item{'' if n == 1 else 's'}"
