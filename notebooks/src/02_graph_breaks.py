@@ -1425,9 +1425,9 @@ print(f"\nwhy, on the {SIZE}x{SIZE} tensor: copying it once takes {copy_ms:.{dig
              "fused version saved more than the trips can cost, and this cell does not time the arithmetic apart, "
              "so it does not say where the rest was saved."),
          "no clear difference": f"Here {tie_said(large, 'compiled, fixed', 'compiled, 3 breaks')}, so the saved "
-                                f"trips did not show{scalar_note()}; the next cell times the loops themselves.",
+                                f"trips did not show{scalar_note()}.",
          "slower": f"Here the fused version was slower although it saves memory trips{scalar_note()}; the next cell "
-                   "times the generated loops themselves, apart from the calls around them."}[large_word])
+                   "separates the generated loops from the calls around them."}[large_word])
 TRANSCENDENTAL = {"sin", "cos", "tan", "sigmoid", "tanh", "exp", "expm1", "log", "log1p", "erf", "pow"}
 
 
@@ -1493,55 +1493,34 @@ print("why, on 8 numbers: the fixed block makes one call into one graph where th
                     + "."}[tiny_word])
 
 # %% [markdown]
-# Which part of the large-tensor time is the generated loops' own work? The profiler cannot see
-# inside compiled code, but Inductor can mark each C++ loop it generates as a profiler event of its
-# own (`torch._inductor.config.cpp.enable_kernel_profile`). The cell compiles both versions again
-# with that switch on (a separate compile: the switch changes the generated code), times a few calls
-# under the profiler and adds up the loops' time per call. What is left of a call is the Python,
-# guards and `.item()` around the loops. (Profiled times run somewhat longer than the timings above;
-# the comparison is between the two versions profiled the same way.) Quick mode skips it: it
-# compiles both versions again.
+# Which part of the large-tensor time is the generated loops' own work, and which the calls around
+# them? The 8-number timings answer it without a profiler: there the loops have almost nothing to
+# do, so a call's time is what surrounds them (Python, guards, the `.item()`, handing out tensors),
+# and that part does not grow with the tensor. Take it away from the large-tensor times and what is
+# left is the loops. (A profiler cannot see inside compiled code unless Inductor is told to mark
+# each loop, `torch._inductor.config.cpp.enable_kernel_profile`; that recompiles both versions, and
+# the marks themselves change what is timed.)
 
 # %%
-if config.is_quick():
-    print("skipped in quick mode: timing the generated loops compiles both versions again")
-else:
-    from torch.profiler import ProfilerActivity, profile
-
-    PROFILED_CALLS = 10
-    loops_ms, loops_each = {}, {}
-    torch._dynamo.reset()  # Dynamo would reuse the frames compiled above, which carry no kernel events
-    with torch._inductor.config.patch({"cpp.enable_kernel_profile": True}):
-        for label, fn in (("3 breaks", broken_block), ("fixed", fixed_block)):
-            marked = torch.compile(fn)
-            for _ in range(3):  # compile and warm up
-                marked(big, hot)
-            with profile(activities=[ProfilerActivity.CPU]) as kernel_prof:
-                for _ in range(PROFILED_CALLS):
-                    marked(big, hot)
-            kernel_events = [e for e in kernel_prof.key_averages() if "cpp_fused" in e.key]
-            loops_each[label] = [e.cpu_time_total / 1e3 / PROFILED_CALLS for e in kernel_events]
-            loops_ms[label] = sum(loops_each[label])
-    torch._dynamo.reset()  # the versions compiled above recompile on their next call, from Inductor's cache
-    assert len(loops_each["fixed"]) == 1 and len(loops_each["3 breaks"]) == loops["broken"], loops_each
-    loops_word = bench.band_verdict(loops_ms["fixed"], loops_ms["3 breaks"], band=0.1)
-    print(f"the generated loops alone, per call ({PROFILED_CALLS} profiled calls each): the fused loop "
-          f"{loops_ms['fixed']:.1f} ms; the broken version's {len(loops_each['3 breaks'])} loops "
-          f"{loops_ms['3 breaks']:.1f} ms together ({' + '.join(f'{ms:.1f}' for ms in loops_each['3 breaks'])})")
-    print(f"so the one fused loop took {bench.ratio_text(loops_ms['fixed'] / loops_ms['3 breaks'])} the four loops' time "
-          f"({bench.band_text(0.1)}): " + {
-              "higher": f"its own work cost more than the four loops', although it makes {breaks_before} fewer trips "
-                        "through memory: the difference lies inside the generated loop, not in the calls around it; "
-                        "this cell does not measure which instructions (one candidate: the one loop body carries all "
-                        "five transcendental functions at once)",
-              "lower": "its own work cost less than the four loops', as the saved trips through memory would make it"
-                       + ("; so the fixed version's slower whole call (above) lies in what surrounds its loop, which "
-                          "this cell does not break down" if large_word == "slower" else ""),
-              "no clear difference": "the loops' own work came to about the same, so the saved trips through memory "
-                                     "did not show in it" + ("; the fixed version's slower whole call (above) is not "
-                                                             "explained by its loop" if large_word == "slower" else "")
-          }[loops_word]
-          + scalar_note() + ".")
+around_ms = {label: tiny.row(label).median_s * 1e3 for label in ("compiled, 3 breaks", "compiled, fixed")}
+loops_ms = {label: large.row(label).median_s * 1e3 - around_ms[label] for label in around_ms}
+loops_gap_ms = loops_ms["compiled, fixed"] - loops_ms["compiled, 3 breaks"]
+print(f"around the loops (a call on 8 numbers): broken {around_ms['compiled, 3 breaks']:.3f} ms, "
+      f"fixed {around_ms['compiled, fixed']:.3f} ms")
+print(f"so the loops themselves, on the {SIZE}x{SIZE} tensor: the fused loop about {loops_ms['compiled, fixed']:.1f} ms, "
+      f"the broken version's four loops about {loops_ms['compiled, 3 breaks']:.1f} ms together")
+print({"slower": f"the fixed version's slower call is its loop: what surrounds the loops differs by "
+                 f"{abs(around_ms['compiled, 3 breaks'] - around_ms['compiled, fixed']):.3f} ms per call, against "
+                 f"{loops_gap_ms:.1f} ms between the loops. The one fused loop ran slower than the four loops "
+                 f"together, although it makes {breaks_before} fewer trips through memory (up to {trips_ms:.1f} ms "
+                 "of the broken version's time): the difference lies in how the one loop's arithmetic ran, which "
+                 "this cell does not take apart (one candidate: the one loop body carries all five transcendental "
+                 "functions at once)" + scalar_note(),
+       "faster": f"the fixed version's faster call is mostly its loop: what surrounds the loops differs by "
+                 f"{abs(around_ms['compiled, 3 breaks'] - around_ms['compiled, fixed']):.3f} ms per call, against "
+                 f"{-loops_gap_ms:.1f} ms between the loops",
+       "no clear difference": "the whole calls showed no clear difference, so neither does this split: what "
+                              "surrounds the loops is small next to them at this size"}[large_word])
 
 # %% [markdown]
 # Where the time goes in the broken version, on every call:

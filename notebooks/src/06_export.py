@@ -488,6 +488,7 @@ assert symbolic["ItemSize", False] is not None and symbolic["ItemSize", False].m
 assert symbolic["ToList", False] is not None and symbolic["ToList", True] is None
 torch.testing.assert_close(symbolic["ToList", False].module()(x_new), x_new * 2)
 
+
 # %% [markdown]
 # Strict mode's error says what it refuses: Dynamo turns `.tolist()` into symbolic values only for
 # an integer tensor, and this one holds floats. Non-strict mode runs the call on the tracer's fake
