@@ -98,6 +98,8 @@ def scalar_note(compared: bool = True) -> str:
         return ""
     import torch
 
-    same = "; eager's own kernels run at the same setting, so this alone need not explain a difference"
+    same = ("; eager's own kernels are built for the same setting, but the libraries some of them call (oneDNN for "
+            "matrix products, MKL for functions such as sin and tanh) choose their own vector code, so this can "
+            "favour eager")
     return (f" (Inductor wrote no SIMD vector code here: torch's CPU capability is "
             f"{torch.backends.cpu.get_cpu_capability()}, so its loops are plain scalar C++{same if compared else ''})")

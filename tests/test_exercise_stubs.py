@@ -56,7 +56,7 @@ STUB_HINTS = {
     "09.count_aten_events": "Count only events whose 'ph' is 'X'",
     "10.p99": "nearest rank",
     "10.parse_sse": "Join the 'token' fields",
-    "10.batch_size": "returned None, not a whole number",
+    "10.batch_size": "returned None instead of 2",
     "11.attention": "scaled_dot_product_attention",
     "11.sliding_window": "q_idx - kv_idx < window",
     "11.block_sparsity": "mark a tile as needed when any entry is True",

@@ -1425,8 +1425,9 @@ print(f"\nwhy, on the {SIZE}x{SIZE} tensor: copying it once takes {copy_ms:.{dig
              "fused version saved more than the trips can cost, and this cell does not time the arithmetic apart, "
              "so it does not say where the rest was saved."),
          "no clear difference": f"Here {tie_said(large, 'compiled, fixed', 'compiled, 3 breaks')}, so the saved "
-                                f"trips did not show{scalar_note()}.",
-         "slower": f"Here the fused version was slower although it saves memory trips{scalar_note()}; the next cell "
+                                f"trips did not show{scalar_note(compared=False)}.",
+         "slower": f"Here the fused version was slower although it saves memory trips{scalar_note(compared=False)}; "
+                   "the next cell "
                    "separates the generated loops from the calls around them."}[large_word])
 TRANSCENDENTAL = {"sin", "cos", "tan", "sigmoid", "tanh", "exp", "expm1", "log", "log1p", "erf", "pow"}
 
@@ -1476,11 +1477,11 @@ print(f"against eager on the {SIZE}x{SIZE} tensor: the fixed block is {large.des
                  f"(IQR {eager_iqr_ms:.1f} ms), so the one generated loop, doing all the work, took less time than "
                  f"eager's {n_trans} transcendental kernels alone.")
               + (f" Note that {large.load_note()}." if large.load_note() else ""),
-    "no clear difference": tie_said(large, "compiled, fixed", "eager") + ", so this run cannot rank them"
-                           + (busy_said(large) or " or say why") + scalar_note() + ".",
+    "no clear difference": tie_said(large, "compiled, fixed", "eager") + scalar_note()
+                           + ", so this run cannot rank them" + (busy_said(large) or " or say why") + ".",
     "slower": f"the fused loop was slower although it skips the memory traffic of eager's {passes_seen.cheap} "
               f"operators with no transcendental function, about {cheap_ms:.1f} ms ({passes_seen.cheap_copies:g} "
-              "copies' worth); this cell does not split the arithmetic from the rest" + busy_said(large) + scalar_note()
+              f"copies' worth){scalar_note()}; this cell does not split the arithmetic from the rest" + busy_said(large)
               + "."
     }[eager_word])
 tiny_word = tiny.verdict("compiled, fixed", "compiled, 3 breaks")
@@ -1496,7 +1497,8 @@ print("why, on 8 numbers: the fixed block makes one call into one graph where th
 # Which part of the large-tensor time is the generated loops' own work, and which the calls around
 # them? The 8-number timings answer it without a profiler: there the loops have almost nothing to
 # do, so a call's time is what surrounds them (Python, guards, the `.item()`, handing out tensors),
-# and that part does not grow with the tensor. Take it away from the large-tensor times and what is
+# and that part hardly grows with the tensor (getting memory for the outputs does, and the broken
+# version gets more of it, so the split below if anything flatters the fixed version's loop). Take it away from the large-tensor times and what is
 # left is the loops. (A profiler cannot see inside compiled code unless Inductor is told to mark
 # each loop, `torch._inductor.config.cpp.enable_kernel_profile`; that recompiles both versions, and
 # the marks themselves change what is timed.)
@@ -1509,18 +1511,31 @@ print(f"around the loops (a call on 8 numbers): broken {around_ms['compiled, 3 b
       f"fixed {around_ms['compiled, fixed']:.3f} ms")
 print(f"so the loops themselves, on the {SIZE}x{SIZE} tensor: the fused loop about {loops_ms['compiled, fixed']:.1f} ms, "
       f"the broken version's four loops about {loops_ms['compiled, 3 breaks']:.1f} ms together")
-print({"slower": f"the fixed version's slower call is its loop: what surrounds the loops differs by "
-                 f"{abs(around_ms['compiled, 3 breaks'] - around_ms['compiled, fixed']):.3f} ms per call, against "
-                 f"{loops_gap_ms:.1f} ms between the loops. The one fused loop ran slower than the four loops "
-                 f"together, although it makes {breaks_before} fewer trips through memory (up to {trips_ms:.1f} ms "
-                 "of the broken version's time): the difference lies in how the one loop's arithmetic ran, which "
-                 "this cell does not take apart (one candidate: the one loop body carries all five transcendental "
-                 "functions at once)" + scalar_note(),
-       "faster": f"the fixed version's faster call is mostly its loop: what surrounds the loops differs by "
-                 f"{abs(around_ms['compiled, 3 breaks'] - around_ms['compiled, fixed']):.3f} ms per call, against "
-                 f"{-loops_gap_ms:.1f} ms between the loops",
-       "no clear difference": "the whole calls showed no clear difference, so neither does this split: what "
-                              "surrounds the loops is small next to them at this size"}[large_word])
+around_gap_ms = around_ms["compiled, 3 breaks"] - around_ms["compiled, fixed"]  # what the fixed version saves outside
+
+
+def ms(value: float) -> str:
+    """A time in ms, with three decimals below 1 ms (quick mode's small tensor)."""
+    return f"{value:.1f}" if abs(value) >= 1 else f"{value:.3f}"
+
+
+around_said = f"what surrounds the loops differs by {abs(around_gap_ms):.3f} ms per call"
+if large_word == "slower":
+    said = (f"the fixed version's call is slower because of its loop: {around_said}, against {ms(loops_gap_ms)} ms "
+            f"between the loops. The one fused loop ran slower than the four loops together, although it makes "
+            f"{breaks_before} fewer trips through memory (up to {ms(trips_ms)} ms of the broken version's time): the "
+            "difference lies in how the one loop's arithmetic ran, which this cell does not take apart (one candidate: "
+            "the one loop body carries all five transcendental functions at once)" + scalar_note(compared=False))
+elif large_word == "faster":
+    said = (f"the fixed version's call is faster mostly because of its loop ({around_said}, against "
+            f"{ms(-loops_gap_ms)} ms between the loops)" if -loops_gap_ms > abs(around_gap_ms) else
+            f"the fixed version's call is faster mostly because of what surrounds the loops ({around_said}, against "
+            f"{ms(-loops_gap_ms)} ms between the loops)")
+else:
+    said = (f"the whole calls showed no clear difference; by this split the calls around the loops favour the fixed "
+            f"version by {around_gap_ms:.3f} ms and its loop costs {loops_gap_ms:+.3f} ms against the four loops, "
+            "which together did not add up to a clear difference")
+print(said)
 
 # %% [markdown]
 # Where the time goes in the broken version, on every call:
@@ -1564,11 +1579,12 @@ if requires_accelerator("the same comparison on a GPU, where .item() makes the C
     print(f"on the {dev.type.upper()} GPU, the fixed version is {gpu_said}: " + {
         "faster": "the broken version runs four graphs and an .item() that makes the CPU wait for the GPU's queue "
                   "to drain; this cell does not time them apart",
-        "no clear difference": "the breaks' launches and the .item() wait were small next to the kernels at this "
-                               "size" if gpu.within_margin("compiled, fixed", "compiled, 3 breaks") else
+        "no clear difference": "within 5%: whatever the breaks' launches and the .item() wait cost did not show at "
+                               "this size; this cell does not time them apart"
+                               if gpu.within_margin("compiled, fixed", "compiled, 3 breaks") else
                                "any difference stayed inside this run's timing spread (the IQR column)",
-        "slower": "the one fused kernel cost more than the broken version's four kernels and its wait; this cell "
-                  "does not break that down"}[gpu_word])
+        "slower": "the fixed version cost more per call here although it launches fewer kernels and waits on no "
+                  ".item(); this cell does not break that down"}[gpu_word])
 
 # %% [markdown]
 # ## Check yourself

@@ -1161,7 +1161,10 @@ for n in SIZES:
     role = "small" if n == min(SIZES) else "large"  # the large size differs between quick and full mode
     cond_said = t.describe("compiled cond", "compiled, Python if", name=f"cond.sizes.cond_vs_if.{role}")
     where_said = t.describe("compiled where", "compiled cond", name=f"cond.sizes.where_vs_cond.{role}")
-    print(f"{n:>9,} elements (lowest median: '{fastest}'):\n"
+    runner_up = min((r for r in t.rows if r.label != fastest), key=lambda r: r.median_s).label
+    fastest_said = (f"fastest: '{fastest}'" if t.verdict(fastest, runner_up) == "faster" else
+                    f"lowest median: '{fastest}', not clearly apart from '{runner_up}'")
+    print(f"{n:>9,} elements ({fastest_said}):\n"
           f"  compiled cond is {cond_said}\n"
           f"  compiled where is {where_said}")
     if role == "small":
@@ -1198,11 +1201,14 @@ for n in SIZES:
         shares[name] = predicted_ms(name) / ms
         print(f"  {name:20s} {ms:8.2f} ms = {ms / fresh_ms:4.1f} fresh copies' time; it allocates "
               f"{counted(buffers[name], 'fresh buffer')} and runs {counted(runs[name], 'kernel')}"
-              + (f", making {passes_text(passes[name])}; the counts account for about {predicted_ms(name):.2f} ms "
-                 f"({shares[name]:.0%})" if counted_passes else "") + " (counted above)")
-    if counted_passes and max(shares.values()) < 0.5:
-        print("  the counts account for under half of every version's time here: the rest is work inside the loops "
-              "(their arithmetic) that buffers and passes do not measure, so the gaps below can lie there too"
+              + (f", making {passes_text(passes[name])}; " + (
+                  f"the counts account for about {predicted_ms(name):.2f} ms ({shares[name]:.0%})" if shares[name] <= 1
+                  else f"the counts predict about {predicted_ms(name):.2f} ms, a little more than measured (its fresh "
+                       "memory cost less than the timed copy here)") if counted_passes else "") + " (counted above)")
+    under_half = [name for name, share in shares.items() if share < 0.5]
+    if counted_passes and under_half:
+        print(f"  the counts account for under half of the time of {', '.join(under_half)} here: the rest is work inside "
+              "the loops (their arithmetic) that buffers and passes do not measure, so the gaps below can lie there too"
               + scalar_note(compared=False))
     # where against cond: cond allocates more fresh buffers and runs more kernels (asserted above)
     cond_row, where_row = t.row("compiled cond"), t.row("compiled where")
@@ -1215,7 +1221,10 @@ for n in SIZES:
     if where_word == "faster":
         expected_ms = predicted_ms("compiled cond") - predicted_ms("compiled where")
         why_where = (f"{adds}; its extra {gap_ms:.2f} ms is {gap_ms / fresh_ms:.1f} fresh copies' time"
-                     + ((f", about what those counts predict ({expected_ms:.2f} ms)" if gap_ms <= 2 * expected_ms else
+                     + ((f", about what those counts predict ({expected_ms:.2f} ms)"
+                         if 0.5 * expected_ms <= gap_ms <= 2 * expected_ms else
+                         f", less than half what those counts predict ({expected_ms:.2f} ms): the extra buffer and "
+                         "passes cost less here than the timed moves" if gap_ms < 0.5 * expected_ms else
                          f", more than twice what those counts predict ({expected_ms:.2f} ms), so the rest is outside "
                          f"them ({outside_counts(t)})") if counted_passes and expected_ms > 0 else "")
                      + (scalar_note() if gap_ms > 2 * expected_ms else "")
@@ -1224,11 +1233,16 @@ for n in SIZES:
         why_where = (f"{adds}, but this run's timings are too spread to show what those cost (cond's IQR is "
                      f"{cond_row.iqr_s * 1e3 / fresh_ms:.1f} fresh copies' time)")
     elif where_word == "no clear difference":
-        extra_buffers = buffers["compiled cond"] - buffers["compiled where"]
-        why_where = (f"{adds}, yet the medians are within 5% ({gap_ms:.2f} ms apart, against {fresh_ms:.2f} ms for one "
-                     "fresh copy)" + (f": the extra {counted(extra_buffers, 'buffer')} cost less than the fresh copy "
-                                      "timed above would predict" if gap_ms < extra_buffers * fresh_ms else "")
-                     + (f"; {scalar_note().strip(' ;()')}" if scalar_note() else "")
+        expected_ms = predicted_ms("compiled cond") - predicted_ms("compiled where")
+        pair_spread_ms = (cond_row.iqr_s + where_row.iqr_s) * 1e3
+        lower = "cond" if gap_ms < 0 else "where"
+        why_where = (f"{adds}, yet the medians are within 5% ({abs(gap_ms):.2f} ms apart, {lower} the lower)"
+                     + ((f": the counts predict {expected_ms:.2f} ms between them, more than their timing spread "
+                         f"({pair_spread_ms:.2f} ms), so the extra buffer and passes cost less here than the timed "
+                         "moves would predict" if expected_ms > pair_spread_ms else
+                         f": the counts predict {expected_ms:.2f} ms between them, inside their timing spread "
+                         f"({pair_spread_ms:.2f} ms), so this run cannot show it") if counted_passes else "")
+                     + (f"; {scalar_note().strip(' ;()')}" if scalar_note() and expected_ms > pair_spread_ms else "")
                      + rough(t, "compiled where", "compiled cond"))
     else:
         why_where = (f"{adds}, yet where was slower although it does less of both; it computes both branches in its "
@@ -1276,18 +1290,22 @@ for n in SIZES:
     where_if_word = t.verdict("compiled where", "compiled, Python if")
     expected_if_ms = predicted_ms("compiled, Python if") - predicted_ms("compiled where")
     spread_ms = (if_row.iqr_s + where_row.iqr_s) * 1e3
-    where_if_load_said = ""
-    if t.load_note() and (not counted_passes or expected_if_ms <= spread_ms):
-        where_if_load_said = f"; {t.load_note()}, which can hide a difference this small: rerun when quiet"
-    elif counted_passes and expected_if_ms > spread_ms:
+    if not counted_passes:
+        where_if_load_said = "; this torch's passes were not counted, so the cell cannot set the gap against them"
+    elif expected_if_ms <= spread_ms:
+        where_if_load_said = (f"; the counts predict {expected_if_ms:.2f} ms between them, inside their timing spread "
+                              f"({spread_ms:.2f} ms), so this run cannot show it")
+    else:
         where_if_load_said = (f"; the counts predict {expected_if_ms:.2f} ms between them, more than their timing "
-                              f"spread ({spread_ms:.2f} ms), so what they count did not decide here")
+                              f"spread ({spread_ms:.2f} ms), so what they count did not decide here: the arithmetic "
+                              "inside each loop, which this cell does not time, can")
+    if t.load_note():
+        where_if_load_said += f" ({t.load_note()}; rerun when quiet)"
     why_where_if = {
         "faster": f"{fewer}; it saved {saved_ms:.2f} ms, {saved_ms / fresh_ms:.1f} fresh copies' time"
                   + rough(t, "compiled where", "compiled, Python if"),
         "no clear difference": f"{fewer}, yet " + ("the medians are within 5%" if t.within_margin(
             "compiled where", "compiled, Python if") else "the difference stayed inside the timing spread")
-            + "; the counts cover buffers and passes, not the arithmetic inside each loop, which this cell does not time"
             + where_if_load_said
             + rough(t, "compiled where", "compiled, Python if"),
         "slower": f"{fewer}, yet where was slower; the counts cover buffers and passes, not the arithmetic inside each "

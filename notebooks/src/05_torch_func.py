@@ -110,7 +110,7 @@ from torch.func import (functional_call, grad, grad_and_value, hessian, jacfwd, 
                         stack_module_state, vjp, vmap)
 from tqdm import tqdm
 
-from course_utils import bench, config, exercises, session
+from course_utils import bench, config, exercises, inductor_code, session
 from course_utils.data import load_digits_split
 from course_utils.device import accelerator, requires_accelerator
 from course_utils.models import MLP
@@ -202,10 +202,11 @@ print(f"nested vmap -> {tuple(score_matrix.shape)} score matrix, equal to querie
 #
 # The transforms need everything they act on to be a function *argument*: to map over a model's
 # weights or differentiate with respect to them, the weights must be passed in rather than read
-# from the module. `torch.func.functional_call(model, params, args)` runs `model.forward(*args)`
-# with the tensors in the dict `params` standing in for the model's own parameters (the module
-# itself is not changed). We pass `p.detach()` so the transforms, not the regular autograd
-# tape, own the gradients (more on this below).
+# from the module. `torch.func.functional_call(model, params, args)` runs `model(*args)` (its
+# `forward`, hooks included) with the tensors in the dict `params` standing in for the model's own
+# parameters and buffers of the same names (the module itself is not changed). We pass
+# `p.detach()` so the transforms, not the regular autograd tape, own the gradients (more on this
+# below).
 #
 # Most layers accept a single unbatched sample: `nn.Linear` takes a vector, `nn.Conv2d` a
 # `(channels, height, width)` image, `nn.LayerNorm` normalises the last dimension whatever comes
@@ -240,8 +241,8 @@ print(f"inside the mapped function x has shape {seen_shapes[-1]}; "
 # 1. **It maps a model over a batch that the model can already take.** `model(batch)` gives the
 #    same result directly. `vmap` is for functions that *cannot* take a batch as written (like
 #    `score` above) or whose batch structure you need to change (per-sample gradients, ensembles,
-#    below). Wrapping an already-batched call in `vmap` can only add work; the cell below times
-#    what that comes to here.
+#    below). Wrapping an already-batched call in `vmap` adds its bookkeeping to the same
+#    arithmetic; the cell below times what that costs here.
 # 2. **It teaches that a vmapped function needs a batch dimension.** It does not: inside `vmap`
 #    the function sees one sample, and the `unsqueeze(0)` fakes a batch *of one*. Code that reads
 #    the batch size from `x.shape[0]` inside then reads 1.
@@ -266,8 +267,10 @@ with torch.no_grad():
     pointless = bench.compare({"net(batch)": net, "vmap(fake batch)": lambda b: fake_batch(net, b)}, batch)
 print(pointless)
 fake_word = pointless.verdict("vmap(fake batch)", "net(batch)", name="func.fake_batch.vmap_vs_direct")
+direct_ms = pointless.row("net(batch)").median_s * 1e3
+added_ms = pointless.row("vmap(fake batch)").median_s * 1e3 - direct_ms
 print(f"...and vmap(fake batch) is {pointless.describe('vmap(fake batch)', 'net(batch)')}"
-      + {"slower": ": vmap only added work",
+      + {"slower": f": vmap's bookkeeping added {added_ms:.3f} ms to a {direct_ms:.3f} ms call",
          "no clear difference": (": within 5%: vmap's bookkeeping cost nothing measurable here, and it still adds code"
                                  if pointless.within_margin("vmap(fake batch)", "net(batch)") else
                                  ": the timings were too spread to tell; vmap still adds code"),
@@ -422,7 +425,9 @@ print(f"loss {loss.item():.4f}; grad w.r.t. {len(grads)} parameter tensors equal
 #
 # 1. **Everything that is not a parameter comes from the fresh model.** Buffers such as
 #    BatchNorm's running statistics are the freshly initialised ones, and a new module starts in
-#    training mode whatever mode your model is in. The loss and gradients are silently wrong.
+#    training mode whatever mode your model is in (a train-mode BatchNorm normalises with the
+#    batch's own statistics and only updates its running ones). Either makes the loss and
+#    gradients silently wrong; the cell below shows the two apart.
 # 2. **Every call initialises weights it throws away.** That is extra work on every call (the cell
 #    below times what it comes to here), and it draws from the global random number generator,
 #    so everything random afterwards (dropout, shuffling, the next batch) changes just because
@@ -464,7 +469,14 @@ wrong, right = loss_new_model(bn_params, xb, yb), loss_right(bn_params, bn_buffe
 torch.testing.assert_close(right, true_loss)
 assert not torch.allclose(wrong, true_loss, rtol=1e-3)
 print(f"loss of the eval-mode model: {true_loss.item():.4f}; right pattern: {right.item():.4f}; "
-      f"new-model pattern: {wrong.item():.4f} (fresh buffers, training mode)")
+      f"new-model pattern: {wrong.item():.4f} (training mode: batch statistics instead of the model's running ones)")
+with torch.no_grad():  # the fresh model's own buffers, apart from its mode: the same pattern in eval mode
+    fresh_eval = F.cross_entropy(functional_call(make_bn_model().eval(), bn_params, (xb,)), yb)
+print(f"the new-model pattern with the fresh model switched to eval mode: {fresh_eval.item():.4f} "
+      + ("(its freshly initialised running statistics, zero mean and unit variance, make the loss wrong on their own)"
+         if not torch.allclose(fresh_eval, true_loss, rtol=1e-3) else
+         "(within 0.1% of the right loss: its freshly initialised running statistics changed little here, "
+         "though they are still not the model's)"))
 
 torch.manual_seed(1); loss_right(bn_params, bn_buffers, xb, yb); after_right = torch.rand(3)
 torch.manual_seed(1); loss_new_model(bn_params, xb, yb); after_new_model = torch.rand(3)
@@ -633,8 +645,8 @@ if not clear:
           f"(verdict: {rule_word})")
 for r in clear:
     if r["faster"] != r["predicted"]:
-        print(f"at {r['n_in']}->{r['n_out']} the rule picked the slower mode here: at this aspect ratio the "
-              "pass count did not decide on this machine.")
+        print(f"at {r['n_in']}->{r['n_out']} the rule picked the slower mode here, the one with fewer passes; "
+              "this cell does not measure what outweighed the pass count (candidates below)")
 
 # %%
 fig, ax = plt.subplots(figsize=(6.5, 3.6))
@@ -660,7 +672,9 @@ for r in square:
                "within 5%)" if r["table"].within_margin("jacfwd", "jacrev") else
               f"no clear winner ({gap:.2f}x apart, inside the timing spread: IQR {r['rev_iqr']:.3f} and "
               f"{r['fwd_iqr']:.3f} ms)") if r["faster"] == "tie"
-             else f"{r['faster']} is faster by {gap:.2f}x"))
+             else f"{r['faster']} is faster by {gap:.2f}x; jacfwd's passes (one per input) and jacrev's (one per "
+                  f"output) are {r['n_in']} each here, so the pass count does not explain it, and this cell does not "
+                  "measure what does (candidates below)"))
 
 
 def wrong_over_right(r: dict) -> float:
@@ -699,7 +713,8 @@ print(f"at the two most lopsided shapes the rejected mode takes {lopsided:.1f}x 
 # count should decide; the table above shows where it did here. If an operator has
 # no forward-mode rule, `jacfwd` raises an error and `jacrev` is the fallback; if the Jacobian is
 # too big to build in one batched call, both `jacrev` and `vmap` take a `chunk_size` to trade
-# speed for memory.
+# speed for memory (`jacfwd` has none: `vmap` of a `jvp` over the unit vectors, with
+# `chunk_size`, does the same).
 #
 # ## Per-sample gradients: `vmap(grad(...))` against a loop
 #
@@ -745,9 +760,10 @@ print(f"per-sample gradient of {w}: {tuple(fast[w].shape)} = (batch, *{tuple(clf
 
 # %% [markdown]
 # Now the measurement, over a range of batch sizes. The loop runs one set of small operations per
-# sample, each paying Python and dispatcher overhead; the `vmap` version runs one set of larger
-# batched operations and pays that overhead once. The cell prints what each cost here, batch by
-# batch.
+# sample, and each operation pays a fixed cost on top of its arithmetic (Python, the dispatcher,
+# and whatever else one small call costs on your machine); the `vmap` version runs one set of
+# larger batched operations and pays that cost once per operation instead of once per sample. The
+# cell prints what each cost here, batch by batch.
 
 # %%
 PSG_BATCHES = config.pick(quick=[1, 16, 128], full=[1, 4, 16, 32, 64, 128, 256])
@@ -773,25 +789,31 @@ if noisy_batches:
 
 psg_speedup = dict((B, s) for B, _, _, s in psg_rows)[PSG_BATCH]
 bench.record("func.per_sample_grad.speedup", psg_speedup, "x", batch=PSG_BATCH,
-             model="MLP(64, 128, 10, depth=2)", params=sum(p.numel() for p in clf_params.values()))
+             model="MLP(64, 128, 10, depth=2)", params=sum(p.numel() for p in clf_params.values()),
+             rough=bool(t_psg.spread_note()))
 target = 5.0
-bench.record_verdict("func.per_sample_grad.target", "met" if psg_speedup >= target else "not met", target=target)
-print(f"\nat batch {PSG_BATCH}: vmap(grad) is {psg_speedup:.1f}x as fast as the loop "
-      f"(course target: at least {target:.0f}x on a 2-core laptop CPU: {'met' if psg_speedup >= target else 'missed'})")
-print(f"verdict at batch {PSG_BATCH}: vmap(grad) is "
-      f"{t_psg.describe('vmap(grad)', 'loop', name='func.per_sample_grad.vmap_vs_loop.batch128')}")
+target_word = bench.record_verdict("func.per_sample_grad.target", "met" if psg_speedup >= target else "not met",
+                                   target=target)
+
+
+def rough_flag(table: bench.Comparison) -> str:
+    return " (its timings were rough: see the note above)" if table.spread_note() else ""
+
+
+print(f"\nat batch {PSG_BATCH}: vmap(grad) is "
+      f"{t_psg.describe('vmap(grad)', 'loop', name='func.per_sample_grad.vmap_vs_loop.batch128')} "
+      f"(course target on a 2-core laptop CPU: at least {target:.0f}x; {target_word}){rough_flag(t_psg)}")
 smallest_word = t_smallest.verdict("vmap(grad)", "loop", name="func.per_sample_grad.vmap_vs_loop.batch1")
 small_rows = {label: t_smallest.row(label) for label in ("loop", "vmap(grad)")}
 spread_tie = ("the timings were too spread to tell ("
               + ", ".join(f"{label} {r.median_s * 1e3:.3f} ms, IQR {r.iqr_s * 1e3:.3f} ms" for label, r in small_rows.items())
               + "); rerun the cell")
-small_rough = " (its timings were rough: see the note above)" if t_smallest.spread_note() else ""
 print(f"at batch {PSG_BATCHES[0]}: vmap(grad) is {t_smallest.describe('vmap(grad)', 'loop')}: " + {
     "slower": "with nothing to batch, its bookkeeping costs more than the single pass it replaces",
     "no clear difference": (f"with {counted(PSG_BATCHES[0], 'sample')} there is little or no loop to remove, and its bookkeeping "
                             "cost about as much" if t_smallest.within_margin("vmap(grad)", "loop") else spread_tie),
     "faster": "even a short loop costs more than vmap's bookkeeping on this machine"}[smallest_word]
-      + ("" if smallest_word == "no clear difference" else small_rough))
+      + ("" if smallest_word == "no clear difference" else rough_flag(t_smallest)))
 
 fig, ax = plt.subplots(figsize=(6.5, 3.4))
 ax.plot([r[0] for r in psg_rows], [r[3] for r in psg_rows], "o-")
@@ -876,16 +898,17 @@ print("the stacked tensors are copies: changing a model afterwards does not chan
 # How much does it save? A deep ensemble used for uncertainty often scores small batches with a
 # handful to a few dozen members, so we time a batch of 32 digits through ensembles of growing
 # size, starting from a single member. The loop dispatches every operation of every member, each
-# with its own Python and dispatcher overhead and a small kernel; `vmap` runs a fixed set of batched
-# operations for all members (a few per layer: a batched matrix multiply over the stacked weights,
-# then the bias and the other steps, each over every member at once), so its count of operations
-# does not grow with the ensemble. The cell counts both (a `TorchDispatchMode`
-# sees every operator the dispatcher runs; the count leaves out those marked as views, though a few
-# that only alias their input, such as `_unsafe_view`, still count, as in notebook 03). Fewer operations is not automatically
-# less time: a batched product over stacked weights can run slower on a CPU than the separate small
-# products it replaces, depending on the matrix library, the instruction set and what else is
-# running, and with a single member there is nothing to batch at all. The cell prints a verdict for
-# each size.
+# with a fixed cost of its own (Python, the dispatcher, and whatever else one small call costs on
+# the machine) and a small kernel; `vmap` runs a fixed set of batched operations for all members (a
+# few per layer: a batched matrix multiply over the stacked weights, then the bias and the other
+# steps, each over every member at once), so its count of operations does not grow with the
+# ensemble. The cell counts both (a `TorchDispatchMode` sees every operator the dispatcher runs;
+# the count leaves out those marked as views, though a few that only alias their input, such as
+# `_unsafe_view`, still count, as in notebook 03) and prints the loop's average time per operation.
+# Fewer operations is not automatically less time: a batched product over stacked weights can run
+# slower on a CPU than the separate small products it replaces, depending on the matrix library,
+# the instruction set and what else is running, and with a single member there is nothing to batch
+# at all. The cell prints a verdict for each size.
 
 # %%
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -954,7 +977,8 @@ bench.record("func.ensemble.speedup", ens_speedup, "x", models=ENS_HEADLINE, bat
 def ensemble_reason(r: dict) -> str:
     """Why vmap came out as it did for one ensemble size, from the counted operations."""
     lead = "one member, so nothing to batch; " if r["n"] == 1 else ""
-    counts = f"{lead}{r['loop_ops']} operations in the loop, {r['vmap_ops']} under vmap"
+    counts = (f"{lead}{r['loop_ops']} operations in the loop ({r['loop_ms'] / r['loop_ops']:.3f} ms each on average), "
+              f"{r['vmap_ops']} under vmap")
     table = ens_tables[r["n"]]
     rough = " (its timings were rough: see the note below)" if table.spread_note() else ""
     busy = f"; {table.load_note()}" if table.load_note() else ""
@@ -987,27 +1011,38 @@ def out_of_line(r: dict) -> str:
 
 def count_reason(r: dict, table, busy: str, rough: str) -> str:
     """The reason the counted operations give for one ensemble size's verdict."""
+    # the bands the verdict compared (median ± IQR/2, cut at zero): why a tie by the spread is one, however far the ratio
+    spread = " (median ± IQR/2: " + ", ".join(
+        f"{side} {max(r[f'{side}_ms'] - r[f'{side}_iqr'] / 2, 0):.3f}-{r[f'{side}_ms'] + r[f'{side}_iqr'] / 2:.3f} ms"
+        for side in ("loop", "vmap")) + "; the bands overlap)"
     if r["vmap_ops"] > r["loop_ops"]:
         more = f": vmap ran {counted(r['vmap_ops'] - r['loop_ops'], 'more operation')} than the loop"
         return more + {
-            "faster": ", yet it was faster: its batched kernels over the stacked members cost less than the loop's "
-                      "separate ones by more than the extra operations' overhead",
-            "no clear difference": (", and the medians are within 5%: the extra operations' overhead and the "
-                                    "batched kernels about cancel here" if table.within_margin("vmap", "loop") else
-                                    ", and the difference stayed inside the timing spread, so this run cannot say "
-                                    "which cost more"),
-            "slower": ", so it paid more per-operation overhead, not less, on top of its batched kernels",
-        }[r["verdict"]] + "; this cell does not split its time further" + busy + rough
+            "faster": ", yet it was faster, so its batched kernels must have cost less than the loop's separate ones "
+                      "(the counts give no other way); this cell does not time them apart",
+            "no clear difference": (", and the medians are within 5%: the fixed cost of the extra operations and what "
+                                    "the batched kernels saved, if anything, about cancel here; this cell does not "
+                                    "time them apart" if table.within_margin("vmap", "loop") else
+                                    ", and the difference stayed inside the timing spread" + spread + ", so this run "
+                                    "cannot say which cost more"),
+            "slower": ", so it paid the fixed cost of an operation more times, not fewer, on top of its batched "
+                      "kernels; this cell does not split its time further",
+        }[r["verdict"]] + busy + rough
     if r["vmap_ops"] == r["loop_ops"]:
-        return (": vmap ran as many operations as the loop, so it had no per-operation overhead to save; "
+        return (": vmap ran as many operations as the loop, so it had no fixed cost per operation to save; "
                 "this cell does not split its time further" + busy + rough)
-    tie = (": the medians are within 5%: the overhead saved and the cost of the batched kernels about cancel here"
-           if table.within_margin("vmap", "loop") else ": the difference stayed inside the timing spread")
+    fewer = counted(r["loop_ops"] - r["vmap_ops"], "more time")
+    tie = (f": the medians are within 5%: the fixed cost the loop paid {fewer} and whatever more vmap's batched "
+           "kernels cost than the loop's small ones about cancel here" if table.within_margin("vmap", "loop") else
+           ": the difference stayed inside the timing spread" + spread)
     return {
-        "faster": ": the overhead vmap removed outweighed the cost of its batched kernels" + busy + rough,
+        "faster": (f": the loop paid the fixed cost of an operation (Python, dispatch, and whatever else one small "
+                   f"call costs on this machine) {fewer}, which outweighed whatever more vmap's batched kernels cost "
+                   f"than the loop's small ones; this cell does not split the {r['loop_ms'] / r['loop_ops']:.3f} ms "
+                   "into that fixed cost and the arithmetic") + busy + rough,
         "no clear difference": tie + busy + rough,
-        "slower": ": the batched kernels (products over stacked weights) cost more here than the overhead "
-                  "they saved; this cell does not measure why" + busy + rough}[r["verdict"]]
+        "slower": f": the batched kernels (products over stacked weights) cost more here than the fixed cost the loop "
+                  f"paid {fewer}; this cell does not measure why" + busy + rough}[r["verdict"]]
 
 
 print()
@@ -1029,13 +1064,13 @@ fig.tight_layout();
 
 # %% [markdown]
 # What `vmap` changes is the number of operations (counted above): the more members share each
-# batched operation, the more per-operation overhead the loop pays that `vmap` does not. What it
-# costs is the batched kernels themselves. When each model is wide enough to keep the CPU busy on
-# its own, overhead may be a smaller share of the loop's time, leaving less for `vmap` to remove,
-# and what is left is how a batched product over stacked weights compares with separate products
-# on this CPU. Whether wider members change the ratio is for the next cell to measure: the same
-# comparison with much wider members (same operation counts, more arithmetic per operation, the
-# same number of members), with its own verdict:
+# batched operation, the more often the loop pays the fixed cost of an operation where `vmap` pays
+# it once for all of them. What it costs is the batched kernels themselves. When each model is wide
+# enough to keep the CPU busy on its own, that fixed cost may be a smaller share of the loop's
+# time, leaving less for `vmap` to remove, and what is left is how a batched product over stacked
+# weights compares with separate products on this CPU. Whether wider members change the ratio is
+# for the next cell to measure: the same comparison with much wider members (same operation counts,
+# more arithmetic per operation, the same number of members), with its own verdict:
 
 # %%
 WIDE = config.pick(quick=512, full=1024)  # hidden width, instead of 128
@@ -1077,7 +1112,7 @@ print(f"\n{ENS_HEADLINE} members, width 128: vmap {ens_speedup:.2f}x the loop ({
           "On this machine those ranges overlap, so this run cannot say how the width changed the ratio."
           if width_word == "cannot say" else
           "On this machine the ratio fell (by more than 10%, the ranges apart) as the models grew, as expected if the "
-          "loop's overhead became a smaller share of its time; this cell does not measure that share."
+          "loop's fixed cost per operation became a smaller share of its time; this cell does not measure that share."
           if width_word == "lower" else
           "On this machine the ratio rose (by more than 10%, the ranges apart) at this width, as it would if the "
           "batched kernels used the CPU better than the loop's separate ones once each product had more work (not "
@@ -1096,13 +1131,21 @@ print(f"\n{ENS_HEADLINE} members, width 128: vmap {ens_speedup:.2f}x the loop ({
 # graph break an error, so the cell below also proves there is none. We compare with the eager
 # `vmap` version within a stated tolerance (a compiled kernel may sum in a different order). The
 # per-sample table above timed the same eager call, so the cell also says whether its eager timing
-# agrees with that one: a verdict is only as steady as its baseline.
+# agrees with that one: a verdict is only as steady as its baseline. It also counts the steps each
+# version runs per call: the operators eager `vmap` dispatches (with the ensemble cell's counting
+# mode) and the loops and library calls in the code Inductor generated
+# (`course_utils.inductor_code`, as in notebook 01).
 
 # %%
-torch._dynamo.reset()  # a clean slate for Dynamo; Inductor's on-disk cache is kept
 compiled_psg = torch.compile(per_sample_grads, fullgraph=True)
-compile_s, cache_events = bench.first_call_and_cache(compiled_psg, clf_params, xb128, yb128)
+captured = {}  # generated_code resets Dynamo first (a clean slate); Inductor's on-disk cache is kept
+compile_s, cache_events = bench.first_call_and_cache(
+    lambda: captured.update(result=inductor_code.generated_code(compiled_psg, clf_params, xb128, yb128)))
 from_disk = cache_events["hit"] > 0  # Inductor's on-disk cache had a graph from an earlier run
+_, psg_code = captured["result"]  # the generated source of each graph (found in the cache or compiled)
+compiled_loops = sum(len(inductor_code.kernel_calls(src)) for src in psg_code)
+compiled_library = [name for src in psg_code for name in inductor_code.library_calls(src)]
+eager_ops = kernels_of(per_sample_grads, clf_params, xb128, yb128)  # the ensemble cell's counting mode
 compiled_out = compiled_psg(clf_params, xb128, yb128)
 for name in clf_params:
     torch.testing.assert_close(compiled_out[name], fast[name], rtol=1e-4, atol=1e-6)
@@ -1125,8 +1168,23 @@ print(f"the same eager call in the per-sample table above: {eager_before.median_
 c_speedup = compile_table.speedup("compiled vmap(grad)")
 saved_s = compile_table.row("eager vmap(grad)").median_s - compile_table.row("compiled vmap(grad)").median_s
 compiled_said = compile_table.describe("compiled vmap(grad)", "eager vmap(grad)", name="func.compile.compiled_vs_eager")
-print(f"\ncompiled is {compiled_said} at batch {PSG_BATCH}" + (" (rough: see the eager line above)" if moved else ""))
 compile_word = compile_table.verdict("compiled vmap(grad)", "eager vmap(grad)")
+compiled_steps = compiled_loops + len(compiled_library)
+fewer_steps = compiled_steps < eager_ops
+print(f"\nsteps per call: eager vmap(grad) runs {counted(eager_ops, 'operation')} (counted as in the ensemble cell, "
+      f"views left out); the compiled code runs {counted(compiled_loops, 'generated loop')} and "
+      f"{counted(len(compiled_library), 'library call')}"
+      + (f" ({', '.join(sorted(set(compiled_library)))})" if compiled_library else ""))
+print(f"compiled is {compiled_said} at batch {PSG_BATCH}" + {
+    "faster": ("; fewer steps per call is the candidate reason the counts give (fewer calls that each pay a fixed "
+               "cost, and fused loops that pass over the data once where eager makes a pass per operation), but this cell "
+               "does not split the time, so it does not measure how much of the gap that accounts for") if fewer_steps else
+              "; it ran no fewer steps per call, so the counts do not explain it, and this cell does not measure why",
+    "no clear difference": ("; its fewer steps per call did not show as a clear difference in this run"
+                           if fewer_steps else "; it ran no fewer steps per call"),
+    "slower": ("; it ran fewer steps per call, yet took longer: this cell does not measure why" if fewer_steps else
+               "; it ran no fewer steps per call, and this cell does not measure why it took longer")}[compile_word]
+      + (" (rough: see the eager line above)" if moved else ""))
 payback = {"faster": "pays", "no clear difference": "cannot say", "slower": "does not pay"}[compile_word]
 bench.record_verdict("func.compile.payback", payback, compile_s=round(compile_s, 3))
 if payback == "pays":
@@ -1145,8 +1203,9 @@ else:
 # %% [markdown]
 # Compiling the composition can fuse what eager `vmap` runs as separate kernels (the
 # element-wise work of GELU, LayerNorm and their backward passes around the batched matrix
-# multiplies). Like every compile, it pays only for a function you call many times: a training
-# loop computing per-sample gradients at every step, not a one-off analysis.
+# multiplies); the cell above counts the steps each version runs. Like every compile, it pays
+# only for a function you call many times: a training loop computing per-sample gradients at
+# every step, not a one-off analysis.
 #
 # ### On a GPU
 #
@@ -1262,9 +1321,10 @@ exercises.check("05.ensemble", ensemble_logits)
 #   one batched set (`func.per_sample_grad.speedup`), and an ensemble of small models runs as one
 #   vmapped model (`func.ensemble.speedup`): the loop's operation count grows with the samples or
 #   members, vmap's does not (counted for the ensemble). Whether that shows as time depends on how
-#   much overhead there was to remove (none with a batch of one or a single member; the wide-member
-#   verdict says whether wider models changed it) and on how the batched kernels compare with the small
-#   ones on your CPU and under its load: the verdict lines above say what happened on yours.
+#   much fixed cost per operation there was to remove (none with a batch of one or a single member;
+#   the wide-member verdict says whether wider models changed it) and on how the batched kernels
+#   compare with the small ones on your CPU and under its load: the verdict lines above say what
+#   happened on yours.
 #
 # **Next:** notebook 06 turns a model into a standalone program with `torch.export`.
 #

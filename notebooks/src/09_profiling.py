@@ -755,7 +755,8 @@ def added_text(ms: float) -> str:
 
 
 if profiled_word != "higher":
-    why = "the per-sample step was not clearly slower under the profiler, so the profiler's cost per event did not show in it"
+    why = ("the per-sample step was not clearly slower under the profiler (10% band), so this run cannot tie the "
+           f"profiler's cost to the {extra_events:,.0f} more events it records per step")
     if model_word != "no clear difference":
         slower = "batched" if model_word == "lower" else "per-sample"
         why += (f"; the model stages, which record the same events in both paths, took clearly longer in the {slower} "
@@ -780,9 +781,13 @@ elif model_word != "no clear difference":
            "why the model stages differ (the per-sample profile always runs first, and a profiler holding more events "
            "may also cost more per event: either could matter)")
 else:
-    why = ("the batched step, with fewer events, gained about as much or more, and the model stages took about the "
-           f"same time in both profiles {model_text}, so the per-sample path's extra events do not explain its "
-           "slow-down; this cell does not measure what slowed both steps")
+    gap_ms = added_ms["per-sample"] - added_ms["batched"]
+    why = (f"the per-sample step, with about {extra_events:,.0f} more events per step, did not gain clearly more than the "
+           f"batched one ({gap_ms:+.2f} ms, not more than the larger of the two unprofiled steps' spreads together, "
+           f"{spreads_ms:.2f} ms, and a tenth of the per-sample step, {0.1 * unprofiled_ms:.2f} ms), and the model "
+           f"stages took about the same time in both profiles {model_text}, "
+           "so this run cannot tie the profiler's cost to the number of events; this cell does not measure what "
+           "slowed both steps")
     profile_loads = [x for x in (profile_load, fast_profile_load) if x is not None]
     if profile_loads and max(profile_loads) >= threads.BUSY_CORES:
         why += (f" (other programs used about {max(profile_loads):.1f} of {threads.usable_cores()} cores just after "
