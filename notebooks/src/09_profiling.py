@@ -221,8 +221,9 @@ print(f"{conv_leaf} (the convolution routine here) appears with {len(conv_shapes
 # functions and layers launched the slowest convolution, export the trace and list the Python frames
 # whose time span encloses it, innermost first. Each frame is named `file(line): function`, where the
 # line is the one the function is *defined* on (its `def`), not the line that made the call; the
-# `nn.Module: Conv2d_1` entries name the layer, by class and a running index per class
-# (`ResBlock_0` is the first residual block, `block1` in our code).
+# `nn.Module: Conv2d_1` entries name the layer, by class and a running index per class in the order
+# the modules are first called (`Conv2d_0` is the stem's convolution, `Conv2d_1` the first
+# convolution of the first residual block; `ResBlock_0` is that block, `block1` in our code).
 
 # %%
 with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], with_stack=True) as stack_prof:

@@ -33,8 +33,8 @@
 # - tensor parallelism (`parallelize_module` with `ColwiseParallel` and `RowwiseParallel`): output
 #   and gradients equal to one process, the collectives counted, and the 2-D mesh it shares with FSDP (printed here with a dp dimension of one; a
 #   four-rank command runs both);
-# - pipeline parallelism (`torch.distributed.pipelining`): two stages, microbatches, GPipe and 1F1B
-#   with one process's gradients, and the schedule each rank ran, drawn from the run;
+# - pipeline parallelism (`torch.distributed.pipelining`): two stages, microbatches, GPipe and 1F1B,
+#   each giving one process's gradients, and the schedule each rank ran, drawn from the run;
 # - activation checkpointing with `torch.compile`: memory against time, with the profiler's memory view;
 # - distributed checkpoints (`torch.distributed.checkpoint`): saved by two ranks, loaded into one
 #   process and into two, exactly;
@@ -46,7 +46,9 @@
 # **Prerequisites:** notebook 01 (`torch.compile`) and notebook 09 (the profiler). Knowing what a
 # training step does (forward, backward, optimizer step) is enough for the rest.
 #
-# **Time on a laptop CPU:** <!-- stamp:time -->1.7 min the first time (every cache empty), 1.8 min after that (compile cache warm, yet no faster in these two runs), 1.4 min in quick mode; measured on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06) and stamped here by `make stamp`. A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time --> Each job starts two fresh Python processes (a few seconds each); quick mode uses a smaller model and fewer steps.
+# **Time on a laptop CPU:** <!-- stamp:time -->1.7 min the first time (every cache empty), 1.8 min after that (compile cache warm, yet no faster in these two runs), 1.4 min in quick mode; measured on the reference machine (2 cores, x86-amx, torch 2.14.1, 2026-12-06) and stamped here by `make stamp`. A slower or busy laptop takes longer. The outputs stored below may come from another machine: the line the imports cell prints names their CPU class (`cpu class:`).<!-- /stamp:time -->
+# Each job starts the torchrun launcher and two fresh Python processes (four for the 2-D job of
+# section 5, in full mode; a few seconds each); quick mode uses a smaller model and fewer steps.
 #
 # **GPU:** not needed. One guarded cell runs the collectives on NCCL, one process per GPU.
 
@@ -224,7 +226,7 @@ dist.all_gather(gathered, mine)                    # every rank: everyone's tens
 scattered = torch.empty(n // world, device=device)  # rank r: slice r of the sum
 # The one-tensor form, on gloo and NCCL alike. Recent torch names it reduce_scatter_single and warns that
 # its older name, reduce_scatter_tensor, is deprecated; older releases have only reduce_scatter_tensor.
-reduce_scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 reduce_scatter(scattered, mine)
 
 per_rank = {}
@@ -270,8 +272,8 @@ if requires_cuda("the collectives on NCCL, one process per GPU"):
     assert nccl.result["backend"] == "nccl" and nccl.result["per_rank"]["all_reduce"][0] == expected
     print(f"NCCL all-reduce over {counted(world, 'GPU')}: {nccl.result['per_rank']['all_reduce'][0]}")
     if world == 1:
-        print("one GPU: NCCL started and ran each collective, but with one rank each returns its own input; "
-              "the sums above prove data moved only with two or more GPUs")
+        print("one GPU: NCCL started and ran each collective, but with one rank there is nothing to add: "
+              "only two or more GPUs show that data moved")
 
 # %% [markdown]
 # Who can reach this job? torchrun's ranks meet at a key-value store that has no password.
@@ -292,26 +294,35 @@ if requires_cuda("the collectives on NCCL, one process per GPU"):
 # %%
 import ipaddress
 
+import psutil
 import torch.distributed as dist
 
 plain_store = dist.TCPStore("127.0.0.1", 0, 1, is_master=True, wait_for_workers=False)  # what plain torchrun hosts
 plain = sorted({address for _, address, port in launch.listening_sockets([os.getpid()]) if port == plain_store.port})
 del plain_store
-plain_where = ("loopback only" if plain and all(ipaddress.ip_address(a).is_loopback for a in plain)
+plain_where = ("not seen (psutil listed no socket on the store's port)" if not plain else
+               "loopback only" if all(ipaddress.ip_address(a).is_loopback for a in plain)
                else "beyond loopback: every interface")
 print(f"a plain TCPStore asked for 127.0.0.1 listens on {plain}: {plain_where}")
-seen = []
+seen, roles = [], {}
 
 
 def look(line: str) -> None:
-    """When the ranks have reported, note every socket the job's processes listen on."""
+    """When the ranks have reported, note every socket the job's processes listen on, and who each process is."""
     if line.startswith("[rank") and not seen:
         seen.extend(launch.listening_sockets())   # every process this notebook started: torchrun and its ranks
+        for pid in {pid for pid, _, _ in seen}:   # the launcher is this kernel's child; the ranks are its children
+            try:
+                launcher = psutil.Process(pid).ppid() == os.getpid()
+            except psutil.Error:
+                continue
+            roles[pid] = ("torchrun's agent: its rendezvous store or the workers' store" if launcher
+                          else "a rank: its gloo listener")
 
 
 launch.run_job(f"{JOBS}/collectives.py", ["--per-rank", 4, "--hold", 2], timeout_s=120, echo=look)
 for pid, address, port in seen:
-    print(f"process {pid} listens on {address}:{port}")
+    print(f"process {pid} listens on {address}:{port} ({roles.get(pid, 'ended before it was looked at')})")
 print(f"{len(seen)} listening sockets in {len({pid for pid, _, _ in seen})} processes")
 assert seen, "no listening socket was seen while the job ran: run the cell again"
 beyond = [f"{address}:{port}" for _, address, port in seen if not ipaddress.ip_address(address).is_loopback]
@@ -338,9 +349,13 @@ assert not beyond, (
 # A single compiled graph would produce all gradients at its very end, too late to overlap. So when
 # `torch.compile` sees a DDP model, Dynamo's *DDP optimizer* cuts the graph into pieces that close
 # once they hold `bucket_cap_mb` of parameters (the first at about 1 MiB), counted its own way (close
-# to DDP's buckets, not always equal), and compiles each piece separately. The training jobs share a model, a data set and a training loop,
-# written once into `common.py` (each job script imports it: torchrun puts the script's folder on
-# the import path). The DDP job, `ddp.py`, measures three things:
+# to DDP's buckets, not always equal), and compiles each piece separately. The jobs compile the
+# wrapper, `torch.compile(DDP(model))`, as PyTorch's DDP notes show; its page "Where to apply
+# torch.compile?" suggests compiling the inner module and then wrapping it (`model.compile()`, then
+# `DDP(model)`): both run the compiled code inside DDP's forward, where the DDP optimizer applies. The
+# training jobs share a model, a data set and a training loop, written once into `common.py` (each
+# job script imports it: Python puts a script's folder on the import path when it runs the script,
+# `sys.path[0]`, and torchrun starts each worker that way). The DDP job, `ddp.py`, measures three things:
 #
 # 1. the gradients of one compiled DDP step on 2 ranks against the plain model on the whole batch in
 #    one process;
@@ -601,22 +616,29 @@ bench.record("dist.ddp.compiled_graphs", small["graphs"], "graphs", buckets=smal
 #
 # Where did the all-reduces start? The trace of one step (open `build/nb12/ddp_step_trace.json` in
 # Perfetto) shows when each `gloo:all_reduce` started running on one of gloo's worker threads (the profiler
-# marks that, not the moment a gradient hook queued it) (this step runs DDP without compile, with
-# `bucket_cap_mb=1`, so its buckets need not match the compiled run's). Every all-reduce is launched
+# marks that, not the moment a gradient hook queued it). This step runs DDP without compile, with
+# `bucket_cap_mb=1`, so its buckets need not match the compiled run's. Every all-reduce is launched
 # from inside the backward pass, by a gradient hook; the question that matters is how many start
-# running before the backward's *last* gradient starts being computed, since only those can run
-# beside the computation (the last bucket, queued once that gradient exists, never can):
+# running before the backward's *last autograd node* starts (for this model, the one that stores the
+# first block's gradient in `.grad`), since only those can run beside the computation (the last
+# bucket, queued by that node's hook, never can). The count does not show how long the backward
+# then waits for the all-reduces still running (DDP waits for every bucket before `backward()`
+# returns); the trace holds that wait, in the part of the `backward` range after its last autograd
+# node:
 
 # %%
 trace = res["trace"]
 print(f"{counted(trace['allreduce_calls'], 'all-reduce call')} in one step; started running inside the backward pass: "
       f"{trace['started_inside_backward']} of {trace['allreduce_calls']} (each launched there by a gradient hook; "
-      f"{', '.join(trace['comm_names'])}); "
+      f"profiler event{'s' * (len(trace['comm_names']) > 1)} {', '.join(trace['comm_names'])}); "
       f"rank 0 ran them on {counted(trace['comm_threads'], 'gloo worker thread')}, beside its torch thread")
 print(f"on this machine {trace['started_before_last_gradient']} of {trace['allreduce_calls']} had started running "
-      "on gloo's worker threads before the backward's last gradient began, so they could overlap it (how many "
+      "on gloo's worker threads before the backward's last autograd node (for this model, storing the first block's "
+      "gradient in .grad) started, so they could overlap the computation before it (how many "
       "varies from run to run: it depends on how long each all-reduce, which waits for the other rank, takes "
-      "against the backward computation still to come, and on when gloo's threads get a core)")
+      "against the backward computation still to come, and on when gloo's threads get a core); this count does not "
+      f"show how long the backward waited for the all-reduces still running after that node: the trace "
+      f"({JOBS}/ddp_step_trace.json) holds it, in the part of the `backward` range after its last autograd node")
 assert trace["allreduce_calls"] >= 1 and trace["started_inside_backward"] == trace["allreduce_calls"]
 
 # %% [markdown]
@@ -887,16 +909,20 @@ mp = fr["mixed_precision"]
 print(f"{'tensor':<38}{'float32 run':>14}{'bf16 run':>12}")
 for where in mp["float32"]["dtypes"]:
     print(f"{where:<38}{mp['float32']['dtypes'][where]:>14}{mp['bf16']['dtypes'][where]:>12}")
-print("\ncollectives in one step (calls, MiB moved through the full-size buffer):")
+print("\ncollectives in one step (calls; MiB of each call's full, unsharded buffer, summed: each rank sends about "
+      "half of it):")
 for run in ("float32", "bf16"):
     print(f"  {run:>7}: " + "; ".join(f"{name}: {calls} calls, {nbytes / 2**20:.2f} MiB"
                                       for name, (calls, nbytes) in sorted(mp[run]["collectives"].items())))
 groups = DEPTH + 1                                    # one per block, and the root (the head)
 gathers = mp["float32"]["collectives"]["all-gather in float32"][0]
 scatters = mp["float32"]["collectives"]["reduce-scatter in float32"][0]
-print(f"  {groups} groups ({DEPTH} blocks and the root): {gathers} all-gathers counted in the step, as 2*groups-1 "
-      f"predicts ({groups} expected in the forward and {groups - 1} in the backward, since the root keeps the weights "
-      f"it gathered in the forward; only the total was counted); {scatters} reduce-scatters")
+gather_check = ("as 2*groups-1 predicts" if gathers == 2 * groups - 1 else
+                f"not the {2 * groups - 1} that 2*groups-1 predicts")
+scatter_check = "one per group" if scatters == groups else f"not the {groups} of one per group"
+print(f"  {groups} groups ({DEPTH} blocks and the root): {gathers} all-gathers counted in the step, {gather_check} "
+      f"({groups} expected in the forward and {groups - 1} in the backward, since the root keeps the weights "
+      f"it gathered in the forward; only the total was counted); {scatters} reduce-scatters, {scatter_check}")
 
 BF16_EPS = 2.0 ** -8
 f32, b16 = mp["float32"]["losses"], mp["bf16"]["losses"]
@@ -998,9 +1024,10 @@ assert meta["loaded_max_abs_diff"] == 0.0
 # A DTensor is a tensor spread over a *device mesh* (here a 1-D mesh of the two ranks) with a
 # *placement* per mesh dimension: `Shard(d)` (split along dimension d, like `torch.chunk`),
 # `Replicate()` (a full copy on every rank) or `Partial()` (every rank holds a summand; the real
-# value is their sum). `redistribute` changes the placement and runs the collective that needs.
+# value is their sum). `redistribute` changes the placement and runs the collective that it needs.
 # `CommDebugMode` counts the collectives inside a block. The job distributes an 8x6 matrix `A`
-# several ways, and multiplies `A` split by columns with `B` split by rows.
+# several ways, multiplies `A` split by columns with `B` split by rows, and then `A` split by rows
+# with `B` whole on every rank.
 
 # %%
 # %%writefile {JOBS}/dtensor.py
@@ -1303,7 +1330,11 @@ bench.record("dist.tp.max_abs_diff", tp_diff, "abs", world=tp["world"], width=64
 # that output would skip FSDP's gathering before the backward pass; this model changes nothing in
 # place), and DTensor's note that gathering a `_StridedShard` gradient for the check takes two
 # all-gathers in turn (its remark about reduction order does not touch a gather, which only
-# copies). And the output and gradients are compared with one process, as above (asserted).
+# copies). And the output and gradients are compared with one process, as above (asserted). The
+# ranks' own lines count each step's collectives by their c10d names: `_allgather_base_` is FSDP's
+# all-gather in the forward and `_reduce_scatter_base_` its reduce-scatter in the backward (section
+# 4's `all_gather_into_tensor` under another name), beside tp's all-reduces; there is no all-gather
+# in the backward, because the root keeps its gathered weights (section 3).
 
 # %%
 print(" ".join(launch.torchrun_command(f"{JOBS}/tp.py", [*TP_ARGS, "--dp", 2], nproc=4, port=29500, python="python")))
@@ -1504,6 +1535,7 @@ bench.record("dist.pp.grad_max_abs_diff", pp_diff, "abs", world=pp["world"], mic
 
 # %%
 # NBVAL_CHECK_OUTPUT
+# (that marker line: the test suite compares this cell's output with the one stored in the notebook)
 def on_ticks(ranks):
     """{rank: {tick: "F0"...}}: each rank's calls in the order it ran them, each one tick, after what it waits for."""
     world = len(ranks)
@@ -1577,7 +1609,9 @@ for (name, r), share in busy_share.items():
 # on one machine they mix the bubble with the time of each send and receive through loopback, with
 # forwards and backwards of different lengths (the ratio printed beside each share), and, where the
 # ranks and gloo's threads outnumber the free cores, with their competition for them. On a cluster,
-# where each stage has its own GPU, the tick picture is the one to reason with.
+# where each stage has its own GPU, the tick picture is the place to start, but backwards take longer
+# than forwards there too, so its equal ticks give a lower bound on the bubble's cost, not the
+# whole story.
 #
 # ## 7 · Activation checkpointing with torch.compile
 #
@@ -1657,8 +1691,9 @@ cmp_ac = bench.compare({label: v["step"] for label, v in ac.items()}, x_ac, roun
 weights_mib = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
 print(f"the model's weights: {weights_mib:.2f} MiB (and their gradients as much again, once the backward pass has "
       "made them)")
+rest = {label: v["peak"] / 2**20 - 2 * weights_mib - v["saved"]["activations"] / 2**20 for label, v in ac.items()}
 for label, v in ac.items():
-    rest_mib = v["peak"] / 2**20 - 2 * weights_mib - v["saved"]["activations"] / 2**20
+    rest_mib = rest[label]
     print(f"{label:>12}: activations saved for backward {v['saved']['activations'] / 2**20:6.2f} MiB (and "
           f"{v['saved']['parameters'] / 2**20:.2f} MiB of parameters, saved by reference: no extra memory), "
           f"timeline peak {v['peak'] / 2**20:6.2f} MiB; " + (
@@ -1684,11 +1719,23 @@ why = {"slower": "during the backward pass each checkpointed block ran its forwa
                  f"reason is the {saved_less_mib:.0f} "
                  "MiB fewer activations written in the forward and read back in the backward, which this cell does "
                  "not time"}[step_word]
+peak_word = bench.band_verdict(ac["checkpointed"]["peak"], ac["plain"]["peak"], name="dist.ac.memory_peak")
+peak_change_mib = (ac["checkpointed"]["peak"] - ac["plain"]["peak"]) / 2**20
+rest_text = (f"the part of the peak that is neither the weights, their gradients nor the saved activations went from "
+             f"at least {rest['plain']:.2f} MiB to at least {rest['checkpointed']:.2f} MiB, which this cell does not split"
+             if min(rest.values()) >= 0 else
+             "the lines above show that the weights, their gradients and the saved activations were not all alive at "
+             "the peak's moment, so this cell cannot say what else changed")
+peak_why = {"lower": f"the saved activations fell by {saved_less_mib:.2f} MiB and the peak by {-peak_change_mib:.2f} MiB",
+            "higher": f"although the saved activations fell by {saved_less_mib:.2f} MiB, the peak rose by "
+                      f"{peak_change_mib:.2f} MiB",
+            "no clear difference": f"the saved activations fell by {saved_less_mib:.2f} MiB, but the peak "
+                                   f"{'fell' if peak_change_mib < 0 else 'rose'} by only {abs(peak_change_mib):.2f} MiB"}[
+    peak_word]
 print(f"verdict on this machine ({cpu.cpu_class()}): the checkpointed step is "
       f"{cmp_ac.describe('checkpointed', 'plain')}: {why}; its memory peak is "
-      + {"lower": "lower", "higher": "higher", "no clear difference": "not clearly different"}[
-          bench.band_verdict(ac['checkpointed']['peak'], ac['plain']['peak'], name='dist.ac.memory_peak')]
-      + " (10% band)")
+      + {"lower": "lower", "higher": "higher", "no clear difference": "not clearly different"}[peak_word]
+      + f" (10% band): {peak_why}; {rest_text}")
 assert ac["checkpointed"]["saved"]["activations"] < ac["plain"]["saved"]["activations"]
 # Recomputing a block's forward needs all its weights; the plain backward skips the model's first weight (its input needs
 # no gradient), so checkpointing keeps more parameter references: a count of bytes, the same everywhere.
@@ -1709,14 +1756,17 @@ assert ac["checkpointed"]["saved"]["parameters"] > ac["plain"]["saved"]["paramet
 # gradients or saved activations need be alive at that moment, so each line prints a lower bound on
 # the rest of the peak: temporaries, and in the checkpointed step possibly the activations its
 # backward recomputes (this cell does not split it); the verdict above says whether the peak moved
-# beyond a 10% band on this machine. The
-# profiler may print warnings under the cell: one about a memory block allocated before profiling
+# beyond a 10% band on this machine.
+#
+# The profiler may print warnings under the cell: one about a memory block allocated before profiling
 # started (a block allocated before the profile and freed during it has a size the profiler never
 # saw, so it leaves that one event out), and on some runs one that names a Python call the profiler
 # recorded with an end earlier than its start (`with_stack=True` also records the Jupyter kernel's
 # own calls, such as asyncio's `_run_once` or zmq's socket `send`, so the name varies; the check
-# prints once per kernel, and that one call just gets no duration). Both are harmless here. The price is recomputation, whose cost
-# is this machine's verdict too. Under `torch.compile` the compiler also decides on its own what to
+# prints once per kernel, and that one call just gets no duration). Both are harmless here.
+#
+# The price of checkpointing is recomputation, whose cost is this machine's verdict too. Under
+# `torch.compile` the compiler also decides on its own what to
 # save and what to recompute (its min-cut partitioner), so measure rather than assume. In FSDP jobs the
 # usual recipe is to checkpoint each block and shard it: `checkpoint` inside, `fully_shard` outside.
 #
@@ -1933,7 +1983,8 @@ bench.record("dist.elastic.restarts_survived", faulty["restarts"], "restarts", k
 
 # %% [markdown]
 # The restarted job resumed from the last checkpoint and finished with bit-identical weights and the
-# same losses as the run that never failed: the data order is a function of the step, and the
+# same losses as the run that never failed (the fingerprint is exact on one machine; another CPU or
+# ISA setting may print another one, for both runs alike): the data order is a function of the step, and the
 # checkpoint holds the optimizer's momentum too. The steps between the checkpoint and the crash were
 # simply done twice. Two things make this work on a real cluster as well: `--max-restarts`, and the
 # c10d rendezvous (`--rdzv-backend c10d`), which also lets a replacement machine join; the course's
@@ -1943,7 +1994,11 @@ bench.record("dist.elastic.restarts_survived", faulty["restarts"], "restarts", k
 # attempt's workers wrote, such as the addresses they listened on. `init()` wraps that store in a
 # `PrefixStore` named after the restart count (`TORCHELASTIC_RESTART_COUNT`), so the new workers
 # read only keys written by their own attempt, never a dead worker's address: the few lines of
-# `attempt_store()` in `course_utils/distributed/runtime.py` do it.
+# `attempt_store()` in `course_utils/distributed/runtime.py` do it. A script of your own that calls
+# plain `dist.init_process_group()` under torchrun gets that store without such a prefix (torch 2.14's
+# `torch/distributed/rendezvous.py` assumes a new store for every attempt, its comment says); to give
+# it the same protection, copy `attempt_store()` and pass its store to
+# `dist.init_process_group(backend, store=..., rank=..., world_size=...)`, as `init()` does.
 #
 # ## 10 · Scaling out: the same script on many machines
 #
@@ -1951,9 +2006,12 @@ bench.record("dist.elastic.restarts_survived", faulty["restarts"], "restarts", k
 # revisit: `runtime.init()` gives each rank one thread, which suits two ranks on a 2-core laptop
 # (section 1); on a machine with more cores than ranks, give each rank its share of the cores, about
 # (cores / ranks on that machine) threads, with `torch.set_num_threads(...)` right after `init()`. A
-# GPU cluster needs three more lines in a job: NCCL (`runtime.init("nccl")`),
-# `torch.cuda.set_device(LOCAL_RANK)`, and the model and its batches on that GPU (and `fully_shard`'s
-# mesh on `"cuda"`). On each of, say, 4 machines with 8 GPUs, run the same command; the
+# GPU cluster needs a few more lines in each job: NCCL (`runtime.init("nccl")`),
+# `torch.cuda.set_device(LOCAL_RANK)`, the model and its batches on that GPU, and a GPU wherever a job
+# names the CPU: every `init_device_mesh("cpu", ...)` (in `fsdp.py`'s `shard_model`, `dtensor.py` and
+# `tp.py`) becomes `init_device_mesh("cuda", ...)`, `pp.py`'s `PipelineStage(..., device=...)` gets the
+# rank's GPU, and `elastic.py`'s `fingerprint` needs `.cpu()` before `.numpy()`. On each of, say, 4
+# machines with 8 GPUs, run the same command; the
 # rendezvous endpoint is a host:port on one of them (any free port, reachable from the others).
 # There the store has to listen on the network, so the command is plain `torchrun`; the store has no
 # password, so that port belongs on the cluster's private network, behind its firewall:
@@ -1970,13 +2028,21 @@ assert "--node-rank" not in cluster_cmd
 # %% [markdown]
 # On a cluster scheduler the scheduler provides the machine list: with Slurm, one `srun` task per node
 # runs that `torchrun` line with the first node's hostname as the endpoint and `$SLURM_JOB_ID` as the
-# `--rdzv-id`; on Kubernetes, the Kubeflow training operator sets the same variables for each pod. The
-# training script, its checkpoints and its restart logic stay as they ran here (with the GPU lines
-# above on a GPU cluster).
+# `--rdzv-id`; on Kubernetes, the Kubeflow training operator sets torchrun's settings for each pod
+# (the `PET_*` environment variables: the number of machines, the endpoint, the id). The training
+# script stays as it ran here (with the GPU lines above on a GPU cluster), but `fsdp.py` saves no
+# checkpoint: under `--max-restarts 3` a restart would train it again from step 0. Before a long run,
+# give it section 9's pattern with section 8's tools: every few steps, `dcp.save` the sharded state
+# (model and optimizer, into a folder every machine can reach), and on start, if that folder holds a
+# checkpoint, load it into the sharded model with `dcp.load` and `set_model_state_dict` before
+# training, as `dcp.py` does. `elastic.py` has that restart logic already, with DDP and `torch.save`.
 #
 # What can two processes on a laptop say about speed? Below, the same training (same global batch,
 # the job of section 9 without a fault) runs on one process and on two, in turn, a few times each
-# (the cell prints how many). Each run's first step warms up and is left out; the other steps of
+# (the cell prints how many). Both sides run one torch thread per process (`runtime.init()`), so the
+# one process uses one core even where the machine has more: the comparison keeps the threads per
+# process the same, it is not against the best one-process setting (the cell's Setting line prints
+# the threads and cores). Each run's first step warms up and is left out; the other steps of
 # all runs on one side are pooled, and the two sides are compared. Between the runs the cell samples
 # how much CPU other programs use, and the verdict's reason is built from that, the threads per
 # rank (the torch threads counted against the free cores; gloo's worker threads, as section 2's
@@ -2021,22 +2087,23 @@ setting = (f"2 ranks × {rank_threads} thread{'s' * (rank_threads > 1)} against 
            f"thread{'s' * (one_threads > 1)}, on {cores} cores, " + (
                "other programs' CPU use could not be sampled" if load is None else
                f"about {load:.1f} of them used by other programs on average (sampled between the runs)"))
-turns = (f"the two ranks' {counted(threads_2, 'torch thread')} had about {free:.1f} free cores between them, so "
-         f"they could wait for one (this cell does not measure that wait; {gloo_note})"
+turns = (f"the load samples between the runs suggest that the two ranks' {counted(threads_2, 'torch thread')} had "
+         f"only about {free:.1f} free cores between them, so each could wait for a free core, but the 1-process side ran "
+         f"its one thread beside the same sampled load, and this cell does not measure either wait ({gloo_note})"
          if crowded else "")
 exchange = (f"two all-reduces between the two processes through loopback (the gradients' {grad_kib:.0f} KiB in "
             "the backward, and the 4-byte loss each step records), with each rank waiting for the other at both "
             "(their cost is not measured separately here)")
-why = {"slower": (f"{turns}; on top of that, every step has {exchange}; together that came to more than the half of "
-                  f"the batch of {batch} each rank saves, and this cell does not split the extra time between them"
+saved_half = ("together that took longer than the time saved by computing only half of the batch{}, and this cell "
+              "does not split the extra time among its causes")
+why = {"slower": (f"every step has {exchange}; {saved_half.format(f' of {batch} on each rank')}; besides, {turns}"
                   if crowded else
                   f"each rank computes only half of the batch of {batch}, but every step has {exchange}"
                   + (f", and the two ranks' {counted(threads_2, 'torch thread')} shared {free:.1f} free cores "
                      f"({gloo_note})" if shared else "")
-                  + "; together that came to more than the half saved, and this cell does not split the extra time "
-                  "between them"),
+                  + f"; {saved_half.format('')}"),
        "faster": f"each rank computed half of the batch of {batch}, and that saved more time than the step's exchange "
-                 "cost" + (f", even though {turns}" if crowded else "") + f": {exchange}",
+                 f"cost: {exchange}" + (f"; {turns}" if crowded else ""),
        "no clear difference": (f"the half of the batch of {batch} each rank no longer computes and the step's "
                                f"exchange roughly cancel, the medians within 5% of each other: {exchange}"
                                if speed.within_margin("2 processes", "1 process") else
@@ -2092,7 +2159,8 @@ exercises.check("12.all_reduce", after_all_reduce)
 # **Exercise 3.** A DDP job runs `world` ranks with a per-rank batch of `per_rank` samples and
 # accumulates gradients over `accumulation` micro-steps before each optimizer step. Write
 # `global_batch(per_rank, world, accumulation=1)`: over how many samples does one optimizer step
-# average? Stuck? `print(exercises.solution_source("12.global_batch"))`.
+# average? (Not the jobs' `common.global_batch`, which makes a batch of data: this one only counts.)
+# Stuck? `print(exercises.solution_source("12.global_batch"))`.
 # Every check is saved: `print(exercises.progress_report())` lists what you have passed so far.
 
 # %%
@@ -2112,8 +2180,8 @@ exercises.check("12.global_batch", global_batch)
 #   127.0.0.1 (no other machine could reach it; other processes on this one could).
 # - DDP + `torch.compile` gave the one-process gradients to float32 rounding; Dynamo's DDP optimizer
 #   splits the graph into pieces sized by the same `bucket_cap_mb`, so a smaller cap meant more buckets
-#   and more graphs (close counts, not always equal); the trace counted how many all-reduces had started running while gradients were still
-#   to be computed.
+#   and more graphs (close counts, not always equal); the trace counted how many all-reduces had started
+#   running before the backward's last autograd node, and holds how long the backward then waited for the rest.
 # - FSDP2's `fully_shard` left each rank half the parameter bytes, as DTensors sharded by rows, and
 #   trained with DDP's loss curve. With a bf16 `MixedPrecisionPolicy` the stored shards, gradients and
 #   reduce-scatters stayed float32 while the gathered weights and activations were bf16, the
@@ -2148,7 +2216,8 @@ exercises.check("12.global_batch", global_batch)
 # - [`torch.distributed` overview](https://docs.pytorch.org/docs/stable/distributed.html)
 #   and [`torchrun`](https://docs.pytorch.org/docs/stable/elastic/run.html)
 # - [DistributedDataParallel](https://docs.pytorch.org/docs/stable/notes/ddp.html) and
-#   [DDP with `torch.compile`](https://docs.pytorch.org/docs/stable/torch.compiler_ddp.html)
+#   [DDP with `torch.compile`](https://docs.pytorch.org/docs/stable/notes/ddp.html#torchdynamo-ddpoptimizer)
+#   (its TorchDynamo DDPOptimizer section; `TORCH_LOGS='ddp_graphs'` prints the pieces it cuts the graph into)
 # - [FSDP2 `fully_shard`](https://docs.pytorch.org/docs/stable/distributed.fsdp.fully_shard.html)
 #   (its `MixedPrecisionPolicy` too)
 # - [DTensor](https://docs.pytorch.org/docs/stable/distributed.tensor.html)
