@@ -1030,7 +1030,9 @@ from course_utils.deploy import cmake_build, libtorch_cpp
 
 digits = load_digits_split()
 LT = {"epochs": config.pick(4, 20), "lr": 1e-3, "batch": 64, "seed": 0, "hidden": 128, "depth": 2}
-lt_threads = torch.get_num_threads()  # the C++ side uses as many threads as this process
+# One torch thread on each side: this model's operators are small, and on a machine with few cores a second thread
+# can add more waiting (woken for every operator) than work, which would blur the comparison of the two languages.
+lt_threads = 1
 lt_dir = OUT / "libtorch"
 trainer = cpp_run = None
 problem = cmake_build.toolchain_problem()
@@ -1120,8 +1122,9 @@ if cpp_run is not None:
 # epoch. `torch::manual_seed` and `torch.manual_seed` seed the same generator, so the two runs start
 # from the same weights and see the batches in the same order (`tests/test_libtorch_cpp.py` checks
 # the first part). Whether the loss curves then stay together, and which epoch is faster, is
-# measured, not assumed; both sides run with this process's number of torch threads (a training job
-# uses the machine's cores, unlike the one-thread inference timings above), and the first epoch of
+# measured, not assumed; both sides run on one torch thread (this model's operators are small, and
+# on a laptop with few cores a second thread can add more waiting than work, which would blur the
+# comparison of the two languages; a larger model would use the cores), and the first epoch of
 # each run is left out of the timing as warm-up. The two sides take turns, each training twice (C++,
 # Python, C++, Python), and their epochs are pooled, so a slow spell of the machine falls on both;
 # the cell samples other programs' load after each run, and rerunning it re-times both sides:
@@ -1167,7 +1170,12 @@ for _ in range(ROUNDS):
         timed = libtorch_cpp.train(trainer.binary, lt_data, lt_dir / "weights-timed.pt", threads=lt_threads, **LT)
         cpp_seconds += timed.epoch_seconds[1:]  # every epoch but each run's first (its warm-up)
         loads.append(threads.other_load())
-    py_trained, py_losses, seconds = train_python(digits.x_train.flatten(1), digits.y_train, **LT)
+    process_threads = torch.get_num_threads()
+    torch.set_num_threads(lt_threads)  # the same threads as the C++ side
+    try:
+        py_trained, py_losses, seconds = train_python(digits.x_train.flatten(1), digits.y_train, **LT)
+    finally:
+        torch.set_num_threads(process_threads)
     py_seconds += seconds[1:]
     loads.append(threads.other_load())
 with torch.no_grad():

@@ -649,9 +649,12 @@ print(inspect.getsource(EngineCore.step))
 core = EngineCore(model, capacity=4, max_len=128)
 prompts = ["The ", "def ", "import "]
 answers = core.generate([tok.encode(p) for p in prompts], max_new_tokens=24)
+alone = [generate_cached(model, torch.tensor([tok.encode(p)]), 24)[0] for p in prompts]
+# each answer equals decoding that prompt alone with the KV cache, up to a near-tie (same_greedy names one)
+tie = same_greedy(model, [tok.encode(p) for p in prompts], answers, alone, what="the engine core's batched steps")
+if tie:
+    print(tie)
 for p, a in zip(prompts, answers):
-    # each answer equals decoding that prompt alone with the KV cache (asserted)
-    assert a == generate_cached(model, torch.tensor([tok.encode(p)]), 24)[0]
     print(repr(p + tok.decode(a)))
 print(f"{core.steps} forward passes for {len(prompts)} prompts of 24 tokens each")
 
@@ -758,6 +761,10 @@ for c in (8, 32):
         pass_rows_word = bench.band_verdict(rows_per_pass["iteration", c], rows_per_pass["static", c], band=0.15)
         rows_said += (f", so {winner}'s passes held more rows, in line with its throughput" if pass_rows_word == tput_word else
                       ": the rows per pass do not account for the throughput gap, and this cell does not measure what does")
+    elif bench.band_verdict(rows_per_pass["iteration", c], rows_per_pass["static", c], band=0.15) != "no clear difference":
+        rows_said += (": the passes held clearly different numbers of rows, yet neither mode served clearly more, so a "
+                      "fuller pass did not pay off in tokens here (a larger pass also takes longer; this cell does not "
+                      "time the passes)")
     print(f"{c} clients: iteration/static throughput {bench.ratio_text(it.tokens_per_s / st.tokens_per_s, 0.15)} "
           f"({tput_said}); {rows_said}")
     print(f"  the same runs: median TTFT {it.ttft_ms['p50']:.0f} ms (iteration) vs {st.ttft_ms['p50']:.0f} ms (static), "
@@ -1949,7 +1956,7 @@ for text in partial[:3]:
     print("  ", repr(text))
 print("   ...")
 print("  ", repr(partial[-1]))
-assert partial[-1] == complete("The Python ", 24)
+check_greedy(partial[-1], "The Python ", 24, what="the streaming client")
 # /generate sends one event per token and stream_generate yields once per token event, on any machine
 assert [len(text) for text in partial] == list(range(1, 25))
 
