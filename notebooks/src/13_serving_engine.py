@@ -1081,7 +1081,8 @@ tie = same_greedy(model, [spec_prompt], [speculative(spec_prompt, SPEC_NEW, stat
 if tie:
     print(tie)
 acceptance = spec["accepted"] / max(spec["proposed"], 1)
-print(f"{'as the near-tie note above says' if tie else 'identical to greedy decoding'}; {SPEC_NEW} tokens in {spec['passes'] + 1} passes instead of {SPEC_NEW}; "
+same_said = "as the near-tie note above says" if tie else "identical to greedy decoding"
+print(f"{same_said}; {SPEC_NEW} tokens in {spec['passes'] + 1} passes instead of {SPEC_NEW}; "
       f"{spec['accepted']} of {spec['proposed']} drafted tokens accepted ({acceptance:.0%}); "
       f"accepted from the prompt: {spec['from prompt']}, from its own output: {spec['from output']}")
 spec_cmp = bench.compare({"greedy": lambda: greedy_with_cache(spec_prompt, SPEC_NEW),
