@@ -28,7 +28,7 @@ NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 #: What each stub's feedback must say: the hint for the mistake the stub makes.
 STUB_HINTS = {
     "00.rms_norm": "square, mean over the last dim",
-    "00.break_even": "returned None, not a whole number",
+    "00.break_even": "returned None instead of",
     "01.first_bad_backend": "returned None instead of shift_by_1",
     "01.steady_speedup": "returned 1.0 instead of",
     "01.cache_env": "your dict does not set it",

@@ -155,6 +155,7 @@ def test_short_and_differs_describe_values_briefly():
     assert framework.differs(torch.ones(2), torch.ones(2)) is None
     assert framework.differs(torch.ones(2, 1), torch.ones(2)) == "shape (2, 1) instead of (2,)"
     assert framework.differs(2.0, 2) == "2.0, not a whole number (an int)"
+    assert framework.differs(None, 2) == "None instead of 2"   # a missing answer names what was expected
     assert framework.differs(torch.ones(2, dtype=torch.float64), torch.ones(2)) is None
     assert framework.differs(torch.ones(2), torch.ones(2, dtype=torch.int8)) == "dtype torch.float32 instead of torch.int8"
     assert framework.differs(("a", {}), ("a", None)) == "{} instead of None in item 1"

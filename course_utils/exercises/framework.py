@@ -284,6 +284,8 @@ def differs(got: Any, expected: Any, rtol: float = 1e-5, atol: float = 1e-6) -> 
         return next((f"{p} in item {i}" for i, (g, e) in enumerate(zip(got, expected))
                      if (p := differs(g, e, rtol, atol))), None)
     if isinstance(expected, numbers.Real) and not isinstance(expected, bool):
+        if got is None:  # a missing answer, not a wrong type: say what was expected (None may be right elsewhere)
+            return f"None instead of {expected!r}"
         whole = isinstance(expected, numbers.Integral)
         if isinstance(got, bool) or not isinstance(got, numbers.Integral if whole else numbers.Real):
             return f"{short(got)}, not {'a whole number (an int)' if whole else 'a number'}"

@@ -141,31 +141,6 @@ def choose_batch_size(tokens_per_s: dict[int, float], budget_ms: float) -> int |
     return max(fits) if fits else None
 
 
-class _Size:
-    """A whole-number answer as the checker compares it: equal only to the same int, and shown as the int itself.
-
-    The framework's message for an int expected and something else returned is "None, not a whole number (an
-    int)", which reads as if None were never right; here None is right when no batch fits. Compared this way, a
-    None where a batch fits reads "None instead of 2".
-    """
-
-    def __init__(self, value: int) -> None:
-        self.value = value
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Size) and self.value == other.value
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return repr(self.value)
-
-
-def _as_size(result: Any) -> Any:
-    """Return an int result as a ``_Size``; anything else (None, a float, a bool) unchanged."""
-    return _Size(result) if type(result) is int else result
-
-
 def _batch_mistakes() -> list[Mistake]:
     def per_token_of_batch(tokens_per_s: dict[int, float], budget_ms: float) -> int | None:
         fits = [b for b, rate in tokens_per_s.items() if 1e3 / rate < budget_ms]  # forgets b
@@ -193,7 +168,6 @@ function_exercise(
     + [case({1: 300.0, 8: 1600.0, 16: 2400.0, 32: 3200.0}, budget, gives=largest)
        for budget, largest in ((10.0, 16), (10.0001, 32), (2.0, None))],   # 10 ms is not under 10 ms
     mistakes=_batch_mistakes,
-    normalise=_as_size,
     errors=[((ValueError, TypeError, ZeroDivisionError, KeyError), "Loop over tokens_per_s.items().")],
     otherwise="One step of a batch of b makes b tokens, so it takes 1000 * b / tokens_per_s[b] ms; keep the "
               "sizes under the budget and return the largest (None if none fits).",
